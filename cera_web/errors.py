@@ -1,0 +1,29 @@
+"""The errors cera_web raises. Each message says what is wrong and what to do about it."""
+
+
+class CeraError(Exception):
+    """Base class of every error cera_web raises on purpose."""
+
+
+class GGUFFormatError(CeraError):
+    """The file is not a valid GGUF file (bad magic, truncated, inconsistent header)."""
+
+
+class UnsupportedModelError(CeraError):
+    """A valid GGUF file that this engine cannot run (architecture, tensor type, shape)."""
+
+
+class ContextOverflowError(CeraError):
+    """The prompt or conversation does not fit in the context window."""
+
+
+class GPUUnavailableError(CeraError):
+    """No WebGPU adapter/device could be obtained, or the device was lost."""
+
+
+class CancelledError(CeraError):
+    """A run was cancelled by the user; the session stays usable."""
+
+
+class InputError(CeraError):
+    """Bad input from the caller (e.g. an empty prompt)."""
