@@ -1,0 +1,69 @@
+"""One small device interface over WebGPU, with two backends chosen by where the code runs.
+
+- in Pyodide (``sys.platform == "emscripten"``): :mod:`cera_web.gpu.browser`, which drives ``navigator.gpu``;
+- in CPython: :mod:`cera_web.gpu.native`, which drives the same WGSL through ``wgpu`` (wgpu-py, Vulkan/Metal/DX12).
+
+Both backends expose the same methods (see :class:`Device`); models and the engine only talk to this interface.
+Buffers, pipelines and bind groups are the backend's own objects, passed back to it opaquely.
+"""
+from __future__ import annotations
+
+import sys
+
+IN_BROWSER = sys.platform == "emscripten"
+
+
+class Device:
+    """The interface both backends implement (documentation; backends subclass it)."""
+
+    name: str = "?"                    # adapter description, e.g. "NVIDIA H200 (Vulkan)"
+    limits: dict                       # the device's limits (requested at the adapter's maximum)
+    features: set                      # e.g. {"shader-f16", "subgroups", "timestamp-query"}
+    calls: int = 0                     # host→GPU API calls made (the browser backend counts JS calls)
+
+    def create_buffer(self, nbytes: int, *, kind: str = "storage", label: str = ""):
+        """kind: "storage" (read/write, copy src/dst), "uniform" (uniform + copy dst)."""
+        raise NotImplementedError
+
+    def write_buffer(self, buf, data, offset: int = 0) -> None:
+        """Copy bytes (bytes / bytearray / numpy array) into ``buf`` at ``offset``."""
+        raise NotImplementedError
+
+    def upload(self, source, offset: int, nbytes: int, *, label: str = ""):
+        """A new storage buffer holding ``nbytes`` of ``source`` (a model file source) from ``offset``.
+
+        The browser backend copies straight from a JS ArrayBuffer; nothing passes through the wasm heap."""
+        raise NotImplementedError
+
+    def pipeline(self, wgsl: str, label: str = ""):
+        """A compute pipeline for entry point ``main`` (cached by source text)."""
+        raise NotImplementedError
+
+    def bind(self, pipeline, buffers: list):
+        """A bind group for group 0; buffers[i] is bound at binding i (a buffer, or (buffer, offset, size))."""
+        raise NotImplementedError
+
+    def record(self, dispatches: list):
+        """Record a list of (pipeline, bind_group, (x, y, z)) once; returns a plan to pass to :meth:`submit`."""
+        raise NotImplementedError
+
+    def submit(self, plans: list, copies: list = ()) -> None:
+        """Encode the recorded plans (in order, one compute pass) and the buffer copies (src, src_off, dst, dst_off, n)
+        that follow them into one command buffer and submit it."""
+        raise NotImplementedError
+
+    async def read(self, buf, offset: int, nbytes: int) -> bytes:
+        """Wait for submitted work and read ``nbytes`` of ``buf`` back to the host."""
+        raise NotImplementedError
+
+    def destroy(self) -> None:
+        raise NotImplementedError
+
+
+async def get_device(**kwargs) -> Device:
+    """The best device where this code runs (raises GPUUnavailableError with advice when there is none)."""
+    if IN_BROWSER:
+        from . import browser
+        return await browser.BrowserDevice.create(**kwargs)
+    from . import native
+    return native.NativeDevice.create(**kwargs)

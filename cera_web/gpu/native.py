@@ -1,0 +1,129 @@
+"""Native backend: the same WGSL through wgpu-py (Vulkan / Metal / DX12). Used by tests, the CLI and benchmarks."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..errors import GPUUnavailableError
+from . import Device
+
+# Limits we ask for at the adapter's maximum (the defaults are far lower: 128 MiB bindings, 16 KiB workgroup memory).
+WANTED_LIMITS = (
+    "max-buffer-size",
+    "max-storage-buffer-binding-size",
+    "max-compute-workgroup-storage-size",
+    "max-storage-buffers-per-shader-stage",
+    "max-compute-invocations-per-workgroup",
+    "max-compute-workgroup-size-x",
+)
+
+
+class NativeDevice(Device):
+    def __init__(self, adapter, device, limits_override=None):
+        import wgpu
+        self._wgpu = wgpu
+        self.adapter = adapter
+        self.device = device
+        info = adapter.info
+        self.name = f"{info.get('device') or info.get('description')} ({info.get('backend_type', '?')}, wgpu-py)"
+        self.limits = dict(device.limits)
+        if limits_override:
+            self.limits.update(limits_override)
+        self.features = set(device.features)
+        self.calls = 0
+        self._pipelines = {}
+        self._readback = None
+
+    @classmethod
+    def create(cls, limits_override: dict | None = None, power_preference: str = "high-performance"):
+        os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")   # silences a harmless warning from the Vulkan loader
+        try:
+            import wgpu
+        except ImportError as e:   # pragma: no cover - wgpu is a dependency
+            raise GPUUnavailableError(f"the native backend needs wgpu-py (pip install wgpu): {e}") from None
+        try:
+            adapter = wgpu.gpu.request_adapter_sync(power_preference=power_preference)
+        except Exception as e:
+            adapter = None
+            why = str(e)
+        else:
+            why = "no adapter"
+        if adapter is None:
+            raise GPUUnavailableError(
+                f"no WebGPU adapter found through wgpu-py ({why}). Install a Vulkan driver "
+                "(on Debian: apt-get install mesa-vulkan-drivers) or use the CPU reference (--cpu).")
+        limits = {k: adapter.limits[k] for k in WANTED_LIMITS if k in adapter.limits}
+        features = [f for f in ("shader-f16", "subgroup", "timestamp-query") if f in adapter.features]
+        device = adapter.request_device_sync(required_limits=limits, required_features=features)
+        return cls(adapter, device, limits_override)
+
+    # -- buffers -----------------------------------------------------------------------------------------------
+    def create_buffer(self, nbytes, *, kind="storage", label=""):
+        U = self._wgpu.BufferUsage
+        usage = U.UNIFORM | U.COPY_DST if kind == "uniform" else U.STORAGE | U.COPY_DST | U.COPY_SRC
+        self.calls += 1
+        return self.device.create_buffer(size=max(16, (nbytes + 3) // 4 * 4), usage=usage, label=label)
+
+    def write_buffer(self, buf, data, offset=0):
+        if isinstance(data, np.ndarray):
+            data = np.ascontiguousarray(data)
+        mv = memoryview(data).cast("B")
+        if len(mv) % 4:
+            mv = memoryview(bytes(mv) + bytes(4 - len(mv) % 4))
+        self.calls += 1
+        self.device.queue.write_buffer(buf, offset, mv)
+
+    def upload(self, source, offset, nbytes, *, label=""):
+        buf = self.create_buffer(nbytes, label=label)
+        chunk = 64 << 20
+        for start in range(0, nbytes, chunk):
+            n = min(chunk, nbytes - start)
+            data = source.read(offset + start, n)
+            self.write_buffer(buf, data, start)
+        return buf
+
+    # -- pipelines -----------------------------------------------------------------------------------------------
+    def pipeline(self, wgsl, label=""):
+        p = self._pipelines.get(wgsl)
+        if p is None:
+            module = self.device.create_shader_module(code=wgsl, label=label)
+            p = self.device.create_compute_pipeline(
+                layout="auto", compute={"module": module, "entry_point": "main"}, label=label)
+            self._pipelines[wgsl] = p
+        return p
+
+    def bind(self, pipeline, buffers):
+        entries = []
+        for i, b in enumerate(buffers):
+            if isinstance(b, tuple):
+                buf, off, size = b
+            else:
+                buf, off, size = b, 0, b.size
+            entries.append({"binding": i, "resource": {"buffer": buf, "offset": off, "size": size}})
+        self.calls += 1
+        return self.device.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=entries)
+
+    def record(self, dispatches):
+        return list(dispatches)
+
+    def submit(self, plans, copies=()):
+        enc = self.device.create_command_encoder()
+        cp = enc.begin_compute_pass()
+        for plan in plans:
+            for pipe, group, (x, y, z) in plan:
+                cp.set_pipeline(pipe)
+                cp.set_bind_group(0, group)
+                cp.dispatch_workgroups(x, y, z)
+        cp.end()
+        for src, src_off, dst, dst_off, n in copies:
+            enc.copy_buffer_to_buffer(src, src_off, dst, dst_off, n)
+        self.device.queue.submit([enc.finish()])
+        self.calls += 1
+
+    async def read(self, buf, offset, nbytes):
+        self.calls += 1
+        return bytes(self.device.queue.read_buffer(buf, offset, (nbytes + 3) // 4 * 4))[:nbytes]
+
+    def destroy(self):
+        self.device.destroy()

@@ -1,0 +1,48 @@
+// Greedy sampling on the GPU: id = argmax_i logits[i] (the lowest index among equal maxima).
+// Writes id to tokens[0] (the next pass's input) and to log[step.out_index] (read back after several steps).
+//
+// Constants: V (vocabulary size).
+// Bindings:
+//   0 logits: array<f32>       [V]
+//   1 tokens: array<u32>       [>= 1]
+//   2 log: array<u32>          [max steps per readback]
+//   3 step: uniform Step
+// Dispatch: (1, 1, 1), one workgroup of 256 threads.
+@group(0) @binding(0) var<storage, read> logits: array<f32>;
+@group(0) @binding(1) var<storage, read_write> tokens: array<u32>;
+@group(0) @binding(2) var<storage, read_write> log: array<u32>;
+@group(0) @binding(3) var<uniform> step: Step;
+
+var<workgroup> best_v: array<f32, 256>;
+var<workgroup> best_i: array<u32, 256>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(local_invocation_index) tid: u32) {
+    var bv = -3.4e38;
+    var bi = 0xffffffffu;
+    for (var i = tid; i < V; i += 256u) {
+        let v = logits[i];
+        if (v > bv) {      // strictly greater: within a thread the first (lowest) index wins
+            bv = v;
+            bi = i;
+        }
+    }
+    best_v[tid] = bv;
+    best_i[tid] = bi;
+    workgroupBarrier();
+    for (var s = 128u; s > 0u; s /= 2u) {
+        if (tid < s) {
+            let ov = best_v[tid + s];
+            let oi = best_i[tid + s];
+            if (ov > best_v[tid] || (ov == best_v[tid] && oi < best_i[tid])) {
+                best_v[tid] = ov;
+                best_i[tid] = oi;
+            }
+        }
+        workgroupBarrier();
+    }
+    if (tid == 0u) {
+        tokens[0] = best_i[0];
+        log[step.out_index] = best_i[0];
+    }
+}

@@ -1,0 +1,84 @@
+// Batched matrix-vector product on packed weights:  Y[t, n] (+)= sum_k W[n, k] * X[t, k]   for t < step.n_tokens.
+// The weight format (F32, F16, Q4_0, Q4_1, Q8_0, ...) is a separate file providing w8(row, oct); the kernel
+// dequantizes each group of 8 weights once and applies it to TB tokens at a time, accumulating in f32.
+//
+// Compile-time constants (prepended by cera_web/kernels.py):
+//   K           row length (a multiple of the format's block, and of 8)
+//   N           rows (outputs per token)
+//   ACCUM       true: Y += W·X (a residual add fused into the projection); false: Y = W·X
+//   OUT_AT_POS  true: token t is written to row step.pos0 + t of Y (K/V straight into the cache)
+//   LAST_ONLY   true: only the last token of the pass, written to row 0 (the LM head)
+// Bindings:
+//   0 W: array<u32>              packed weights, N rows
+//   1 X: array<vec4<f32>>        [n_tokens, K]
+//   2 Y: array<f32>              [n_tokens, N] (or [context, N] with OUT_AT_POS, or [1, N] with LAST_ONLY)
+//   3 step: uniform Step
+// Dispatch: ceil(N / ROWS) workgroups of 64 threads, spread over x and y (flat_group); each workgroup owns ROWS
+// rows, 16 threads a row, each thread striding over the row's groups of 8 weights.
+@group(0) @binding(0) var<storage, read> W: array<u32>;
+@group(0) @binding(1) var<storage, read> X: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read_write> Y: array<f32>;
+@group(0) @binding(3) var<uniform> step: Step;
+
+const ROWS: u32 = 4u;        // rows per workgroup
+const LANES: u32 = 16u;      // threads per row
+const TB: u32 = 8u;          // tokens per pass over the weights
+const OCTS: u32 = K / 8u;    // groups of 8 weights per row
+
+var<workgroup> partial: array<array<f32, TB>, 64>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) tid: u32) {
+    let row = flat_group(wid, nwg) * ROWS + tid / LANES;
+    let lane = tid % LANES;
+    let valid = row < N;
+    var t_begin = 0u;
+    var t_end = step.n_tokens;
+    if (LAST_ONLY) {
+        t_begin = step.n_tokens - 1u;
+    }
+    for (var t0 = t_begin; t0 < t_end; t0 += TB) {
+        var acc: array<f32, TB>;
+        for (var i = 0u; i < TB; i++) { acc[i] = 0.0; }   // explicit: some compilers hoist loop-local vars
+        if (valid) {
+            for (var oct = lane; oct < OCTS; oct += LANES) {
+                let w = w8(row, oct);
+                for (var i = 0u; i < TB; i++) {
+                    let t = t0 + i;
+                    if (t < t_end) {
+                        let x = (t * K) / 4u + oct * 2u;
+                        acc[i] += dot(w[0], X[x]) + dot(w[1], X[x + 1u]);
+                    }
+                }
+            }
+        }
+        partial[tid] = acc;
+        workgroupBarrier();
+        for (var stride = LANES / 2u; stride > 0u; stride /= 2u) {
+            if (lane < stride) {
+                for (var i = 0u; i < TB; i++) {
+                    partial[tid][i] += partial[tid + stride][i];
+                }
+            }
+            workgroupBarrier();
+        }
+        if (valid && lane == 0u) {
+            for (var i = 0u; i < TB; i++) {
+                let t = t0 + i;
+                if (t < t_end) {
+                    var out_row = t;
+                    if (OUT_AT_POS) { out_row = step.pos0 + t; }
+                    if (LAST_ONLY) { out_row = 0u; }
+                    let y = out_row * N + row;
+                    if (ACCUM) {
+                        Y[y] += partial[tid][i];
+                    } else {
+                        Y[y] = partial[tid][i];
+                    }
+                }
+            }
+        }
+        workgroupBarrier();
+    }
+}

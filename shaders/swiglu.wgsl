@@ -1,0 +1,24 @@
+// SwiGLU activation: H[t, i] = silu(G[t, i]) * U[t, i] = G / (1 + exp(-G)) * U, for t < step.n_tokens.
+//
+// Constants: F (feed-forward width).
+// Bindings:
+//   0 G: array<f32>   [n_tokens, F] gate projection
+//   1 U: array<f32>   [n_tokens, F] up projection
+//   2 H: array<f32>   [n_tokens, F] result
+//   3 step: uniform Step
+// Dispatch: (ceil(F / 64), n_tokens_max).
+@group(0) @binding(0) var<storage, read> G: array<f32>;
+@group(0) @binding(1) var<storage, read> U: array<f32>;
+@group(0) @binding(2) var<storage, read_write> H: array<f32>;
+@group(0) @binding(3) var<uniform> step: Step;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = gid.x;
+    let t = gid.y;
+    if (i >= F || t >= step.n_tokens) {
+        return;
+    }
+    let g = G[t * F + i];
+    H[t * F + i] = g / (1.0 + exp(-g)) * U[t * F + i];
+}

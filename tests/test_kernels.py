@@ -1,0 +1,194 @@
+"""Each WGSL kernel against numpy, on the native backend (wgpu; lavapipe on CI).
+
+Sizes include rows and token counts that are not multiples of the workgroup tiles."""
+import math
+import struct
+
+import numpy as np
+import pytest
+
+from cera_web import kernels, quants
+from cera_web.gguf import GGMLType
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def dev():
+    from cera_web.gpu.native import NativeDevice
+    return NativeDevice.create()
+
+
+def step_buffer(dev, n_tokens, pos0=0, out_index=0):
+    buf = dev.create_buffer(16, kind="uniform")
+    dev.write_buffer(buf, struct.pack("<4I", n_tokens, pos0, out_index, pos0 + n_tokens))
+    return buf
+
+
+def run(dev, wgsl, buffers, groups):
+    pipe = dev.pipeline(wgsl)
+    dev.submit([dev.record([(pipe, dev.bind(pipe, buffers), groups)])])
+
+
+async def _read(dev, buf, n, dtype=np.float32):
+    return np.frombuffer(await dev.read(buf, 0, n * np.dtype(dtype).itemsize), dtype=dtype)
+
+
+def read(dev, buf, n, dtype=np.float32):
+    import asyncio
+    return asyncio.run(_read(dev, buf, n, dtype))
+
+
+def quantize(fmt, w):
+    """Packed bytes of w [N, K] in format fmt, and what they dequantize to."""
+    if fmt == GGMLType.F32:
+        raw = w.astype(np.float32).tobytes()
+    elif fmt == GGMLType.F16:
+        raw = w.astype(np.float16).tobytes()
+    else:
+        raw = {GGMLType.Q8_0: quants.quantize_q8_0, GGMLType.Q4_0: quants.quantize_q4_0,
+               GGMLType.Q4_1: quants.quantize_q4_1}[fmt](w).tobytes()
+    return raw, quants.dequantize(raw, fmt, w.shape)
+
+
+FMTS = [GGMLType.F32, GGMLType.F16, GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q8_0]
+
+
+@pytest.mark.parametrize("fmt", FMTS, ids=lambda f: f.name)
+@pytest.mark.parametrize("K,N,T", [(64, 7, 1), (576, 37, 3), (160, 5, 11)])
+def test_matmul(dev, fmt, K, N, T):
+    rng = np.random.default_rng(K + N + T)
+    w = rng.standard_normal((N, K)).astype(np.float32)
+    raw, wq = quantize(fmt, w)
+    x = rng.standard_normal((T, K)).astype(np.float32)
+    y0 = rng.standard_normal((T, N)).astype(np.float32)
+    W = dev.create_buffer(len(raw)); dev.write_buffer(W, raw)
+    X = dev.create_buffer(x.nbytes); dev.write_buffer(X, x)
+    for accum in (False, True):
+        Y = dev.create_buffer(y0.nbytes); dev.write_buffer(Y, y0)
+        run(dev, kernels.matmul(fmt, K, N, accum=accum), [W, X, Y, step_buffer(dev, T)],
+            kernels.spread(kernels.matmul_groups(N)))
+        want = x @ wq.T + (y0 if accum else 0)
+        np.testing.assert_allclose(read(dev, Y, T * N).reshape(T, N), want, rtol=1e-4, atol=1e-4)
+
+
+def test_matmul_last_only_and_at_pos(dev):
+    K, N, T, pos0 = 64, 9, 5, 3
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((N, K)).astype(np.float32)
+    x = rng.standard_normal((T, K)).astype(np.float32)
+    W = dev.create_buffer(w.nbytes); dev.write_buffer(W, w)
+    X = dev.create_buffer(x.nbytes); dev.write_buffer(X, x)
+    Y = dev.create_buffer(N * 4)
+    run(dev, kernels.matmul(GGMLType.F32, K, N, last_only=True), [W, X, Y, step_buffer(dev, T)], (3, 1, 1))
+    np.testing.assert_allclose(read(dev, Y, N), w @ x[-1], rtol=1e-5, atol=1e-5)
+    C = dev.create_buffer(16 * N * 4); dev.write_buffer(C, np.zeros(16 * N, np.float32))
+    run(dev, kernels.matmul(GGMLType.F32, K, N, out_at_pos=True), [W, X, C, step_buffer(dev, T, pos0)], (3, 1, 1))
+    got = read(dev, C, 16 * N).reshape(16, N)
+    np.testing.assert_allclose(got[pos0:pos0 + T], x @ w.T, rtol=1e-5, atol=1e-5)
+    assert not got[:pos0].any() and not got[pos0 + T:].any()
+
+
+@pytest.mark.parametrize("fmt", [GGMLType.F32, GGMLType.Q8_0, GGMLType.Q4_1], ids=lambda f: f.name)
+def test_embed(dev, fmt):
+    V, K = 50, 96
+    rng = np.random.default_rng(2)
+    raw, table = quantize(fmt, rng.standard_normal((V, K)).astype(np.float32))
+    ids = np.array([3, 0, 49, 7, 7, 1000], np.uint32)     # 1000 is out of range: zero row
+    W = dev.create_buffer(len(raw)); dev.write_buffer(W, raw)
+    I = dev.create_buffer(ids.nbytes); dev.write_buffer(I, ids)
+    Y = dev.create_buffer(len(ids) * K * 4)
+    run(dev, kernels.embed(fmt, K, V), [W, I, Y, step_buffer(dev, len(ids))], (1, len(ids), 1))
+    want = np.concatenate([table[ids[:-1]], np.zeros((1, K), np.float32)])
+    np.testing.assert_allclose(read(dev, Y, len(ids) * K).reshape(len(ids), K), want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("rpt,last_only", [(1, False), (3, False), (1, True)])
+def test_rmsnorm(dev, rpt, last_only):
+    K, T, eps = 100, 4, 1e-5
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((T * rpt, K)).astype(np.float32)
+    g = rng.standard_normal(K).astype(np.float32)
+    X = dev.create_buffer(x.nbytes); dev.write_buffer(X, x)
+    G = dev.create_buffer(g.nbytes); dev.write_buffer(G, g)
+    Y = dev.create_buffer(x.nbytes); dev.write_buffer(Y, np.zeros_like(x))
+    run(dev, kernels.rmsnorm(K, eps, rpt, last_only), [X, G, Y, step_buffer(dev, T)], (T * rpt + 2, 1, 1))
+    want = x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * g
+    got = read(dev, Y, x.size).reshape(x.shape)
+    if last_only:
+        np.testing.assert_allclose(got[:rpt], want[-rpt:], rtol=1e-5, atol=1e-5)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def rope_ref(x, pos0, freq, neox):
+    x = x.copy()
+    T, H, D = x.shape
+    ang = (pos0 + np.arange(T))[:, None] * freq[None, :]          # [T, D/2]
+    c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    if neox:
+        a, b = x[..., :D // 2].copy(), x[..., D // 2:].copy()
+        x[..., :D // 2], x[..., D // 2:] = a * c - b * s, a * s + b * c
+    else:
+        a, b = x[..., 0::2].copy(), x[..., 1::2].copy()
+        x[..., 0::2], x[..., 1::2] = a * c - b * s, a * s + b * c
+    return x
+
+
+@pytest.mark.parametrize("neox", [False, True])
+def test_rope(dev, neox):
+    T, H, D, pos0 = 3, 5, 64, 17
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((T, H, D)).astype(np.float32)
+    freq = (10000.0 ** (-np.arange(0, D, 2) / D)).astype(np.float32)
+    X = dev.create_buffer(x.nbytes); dev.write_buffer(X, x)
+    F = dev.create_buffer(freq.nbytes); dev.write_buffer(F, freq)
+    run(dev, kernels.rope(H, D, neox, False), [X, F, step_buffer(dev, T, pos0)], (math.ceil(H * D / 2 / 64), T, 1))
+    np.testing.assert_allclose(read(dev, X, x.size).reshape(x.shape), rope_ref(x, pos0, freq, neox), atol=2e-4)
+
+
+@pytest.mark.parametrize("H,KV,D,pos0,T", [(9, 3, 64, 0, 5), (4, 1, 32, 300, 3), (2, 2, 128, 0, 1)])
+def test_attention(dev, H, KV, D, pos0, T):
+    ctx = pos0 + T + 4
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((T, H, D)).astype(np.float32)
+    k = rng.standard_normal((ctx, KV, D)).astype(np.float32)
+    v = rng.standard_normal((ctx, KV, D)).astype(np.float32)
+    bufs = []
+    for a in (q, k, v):
+        b = dev.create_buffer(a.nbytes); dev.write_buffer(b, a); bufs.append(b)
+    O = dev.create_buffer(q.nbytes)
+    scale = 1 / math.sqrt(D)
+    run(dev, kernels.attention(H, KV, D, scale), bufs + [O, step_buffer(dev, T, pos0)], (H, T, 1))
+    want = np.zeros_like(q)
+    for t in range(T):
+        n = pos0 + t + 1
+        for h in range(H):
+            g = h // (H // KV)
+            s = k[:n, g] @ q[t, h] * scale
+            p = np.exp(s - s.max()); p /= p.sum()
+            want[t, h] = p @ v[:n, g]
+    np.testing.assert_allclose(read(dev, O, q.size).reshape(q.shape), want, rtol=1e-4, atol=1e-4)
+
+
+def test_swiglu(dev):
+    F, T = 70, 3
+    rng = np.random.default_rng(6)
+    g, u = rng.standard_normal((2, T, F)).astype(np.float32)
+    G = dev.create_buffer(g.nbytes); dev.write_buffer(G, g)
+    U = dev.create_buffer(u.nbytes); dev.write_buffer(U, u)
+    H = dev.create_buffer(g.nbytes)
+    run(dev, kernels.swiglu(F), [G, U, H, step_buffer(dev, T)], (2, T, 1))
+    np.testing.assert_allclose(read(dev, H, g.size).reshape(T, F), g / (1 + np.exp(-g)) * u, rtol=1e-5, atol=1e-6)
+
+
+def test_argmax(dev):
+    V = 49157
+    rng = np.random.default_rng(7)
+    logits = rng.standard_normal(V).astype(np.float32)
+    logits[[1234, 40000]] = 9.0                 # a tie: the lower index wins
+    L = dev.create_buffer(logits.nbytes); dev.write_buffer(L, logits)
+    tok = dev.create_buffer(16); log = dev.create_buffer(64)
+    run(dev, kernels.argmax(V), [L, tok, log, step_buffer(dev, 1, out_index=5)], (1, 1, 1))
+    assert read(dev, tok, 1, np.uint32)[0] == 1234
+    assert read(dev, log, 16, np.uint32)[5] == 1234
