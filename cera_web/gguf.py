@@ -401,8 +401,9 @@ class _Cursor:
 
 def parse_gguf(read: Reader, file_size: int, *, name: str | None = None) -> GGUFFile:
     """Parse the header and tensor table of a GGUF file of `file_size` bytes, reading it through
-    `read(offset, n) -> bytes` (which must return exactly n bytes for ranges inside the file). `name`, if given,
-    prefixes error messages."""
+    `read(offset, n) -> bytes-like`, which should return the n bytes at `offset` (a shorter answer is accepted as
+    long as it holds what the parser needs next). Tensor data is not read, apart from what shares the header's last
+    read window (at most 8 MiB). `name`, if given, prefixes error messages."""
     if not isinstance(file_size, int) or file_size < 0:
         raise ValueError(f"file_size must be a non-negative int, got {file_size!r}")
     cur = _Cursor(read, file_size, f"{name}: " if name else "")

@@ -3,21 +3,19 @@ corrupt files."""
 
 from __future__ import annotations
 
-import os
 import random
 import struct
 import time
 import tracemalloc
 from pathlib import Path
 
+import gguf  # the reference implementation (a test dependency)
 import numpy as np
 import pytest
 
-gguf = pytest.importorskip("gguf")  # the reference implementation (test dependency)
-
-from cera_web import gguf as cg  # noqa: E402
-from cera_web.errors import GGUFFormatError, UnsupportedModelError  # noqa: E402
-from cera_web.gguf import GGML_BLOCK, GGMLType, open_gguf, parse_gguf, tensor_bytes  # noqa: E402
+from cera_web import gguf as cg
+from cera_web.errors import GGUFFormatError, UnsupportedModelError
+from cera_web.gguf import GGML_BLOCK, GGMLType, open_gguf, parse_gguf, tensor_bytes
 
 VT = gguf.GGUFValueType
 QT = gguf.GGMLQuantizationType
