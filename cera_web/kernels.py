@@ -60,8 +60,10 @@ def build(kernel: str, *, fmt=None, **consts) -> str:
     return "\n".join(parts)
 
 
-def matmul(fmt, K: int, N: int, *, accum=False, out_at_pos=False, last_only=False) -> str:
-    return build("matmul", fmt=fmt, K=K, N=N, ACCUM=accum, OUT_AT_POS=out_at_pos, LAST_ONLY=last_only)
+def matmul(fmt, K: int, N: int, *, accum=False, out_at_pos=False, last_only=False, tokens=8) -> str:
+    """tokens: how many tokens share one pass over the weights (1 suits decode: T = 1)."""
+    return build("matmul", fmt=fmt, K=K, N=N, ACCUM=accum, OUT_AT_POS=out_at_pos, LAST_ONLY=last_only,
+                 TB=1 if last_only else tokens)
 
 
 def matmul_groups(N: int) -> int:
@@ -72,8 +74,8 @@ def embed(fmt, K: int, N: int) -> str:
     return build("embed", fmt=fmt, K=K, N=N)
 
 
-def rmsnorm(K: int, eps: float, rows_per_token: int = 1, last_only: bool = False) -> str:
-    return build("rmsnorm", K=K, RPT=rows_per_token, EPS=float(eps), LAST_ONLY=last_only)
+def rmsnorm(K: int, eps: float, rows_per_token: int = 1) -> str:
+    return build("rmsnorm", K=K, RPT=rows_per_token, EPS=float(eps))
 
 
 def rope(heads: int, head_dim: int, neox: bool, at_pos: bool) -> str:

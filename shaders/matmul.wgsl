@@ -8,6 +8,7 @@
 //   ACCUM       true: Y += W·X (a residual add fused into the projection); false: Y = W·X
 //   OUT_AT_POS  true: token t is written to row step.pos0 + t of Y (K/V straight into the cache)
 //   LAST_ONLY   true: only the last token of the pass, written to row 0 (the LM head)
+//   TB          tokens per pass over the weights (1 for decode plans; 8 for prefill)
 // Bindings:
 //   0 W: array<u32>              packed weights, N rows
 //   1 X: array<vec4<f32>>        [n_tokens, K]
@@ -22,7 +23,6 @@
 
 const ROWS: u32 = 4u;        // rows per workgroup
 const LANES: u32 = 16u;      // threads per row
-const TB: u32 = 8u;          // tokens per pass over the weights
 const OCTS: u32 = K / 8u;    // groups of 8 weights per row
 
 var<workgroup> partial: array<array<f32, TB>, 64>;

@@ -1,12 +1,11 @@
 // RMSNorm: Y[r, :] = X[r, :] / sqrt(mean(X[r, :]^2) + EPS) * G[:], for rows r < step.n_tokens * RPT.
 // RPT (rows per token) is 1 for the usual norm over the hidden state, the head count for per-head norms (Q/K norm).
 //
-// Constants: K (row length), RPT (rows per token), EPS (epsilon, f32), LAST_ONLY (only the last token's rows,
-//   written to rows 0..RPT of Y).
+// Constants: K (row length), RPT (rows per token), EPS (epsilon, f32).
 // Bindings:
 //   0 X: array<f32>      [rows, K]
 //   1 G: array<f32>      [K] gain
-//   2 Y: array<f32>      [rows, K] (may alias nothing; in-place use passes X twice through separate buffers)
+//   2 Y: array<f32>      [rows, K] (a different buffer from X)
 //   3 step: uniform Step
 // Dispatch: (rows_max, 1, 1) workgroups of 64 threads, one row each; rows past the pass's end return at once.
 @group(0) @binding(0) var<storage, read> X: array<f32>;
@@ -18,12 +17,8 @@ var<workgroup> sums: array<f32, 64>;
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
-    var r = wid.x;
-    var out_r = r;
-    if (LAST_ONLY) {
-        if (r >= RPT) { return; }
-        r = (step.n_tokens - 1u) * RPT + wid.x;
-    } else if (r >= step.n_tokens * RPT) {
+    let r = wid.x;
+    if (r >= step.n_tokens * RPT) {
         return;
     }
     var s = 0.0;
@@ -41,6 +36,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     let scale = 1.0 / sqrt(sums[0] / f32(K) + EPS);
     for (var k = tid; k < K; k += 64u) {
-        Y[out_r * K + k] = X[r * K + k] * scale * G[k];
+        Y[r * K + k] = X[r * K + k] * scale * G[k];
     }
 }

@@ -103,22 +103,19 @@ def test_embed(dev, fmt):
     np.testing.assert_allclose(read(dev, Y, len(ids) * K).reshape(len(ids), K), want, rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("rpt,last_only", [(1, False), (3, False), (1, True)])
-def test_rmsnorm(dev, rpt, last_only):
+@pytest.mark.parametrize("rpt", [1, 3])
+def test_rmsnorm(dev, rpt):
     K, T, eps = 100, 4, 1e-5
     rng = np.random.default_rng(3)
     x = rng.standard_normal((T * rpt, K)).astype(np.float32)
     g = rng.standard_normal(K).astype(np.float32)
     X = dev.create_buffer(x.nbytes); dev.write_buffer(X, x)
     G = dev.create_buffer(g.nbytes); dev.write_buffer(G, g)
-    Y = dev.create_buffer(x.nbytes); dev.write_buffer(Y, np.zeros_like(x))
-    run(dev, kernels.rmsnorm(K, eps, rpt, last_only), [X, G, Y, step_buffer(dev, T)], (T * rpt + 2, 1, 1))
+    Y = dev.create_buffer(x.nbytes + 2 * K * 4)
+    run(dev, kernels.rmsnorm(K, eps, rpt), [X, G, Y, step_buffer(dev, T)], (T * rpt + 2, 1, 1))
     want = x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * g
     got = read(dev, Y, x.size).reshape(x.shape)
-    if last_only:
-        np.testing.assert_allclose(got[:rpt], want[-rpt:], rtol=1e-5, atol=1e-5)
-    else:
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got[:T * rpt], want, rtol=1e-5, atol=1e-5)
 
 
 def rope_ref(x, pos0, freq, neox):

@@ -1,0 +1,134 @@
+"""What every GPU model shares: uploading weights, the recorded plans, and the per-pass step uniform.
+
+A model builds its forward pass once, as two recorded dispatch lists over the same buffers: one sized for a prompt
+chunk (prefill, up to ``chunk`` tokens) and one for a single token (decode). Kernels read the pass's token count
+and position from the ``step`` uniform, so running a pass is: write 16 bytes, submit the recorded plan.
+"""
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from .. import kernels
+from ..errors import UnsupportedModelError
+from ..gguf import GGMLType
+
+GPU_TYPES = set(kernels.FORMATS)
+LOG_SIZE = 256      # token log entries (steps that can run between two readbacks)
+
+
+class Recorder:
+    """Collects (pipeline, bind group, workgroups) triples; kernels are compiled through the device's cache."""
+
+    def __init__(self, dev):
+        self.dev = dev
+        self.dispatches = []
+
+    def add(self, wgsl: str, buffers: list, groups: tuple, label: str = ""):
+        pipe = self.dev.pipeline(wgsl, label)
+        self.dispatches.append((pipe, self.dev.bind(pipe, buffers), groups))
+
+    def finish(self):
+        return self.dev.record(self.dispatches)
+
+
+class GPUModel:
+    """Base class: weights on the GPU, the step uniform, the token buffers, and running passes."""
+
+    def __init__(self, dev, gguf, source, *, context_size: int, chunk: int, on_progress=None):
+        self.dev = dev
+        self.gguf = gguf
+        self.source = source
+        self.context_size = context_size
+        self.chunk = chunk
+        self.on_progress = on_progress
+        self.weights = {}
+        self._uploaded = 0
+        self._to_upload = 0
+        self.step = dev.create_buffer(16, kind="uniform", label="step")
+        self.tokens = dev.create_buffer(4 * chunk, label="tokens")
+        self.log = dev.create_buffer(4 * LOG_SIZE, label="token log")
+
+    # -- weights ---------------------------------------------------------------------------------------------------
+    def plan_upload(self, names):
+        """Check the tensors exist and are runnable; count the bytes for progress."""
+        for name in names:
+            info = self.gguf.tensor(name)
+            if info.type not in GPU_TYPES:
+                raise UnsupportedModelError(
+                    f"tensor {name!r} is stored as {info.type.name}, which has no GPU kernel yet "
+                    f"(supported: {', '.join(sorted(t.name for t in GPU_TYPES))})")
+            self._to_upload += info.nbytes
+
+    def weight(self, name: str):
+        """The GPU buffer holding tensor ``name`` exactly as packed in the file (uploaded on first use)."""
+        buf = self.weights.get(name)
+        if buf is None:
+            info = self.gguf.tensor(name)
+            limit = self.dev.limits.get("max-storage-buffer-binding-size", 1 << 27)
+            if info.nbytes > limit:
+                raise UnsupportedModelError(
+                    f"tensor {name!r} is {info.nbytes / 2**20:.0f} MiB, more than this GPU can bind at once "
+                    f"({limit / 2**20:.0f} MiB)")
+            buf = self.dev.upload(self.source, info.offset, info.nbytes, label=name)
+            self.weights[name] = buf
+            self._uploaded += info.nbytes
+            if self.on_progress:
+                self.on_progress("upload", self._uploaded, max(self._to_upload, self._uploaded))
+        return buf
+
+    def vector(self, name: str) -> np.ndarray:
+        """A small F32/F16 tensor (norm gains) read into numpy."""
+        info = self.gguf.tensor(name)
+        raw = self.source.read(info.offset, info.nbytes)
+        if info.type == GGMLType.F32:
+            return np.frombuffer(raw, np.float32)
+        if info.type == GGMLType.F16:
+            return np.frombuffer(raw, np.float16).astype(np.float32)
+        raise UnsupportedModelError(f"tensor {name!r}: expected F32 or F16, found {info.type.name}")
+
+    def f32_buffer(self, array: np.ndarray, label: str = ""):
+        buf = self.dev.create_buffer(array.nbytes, label=label)
+        self.dev.write_buffer(buf, np.ascontiguousarray(array, np.float32))
+        return buf
+
+    def shape(self, name: str) -> tuple[int, int]:
+        """(rows N, row length K) of a 2-D weight (GGUF stores (K, N))."""
+        info = self.gguf.tensor(name)
+        if len(info.shape) != 2:
+            raise UnsupportedModelError(f"tensor {name!r} should be 2-D, has shape {info.shape}")
+        return info.shape[1], info.shape[0]
+
+    # -- running -------------------------------------------------------------------------------------------------
+    def set_step(self, n_tokens: int, pos0: int, out_index: int = 0):
+        self.dev.write_buffer(self.step, struct.pack("<4I", n_tokens, pos0, out_index, pos0 + n_tokens))
+
+    def prefill(self, ids, pos0: int, with_head: bool):
+        """Submit one prompt chunk (len(ids) <= chunk) at positions pos0...; with_head: also sample its next token
+        into tokens[0] and log[0]."""
+        self.dev.write_buffer(self.tokens, np.asarray(ids, np.uint32))
+        self.set_step(len(ids), pos0, 0)
+        self.dev.submit([self.plan_prefill, self.plan_head_prefill] if with_head else [self.plan_prefill])
+
+    def decode(self, pos: int, out_index: int):
+        """Submit one decode step: the token in tokens[0] at position pos; its successor goes to log[out_index]."""
+        self.set_step(1, pos, out_index)
+        self.dev.submit([self.plan_decode, self.plan_head_decode])
+
+    async def read_log(self, n: int) -> list[int]:
+        raw = await self.dev.read(self.log, 0, 4 * n)
+        return np.frombuffer(raw, np.uint32).tolist()
+
+    def build(self):
+        """Record the four plans (body and head, for a chunk and for one token)."""
+        self.plan_prefill = self.record_body(self.chunk)
+        self.plan_decode = self.record_body(1)
+        self.plan_head_prefill = self.record_head(self.chunk)
+        self.plan_head_decode = self.record_head(1)
+
+    def record_body(self, T: int):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def record_head(self, T: int):  # pragma: no cover - abstract
+        raise NotImplementedError

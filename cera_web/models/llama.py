@@ -1,0 +1,137 @@
+"""Llama-family decoder (GGUF arch "llama"; SmolLM2, Llama 2/3, Mistral-style GQA models) on WebGPU.
+
+Per layer:  h = x + Wo · attention(rope(Wq · norm(x)), rope(Wk · norm(x)), Wv · norm(x))
+            x = h + Wdown · (silu(Wgate · norm(h)) * Wup · norm(h))
+then logits = Wout · norm(x) for the last token (Wout = the embedding table when the file ties them).
+
+GGUF llama files store Q and K permuted so that RoPE rotates interleaved pairs (x[2i], x[2i+1]): NEOX = False.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import kernels
+from ..errors import UnsupportedModelError
+from .base import GPUModel, Recorder
+
+
+@dataclass
+class LlamaArgs:
+    n_layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    ffn: int
+    vocab: int
+    eps: float
+    rope_theta: float
+    rope_scale: float
+    context_train: int
+
+    @classmethod
+    def from_gguf(cls, g) -> "LlamaArgs":
+        hidden = int(g.arch_get("embedding_length"))
+        heads = int(g.arch_get("attention.head_count"))
+        kv_heads = g.arch_get("attention.head_count_kv", heads)
+        if isinstance(kv_heads, list):
+            raise UnsupportedModelError("per-layer KV head counts are not supported for llama models")
+        head_dim = int(g.arch_get("attention.key_length", hidden // heads))
+        rope_dims = int(g.arch_get("rope.dimension_count", head_dim))
+        if rope_dims != head_dim:
+            raise UnsupportedModelError(f"partial rotary embeddings ({rope_dims} of {head_dim} dims) are not supported")
+        if heads % int(kv_heads):
+            raise UnsupportedModelError(f"{heads} query heads cannot be grouped over {kv_heads} KV heads")
+        scaling = g.arch_get("rope.scaling.type", "none")
+        scale = 1.0
+        if scaling == "linear":
+            scale = float(g.arch_get("rope.scaling.factor", 1.0))
+        elif scaling not in ("none", None):
+            raise UnsupportedModelError(f"rope scaling {scaling!r} is not supported")
+        vocab = g.tensor("token_embd.weight").shape[1]
+        return cls(
+            n_layers=int(g.arch_get("block_count")), hidden=hidden, heads=heads, kv_heads=int(kv_heads),
+            head_dim=head_dim, ffn=int(g.arch_get("feed_forward_length")), vocab=int(vocab),
+            eps=float(g.arch_get("attention.layer_norm_rms_epsilon", 1e-5)),
+            rope_theta=float(g.arch_get("rope.freq_base", 10000.0)), rope_scale=scale,
+            context_train=int(g.arch_get("context_length", 2048)))
+
+
+class LlamaModel(GPUModel):
+    NEOX = False
+
+    def __init__(self, dev, gguf, source, *, context_size=2048, chunk=64, on_progress=None):
+        super().__init__(dev, gguf, source, context_size=context_size, chunk=chunk, on_progress=on_progress)
+        a = self.args = LlamaArgs.from_gguf(gguf)
+        self.vocab = a.vocab
+        self.lm_head = "output.weight" if "output.weight" in gguf.tensors else "token_embd.weight"
+        names = ["token_embd.weight", "output_norm.weight", self.lm_head]
+        for i in range(a.n_layers):
+            names += [f"blk.{i}.{n}.weight" for n in
+                      ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up",
+                       "ffn_down")]
+        self.plan_upload(names)
+
+        T, dev = chunk, self.dev
+        q_dim, kv_dim = a.heads * a.head_dim, a.kv_heads * a.head_dim
+        self.x = dev.create_buffer(4 * T * a.hidden, label="x")              # [T, hidden] residual stream
+        self.xn = dev.create_buffer(4 * T * a.hidden, label="xn")            # [T, hidden] normed
+        self.q = dev.create_buffer(4 * T * q_dim, label="q")                 # [T, heads * head_dim]
+        self.att = dev.create_buffer(4 * T * q_dim, label="att")             # [T, heads * head_dim]
+        self.gate = dev.create_buffer(4 * T * a.ffn, label="gate")           # [T, ffn]
+        self.up = dev.create_buffer(4 * T * a.ffn, label="up")
+        self.hid = dev.create_buffer(4 * T * a.ffn, label="hid")
+        self.logits = dev.create_buffer(4 * a.vocab, label="logits")         # [vocab], last token only
+        # KV cache: one [context, kv_heads * head_dim] buffer per layer for K and for V
+        self.k_cache = [dev.create_buffer(4 * context_size * kv_dim, label=f"k{i}") for i in range(a.n_layers)]
+        self.v_cache = [dev.create_buffer(4 * context_size * kv_dim, label=f"v{i}") for i in range(a.n_layers)]
+        freq = a.rope_theta ** (-np.arange(0, a.head_dim, 2, dtype=np.float64) / a.head_dim) / a.rope_scale
+        if "rope_freqs.weight" in gguf.tensors:              # Llama 3: per-frequency divisors
+            freq = freq / self.vector("rope_freqs.weight")
+        self.freq = self.f32_buffer(freq.astype(np.float32), "rope freq")
+        self.norms = {n: self.f32_buffer(self.vector(n), n) for n in names if n.endswith("norm.weight")}
+        self.build()
+
+    def linear(self, rec, T, name, x, y, **kw):
+        """y = W[name] · x for every token of a pass of up to T tokens (kw: accum / out_at_pos / last_only)."""
+        n, k = self.shape(name)
+        rec.add(kernels.matmul(self.gguf.tensor(name).type, k, n, tokens=min(T, 8), **kw),
+                [self.weight(name), x, y, self.step], kernels.spread(kernels.matmul_groups(n)), name)
+
+    def record_body(self, T):
+        a, rec = self.args, Recorder(self.dev)
+        emb = self.gguf.tensor("token_embd.weight")
+        rec.add(kernels.embed(emb.type, a.hidden, a.vocab), [self.weight(emb.name), self.tokens, self.x, self.step],
+                (-(-a.hidden // 512), T, 1), "embed")
+        norm = kernels.rmsnorm(a.hidden, a.eps)
+        rope_q = kernels.rope(a.heads, a.head_dim, self.NEOX, at_pos=False)
+        rope_k = kernels.rope(a.kv_heads, a.head_dim, self.NEOX, at_pos=True)
+        attention = kernels.attention(a.heads, a.kv_heads, a.head_dim, 1.0 / math.sqrt(a.head_dim))
+        pairs_q, pairs_k = -(-a.heads * a.head_dim // 128), -(-a.kv_heads * a.head_dim // 128)
+        for i in range(a.n_layers):
+            p, kc, vc = f"blk.{i}.", self.k_cache[i], self.v_cache[i]
+            rec.add(norm, [self.x, self.norms[p + "attn_norm.weight"], self.xn, self.step], (T, 1, 1))
+            self.linear(rec, T, p + "attn_q.weight", self.xn, self.q)
+            self.linear(rec, T, p + "attn_k.weight", self.xn, kc, out_at_pos=True)
+            self.linear(rec, T, p + "attn_v.weight", self.xn, vc, out_at_pos=True)
+            rec.add(rope_q, [self.q, self.freq, self.step], (pairs_q, T, 1))
+            rec.add(rope_k, [kc, self.freq, self.step], (pairs_k, T, 1))
+            rec.add(attention, [self.q, kc, vc, self.att, self.step], (a.heads, T, 1))
+            self.linear(rec, T, p + "attn_output.weight", self.att, self.x, accum=True)
+            rec.add(norm, [self.x, self.norms[p + "ffn_norm.weight"], self.xn, self.step], (T, 1, 1))
+            self.linear(rec, T, p + "ffn_gate.weight", self.xn, self.gate)
+            self.linear(rec, T, p + "ffn_up.weight", self.xn, self.up)
+            rec.add(kernels.swiglu(a.ffn), [self.gate, self.up, self.hid, self.step], (-(-a.ffn // 64), T, 1))
+            self.linear(rec, T, p + "ffn_down.weight", self.hid, self.x, accum=True)
+        return rec.finish()
+
+    def record_head(self, T):
+        a, rec = self.args, Recorder(self.dev)
+        rec.add(kernels.rmsnorm(a.hidden, a.eps), [self.x, self.norms["output_norm.weight"], self.xn, self.step],
+                (T, 1, 1))
+        self.linear(rec, T, self.lm_head, self.xn, self.logits, last_only=True)
+        rec.add(kernels.argmax(a.vocab), [self.logits, self.tokens, self.log, self.step], (1, 1, 1))
+        return rec.finish()
