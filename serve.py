@@ -1,0 +1,353 @@
+#!/usr/bin/env python3
+"""Serve the cera_web page and its pinned assets on this machine.
+
+    python serve.py [--host 127.0.0.1] [--port 8000] [--no-fetch] [--verbose]
+
+First makes sure the assets in assets.json are fetched (see cera_web/assets.py), then serves:
+
+    /                    web/index.html
+    /web/...             web/
+    /pyodide/...         .assets/pyodide/   (Pyodide core, numpy, wheels/ for jinja2 + markupsafe)
+    /models/...          .assets/models/    (GGUF files; Range requests, ETag, Last-Modified)
+    /pyscript/...        .assets/pyscript/  (only when that optional asset was fetched)
+    /app/cera_web.zip    cera_web/**/*.py|json and shaders/**/*.wgsl, zipped in memory per request
+
+and nothing else: no listings, no dot files, nothing outside those folders (symlinks included).
+
+Every response carries Cross-Origin-Opener-Policy: same-origin and Cross-Origin-Embedder-Policy:
+require-corp, so the page is cross-origin isolated (SharedArrayBuffer, fine-grained timers). That is
+harmless here because everything the page loads comes from this same origin.
+
+Standard library only, Python 3.11+. Tests start it with make_server("127.0.0.1", 0) in a thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import email.utils
+import hashlib
+import importlib
+import io
+import sys
+import types
+import zipfile
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import unquote
+
+ROOT = Path(__file__).resolve().parent
+
+# URL prefix (first path segment) -> folder under the repository root.
+FOLDERS = {
+    "web": "web",
+    "pyodide": ".assets/pyodide",
+    "models": ".assets/models",
+    "pyscript": ".assets/pyscript",
+}
+INDEX = ("web", "index.html")
+APP_ZIP = "/app/cera_web.zip"
+
+MIME = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".mjs": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".json": "application/json",
+    ".map": "application/json",
+    ".wasm": "application/wasm",
+    ".py": "text/x-python; charset=utf-8",
+    ".wgsl": "text/plain; charset=utf-8",
+    ".txt": "text/plain; charset=utf-8",
+    ".md": "text/markdown; charset=utf-8",
+    ".ts": "text/plain; charset=utf-8",
+    ".toml": "text/plain; charset=utf-8",
+    ".svg": "image/svg+xml",
+    ".png": "image/png",
+    ".ico": "image/x-icon",
+    ".woff2": "font/woff2",
+    ".whl": "application/octet-stream",
+    ".zip": "application/octet-stream",
+    ".gguf": "application/octet-stream",
+    ".tar": "application/x-tar",
+    ".tgz": "application/gzip",
+    ".gz": "application/gzip",
+}
+CHUNK = 1 << 20
+
+
+def load_assets_module():
+    """cera_web/assets.py, loaded without running cera_web/__init__.py.
+
+    The package's __init__ may import numpy (the engine), which a bare system Python lacks; assets.py
+    and errors.py are stdlib only. A private package object with the same __path__ lets assets.py's
+    relative import of .errors work.
+    """
+    name = "_cera_web_stdlib"
+    if name not in sys.modules:
+        pkg = types.ModuleType(name)
+        pkg.__path__ = [str(ROOT / "cera_web")]
+        sys.modules[name] = pkg
+    return importlib.import_module(name + ".assets")
+
+
+def build_app_zip(root: Path = ROOT) -> bytes:
+    """The Python package and the shaders, as the worker unpacks them into Pyodide's file system.
+
+    Entries are cera_web/... and shaders/... with a fixed timestamp, so equal sources give equal bytes.
+    """
+    files = [p for p in sorted((root / "cera_web").rglob("*")) if p.suffix in (".py", ".json")]
+    files += sorted((root / "shaders").rglob("*.wgsl"))
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for p in files:
+            rel = p.relative_to(root)
+            if not p.is_file() or any(s.startswith(".") or s == "__pycache__" for s in rel.parts):
+                continue
+            if not p.resolve().is_relative_to(root.resolve()):
+                continue  # a symlink pointing out of the repository
+            info = zipfile.ZipInfo(rel.as_posix(), date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            zf.writestr(info, p.read_bytes())
+    return buf.getvalue()
+
+
+def parse_range(header: str | None, size: int):
+    """A single `bytes=` range -> (first, last) inclusive; None = send the whole file; False = 416.
+
+    Multiple ranges and malformed headers are ignored (the whole file is sent), as RFC 9110 allows.
+    """
+    if not header:
+        return None
+    unit, _, spec = header.partition("=")
+    if unit.strip().lower() != "bytes" or "," in spec:
+        return None
+    first, dash, last = spec.strip().partition("-")
+    if not dash or not (first.isdigit() or first == "") or not (last.isdigit() or last == ""):
+        return None
+    if first == "":  # suffix range: the last N bytes
+        if last == "":
+            return None
+        n = int(last)
+        if n == 0 or size == 0:
+            return False
+        return max(0, size - n), size - 1
+    start = int(first)
+    if last and int(last) < start:
+        return None
+    if start >= size:
+        return False
+    end = int(last) if last else size - 1
+    return start, min(end, size - 1)
+
+
+class Handler(BaseHTTPRequestHandler):
+    server_version = "cera_web"
+    sys_version = ""
+    protocol_version = "HTTP/1.1"
+
+    # -- plumbing
+
+    def log_message(self, format, *args):  # noqa: A002 (base class signature)
+        if self.server.verbose:
+            super().log_message(format, *args)
+
+    def end_headers(self):
+        # Cross-origin isolation for the page; harmless since everything is same-origin.
+        self.send_header("Cross-Origin-Opener-Policy", "same-origin")
+        self.send_header("Cross-Origin-Embedder-Policy", "require-corp")
+        self.send_header("Cross-Origin-Resource-Policy", "same-origin")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        super().end_headers()
+
+    def do_GET(self):
+        self._handle(head=False)
+
+    def do_HEAD(self):
+        self._handle(head=True)
+
+    # -- routing
+
+    def _handle(self, head):
+        target = self._resolve()
+        if isinstance(target, int):
+            self.send_error(target)
+        elif target == "zip":
+            self._send_bytes(build_app_zip(self.server.root), "application/octet-stream", head)
+        else:
+            self._send_file(target, head)
+
+    def _resolve(self):
+        """The file a request path names, "zip", or an HTTP status to refuse with."""
+        raw = self.path.split("?", 1)[0].split("#", 1)[0]
+        if not raw.startswith("/"):
+            return HTTPStatus.BAD_REQUEST  # absolute-form or junk request target
+        try:
+            path = unquote(raw, errors="strict")
+        except UnicodeDecodeError:
+            return HTTPStatus.BAD_REQUEST
+        if path == APP_ZIP:
+            return "zip"
+        # '%' left after one decoding means double encoding (%252e); '\\' and NUL are never legitimate.
+        if any(c in path for c in "%\\\x00"):
+            return HTTPStatus.FORBIDDEN
+        parts = path[1:].split("/")
+        if parts == [""]:
+            parts = list(INDEX)
+        if any(p in (".", "..") for p in parts):
+            return HTTPStatus.FORBIDDEN
+        if any(p == "" or p.startswith(".") for p in parts):
+            return HTTPStatus.NOT_FOUND  # directories (trailing or doubled '/') and dot files
+        folder = FOLDERS.get(parts[0])
+        if folder is None or len(parts) < 2:
+            return HTTPStatus.NOT_FOUND
+        base = (self.server.root / folder).resolve()
+        file = base.joinpath(*parts[1:]).resolve()
+        if not file.is_relative_to(base):
+            return HTTPStatus.FORBIDDEN  # a symlink leading out of the served folder
+        if not file.is_file():
+            return HTTPStatus.NOT_FOUND
+        return file
+
+    # -- responses
+
+    def _send_bytes(self, data, ctype, head):
+        etag = '"' + hashlib.sha256(data).hexdigest()[:32] + '"'
+        if self._not_modified(etag, None):
+            return
+        self._send_body(io.BytesIO(data), len(data), ctype, etag, None, head)
+
+    def _send_file(self, file: Path, head):
+        st = file.stat()
+        etag = f'"{st.st_size:x}-{st.st_mtime_ns:x}"'
+        if self._not_modified(etag, st.st_mtime):
+            return
+        ctype = MIME.get(file.suffix.lower(), "application/octet-stream")
+        with open(file, "rb") as fh:
+            self._send_body(fh, st.st_size, ctype, etag, st.st_mtime, head)
+
+    def _not_modified(self, etag, mtime):
+        """Answer 304 when the client's cached copy is current."""
+        inm = self.headers.get("If-None-Match")
+        if inm is not None:
+            fresh = inm.strip() == "*" or etag in [t.strip().removeprefix("W/") for t in inm.split(",")]
+        else:
+            ims = self.headers.get("If-Modified-Since")
+            try:
+                since = email.utils.parsedate_to_datetime(ims).timestamp() if ims else None
+            except (TypeError, ValueError):
+                since = None
+            fresh = since is not None and mtime is not None and int(mtime) <= since
+        if fresh:
+            self.send_response(HTTPStatus.NOT_MODIFIED)
+            self.send_header("ETag", etag)
+            self.send_header("Cache-Control", "no-cache")
+            self.end_headers()
+        return fresh
+
+    def _send_body(self, fh, size, ctype, etag, mtime, head):
+        last_modified = email.utils.formatdate(mtime, usegmt=True) if mtime is not None else None
+        rng = parse_range(self.headers.get("Range"), size)
+        if_range = self.headers.get("If-Range")
+        if rng and if_range is not None and if_range.strip() not in (etag, last_modified):
+            rng = None  # the client's partial copy is of another version: send it all
+        if rng is False:
+            self.send_response(HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE)
+            self.send_header("Content-Range", f"bytes */{size}")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        start, end = rng if rng else (0, size - 1)
+        length = end - start + 1
+        self.send_response(HTTPStatus.PARTIAL_CONTENT if rng else HTTPStatus.OK)
+        if rng:
+            self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(length))
+        self.send_header("Accept-Ranges", "bytes")
+        self.send_header("Cache-Control", "no-cache")  # revalidate (cheap: ETag) so edits show at once
+        self.send_header("ETag", etag)
+        if last_modified:
+            self.send_header("Last-Modified", last_modified)
+        self.end_headers()
+        if head:
+            return
+        fh.seek(start)
+        try:
+            while length > 0:
+                chunk = fh.read(min(CHUNK, length))
+                if not chunk:
+                    break
+                self.wfile.write(chunk)
+                length -= len(chunk)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True  # the browser aborted (common with Range reads)
+
+
+class AppServer(ThreadingHTTPServer):
+    daemon_threads = True  # Ctrl-C must not wait for idle keep-alive connections
+
+    def __init__(self, address, root: Path, verbose: bool):
+        self.root = Path(root).resolve()
+        self.verbose = verbose
+        if ":" in address[0]:
+            import socket
+
+            self.address_family = socket.AF_INET6
+        super().__init__(address, Handler)
+
+
+def make_server(host: str = "127.0.0.1", port: int = 8000, *, root=None, verbose=False) -> AppServer:
+    """A bound, not yet running server; call serve_forever() (port 0 picks a free port)."""
+    return AppServer((host, port), ROOT if root is None else root, verbose)
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description="Serve the cera_web page on this machine.")
+    ap.add_argument("--host", default="127.0.0.1",
+                    help="address to listen on (default 127.0.0.1: this machine only)")
+    ap.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    ap.add_argument("--no-fetch", action="store_true",
+                    help="do not fetch missing assets; serve what is there")
+    ap.add_argument("--verbose", action="store_true", help="log every request")
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    assets = load_assets_module()
+    if args.no_fetch:
+        missing = [n for n in assets.asset_names(include_optional=False) if not assets.is_installed(n)]
+        if missing:
+            print(f"warning: assets not fetched: {', '.join(missing)} (run without --no-fetch)",
+                  file=sys.stderr)
+    else:
+        try:
+            assets.ensure_assets()
+        except assets.CeraError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+    try:
+        server = make_server(args.host, args.port, verbose=args.verbose)
+    except OSError as exc:
+        print(f"error: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}. "
+              f"Pass --port N to use another port.", file=sys.stderr)
+        return 1
+    host, port = server.server_address[:2]
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    shown = f"[{shown}]" if ":" in shown else shown
+    if host in ("0.0.0.0", "::"):
+        print("note: listening on all interfaces; other machines on the network can reach this page")
+    print(f"cera_web: serving http://{shown}:{port}/  (Ctrl-C to stop)", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        print("\nstopped")
+    finally:
+        server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""Fixtures shared by the whole suite.
+
+    repo_root     Path of the checkout
+    smollm2_gguf  Path of the default model (SmolLM2-135M-Instruct Q4_1), fetched first if missing
+    server_url    "http://127.0.0.1:PORT" (no trailing slash) of serve.py's server, running in a thread
+                  for the session, with all non-optional assets fetched
+    browser       a headless Playwright Chromium (/usr/bin/chromium) with WebGPU enabled, per session
+    page          a fresh browser context and page per test (closed afterwards)
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))  # for `import serve`
+
+CHROMIUM = "/usr/bin/chromium"
+
+# Measured with Chromium 156 headless on a machine without a GPU: with these flags
+# navigator.gpu.requestAdapter() on a page served from http://127.0.0.1 returns the SwiftShader fallback
+# adapter (info.vendor "google", info.architecture "swiftshader", isFallbackAdapter true; features include
+# subgroups and timestamp-query, not shader-f16; maxBufferSize and maxStorageBufferBindingSize 1 GiB) and
+# requestDevice() succeeds. --enable-unsafe-webgpu is the one that matters; --disable-gpu-sandbox is not
+# needed; --no-sandbox is needed when running as root. navigator.gpu exists only in secure contexts:
+# http://127.0.0.1 is one, about:blank is not. The rest keep Chromium from talking to the network.
+CHROMIUM_ARGS = [
+    "--enable-unsafe-webgpu",
+    "--no-sandbox",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+    "--disable-quic",
+]
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf() -> Path:
+    from cera_web.assets import default_model_path
+
+    return default_model_path(ensure=True)
+
+
+@pytest.fixture(scope="session")
+def server_url():
+    import serve
+    from cera_web.assets import ensure_assets
+
+    ensure_assets()
+    server = serve.make_server("127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, name="cera_web test server", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: install it (Debian: apt-get install chromium), or run "
+                    f"python3 tests/run.py as root, which does")
+    from playwright.sync_api import sync_playwright
+
+    pw = sync_playwright().start()
+    try:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+    finally:
+        pw.stop()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context()
+    try:
+        yield context.new_page()
+    finally:
+        context.close()

@@ -1,0 +1,602 @@
+"""serve.py (routes, MIME types, Range, caching headers, refusal of everything else) and the pinned assets
+it serves (cera_web/assets.py + assets.json).
+
+Most HTTP tests run against a throw-away site built in a temp folder, so the expected bytes and the
+secrets that must never leak are known exactly; a few run against the real checkout and real assets.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import inspect
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+import zipfile
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+import serve
+from cera_web import assets
+from cera_web.errors import CeraError
+
+SECRET = b"TOP-SECRET-do-not-serve"
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def request(base, path, method="GET", headers=None):
+    """Send `path` byte-for-byte (no client-side normalisation); return (status, headers, body)."""
+    u = urlsplit(base)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+    try:
+        conn.putrequest(method, path, skip_host=False, skip_accept_encoding=True)
+        for k, v in (headers or {}).items():
+            conn.putheader(k, v)
+        conn.endheaders()
+        resp = conn.getresponse()
+        return resp.status, resp.headers, resp.read()
+    finally:
+        conn.close()
+
+
+def start(root):
+    server = serve.make_server("127.0.0.1", 0, root=root)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# ----------------------------------------------------------------------------- a site with known contents
+
+MODEL = bytes((i * 37 + 11) % 251 for i in range(10_000))  # 10 000 distinct-ish bytes
+
+SITE_FILES = {
+    "web/index.html": b"<!doctype html><title>index</title>",
+    "web/app.js": b"export const x = 1;",
+    "web/mod.mjs": b"export const y = 2;",
+    "web/style.css": b"body { color: red }",
+    "web/data.json": b'{"a": 1}',
+    "web/sub/page.html": b"<p>sub</p>",
+    "web/.hidden": SECRET + b"-hidden",
+    ".assets/pyodide/core.wasm": b"\0asm\1\0\0\0",
+    ".assets/pyodide/pyodide.mjs": b"export {}",
+    ".assets/pyodide/lock.json": b"{}",
+    ".assets/pyodide/bundle.tar": b"tar",
+    ".assets/pyodide/wheels/w-1.0-py3-none-any.whl": b"PK-wheel",
+    ".assets/pyodide/x.zip": b"PK-zip",
+    ".assets/models/tiny.gguf": MODEL,
+    "secret.txt": SECRET + b"-root",
+    "pyproject.toml": SECRET + b"-pyproject",
+    "assets.json": SECRET + b"-manifest",
+    ".git/config": SECRET + b"-git",
+    "cera_web/__init__.py": b"NAME = 'site'\n",
+    "cera_web/sub/__init__.py": b"",
+    "cera_web/sub/mod.py": b"from pathlib import Path\nSHADERS = Path(__file__).parent.parent.parent / 'shaders'\n",
+    "cera_web/table.json": b"[1, 2]",
+    "cera_web/notes.txt": b"not shipped",
+    "cera_web/__pycache__/x.cpython-311.pyc": b"not shipped",
+    "shaders/a.wgsl": b"// a",
+    "shaders/formats/b.wgsl": b"// b",
+    "shaders/README.md": b"not shipped",
+}
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    root = tmp_path_factory.mktemp("site")
+    for rel, data in SITE_FILES.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+    (root / "web/link_out").symlink_to(root / "secret.txt")  # leads out of web/: refused
+    (root / "web/dir_out").symlink_to(root / ".git", target_is_directory=True)
+    (root / "web/link_in").symlink_to(root / "web/sub/page.html")  # stays inside web/: served
+    server, url = start(root)
+    yield url
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("path, ctype", [
+    ("/", "text/html"),
+    ("/web/index.html", "text/html"),
+    ("/web/app.js", "text/javascript"),
+    ("/web/mod.mjs", "text/javascript"),
+    ("/web/style.css", "text/css"),
+    ("/web/data.json", "application/json"),
+    ("/pyodide/core.wasm", "application/wasm"),
+    ("/pyodide/pyodide.mjs", "text/javascript"),
+    ("/pyodide/lock.json", "application/json"),
+    ("/pyodide/bundle.tar", "application/x-tar"),
+    ("/pyodide/wheels/w-1.0-py3-none-any.whl", "application/octet-stream"),
+    ("/pyodide/x.zip", "application/octet-stream"),
+    ("/models/tiny.gguf", "application/octet-stream"),
+    ("/app/cera_web.zip", "application/octet-stream"),
+])
+def test_routes_and_mime_types(site, path, ctype):
+    status, headers, body = request(site, path)
+    assert status == 200
+    assert headers["Content-Type"].split(";")[0] == ctype
+    assert int(headers["Content-Length"]) == len(body)
+    if path == "/":
+        assert body == SITE_FILES["web/index.html"]
+    elif not path.startswith("/app/"):
+        folder = {"web": "web", "pyodide": ".assets/pyodide", "models": ".assets/models"}
+        first, rest = path[1:].split("/", 1)
+        assert body == SITE_FILES[f"{folder[first]}/{rest}"]
+
+
+def test_symlink_inside_served_folder_is_served(site):
+    status, _, body = request(site, "/web/link_in")
+    assert (status, body) == (200, SITE_FILES["web/sub/page.html"])
+
+
+REFUSED = [
+    # traversal, plain and encoded
+    ("/../secret.txt", 403),
+    ("/web/../secret.txt", 403),
+    ("/web/../../secret.txt", 403),
+    ("/models/../../secret.txt", 403),
+    ("/web/./index.html", 403),
+    ("/web/%2e%2e/secret.txt", 403),
+    ("/web/%2E%2E/%2E%2E/secret.txt", 403),
+    ("/web/..%2fsecret.txt", 403),
+    ("/web/%2e%2e%2fsecret.txt", 403),
+    ("/web/%252e%252e/secret.txt", 403),
+    ("/web/%252e%252e%252fsecret.txt", 403),
+    ("/web/..%5csecret.txt", 403),
+    ("/web/..\\secret.txt", 403),
+    ("/web\\..\\secret.txt", 403),
+    ("/web/%00", 403),
+    ("/web/%ff", 400),
+    # absolute paths
+    ("//etc/passwd", 404),
+    ("/web//etc/passwd", 404),
+    ("/pyodide/%2fetc%2fpasswd", 404),
+    ("http://127.0.0.1/secret.txt", 400),
+    # symlinks leading out of the served folder
+    ("/web/link_out", 403),
+    ("/web/dir_out/config", 403),
+    # dot files and folders
+    ("/.git/config", 404),
+    ("/web/.hidden", 404),
+    ("/web/%2ehidden", 404),
+    ("/.assets/models/tiny.gguf", 404),
+    # files that exist but are not published, and directories (no listings)
+    ("/secret.txt", 404),
+    ("/pyproject.toml", 404),
+    ("/assets.json", 404),
+    ("/cera_web/__init__.py", 404),
+    ("/shaders/a.wgsl", 404),
+    ("/web", 404),
+    ("/web/", 404),
+    ("/web/sub/", 404),
+    ("/pyodide/", 404),
+    ("/models/", 404),
+    ("/app/", 404),
+    ("/app/other.zip", 404),
+    ("/pyscript/core.js", 404),  # optional folder absent
+]
+
+
+@pytest.mark.parametrize("path, status", REFUSED)
+@pytest.mark.parametrize("method", ["GET", "HEAD"])
+def test_everything_else_is_refused(site, path, status, method):
+    got, _, body = request(site, path, method=method)
+    assert got == status
+    assert SECRET not in body
+
+
+def test_range_requests(site):
+    url = "/models/tiny.gguf"
+    n = len(MODEL)
+    cases = {
+        "bytes=0-99": (0, 99),
+        "bytes=100-199": (100, 199),
+        "bytes=9990-": (9990, n - 1),
+        "bytes=-16": (n - 16, n - 1),
+        "bytes=9000-999999": (9000, n - 1),  # end clamped to the file
+        "bytes=-999999": (0, n - 1),  # suffix longer than the file
+    }
+    for rng, (first, last) in cases.items():
+        status, headers, body = request(site, url, headers={"Range": rng})
+        assert status == 206, rng
+        assert headers["Content-Range"] == f"bytes {first}-{last}/{n}", rng
+        assert body == MODEL[first:last + 1], rng
+        assert int(headers["Content-Length"]) == last - first + 1
+    for rng in ("bytes=10000-", "bytes=20000-20010", "bytes=-0"):
+        status, headers, body = request(site, url, headers={"Range": rng})
+        assert (status, headers["Content-Range"], body) == (416, f"bytes */{n}", b""), rng
+    # several ranges, other units and malformed values: the whole file
+    for rng in ("bytes=0-1,5-6", "items=0-1", "bytes=abc", "bytes=5-2", "bytes= 1-2x"):
+        status, headers, body = request(site, url, headers={"Range": rng})
+        assert (status, body) == (200, MODEL), rng
+    # ranges work for every file, not just models
+    status, _, body = request(site, "/web/app.js", headers={"Range": "bytes=7-11"})
+    assert (status, body) == (206, SITE_FILES["web/app.js"][7:12])
+
+
+def test_head_and_caching_headers(site):
+    status, headers, body = request(site, "/models/tiny.gguf", method="HEAD")
+    assert (status, body) == (200, b"")
+    assert int(headers["Content-Length"]) == len(MODEL)
+    assert headers["Accept-Ranges"] == "bytes"
+    etag, modified = headers["ETag"], headers["Last-Modified"]
+    assert etag and modified
+    status, headers, body = request(site, "/models/tiny.gguf", method="HEAD", headers={"Range": "bytes=1-2"})
+    assert (status, headers["Content-Range"], headers["Content-Length"], body) == (206, f"bytes 1-2/{len(MODEL)}", "2", b"")
+    # revalidation
+    assert request(site, "/models/tiny.gguf", headers={"If-None-Match": etag})[0] == 304
+    assert request(site, "/models/tiny.gguf", headers={"If-None-Match": '"other"'})[0] == 200
+    assert request(site, "/models/tiny.gguf", headers={"If-Modified-Since": modified})[0] == 304
+    # If-Range: the range only applies to the same version
+    assert request(site, "/models/tiny.gguf", headers={"Range": "bytes=0-1", "If-Range": etag})[0] == 206
+    status, _, body = request(site, "/models/tiny.gguf", headers={"Range": "bytes=0-1", "If-Range": '"old"'})
+    assert (status, body) == (200, MODEL)
+    # app files always revalidate; every response asks for cross-origin isolation
+    for path in ("/", "/web/app.js", "/app/cera_web.zip", "/models/tiny.gguf"):
+        _, headers, _ = request(site, path)
+        assert headers["Cache-Control"] == "no-cache", path
+        assert headers["Cross-Origin-Opener-Policy"] == "same-origin"
+        assert headers["Cross-Origin-Embedder-Policy"] == "require-corp"
+
+
+def test_app_zip_holds_exactly_the_package_and_shaders(site):
+    status, headers, body = request(site, "/app/cera_web.zip")
+    assert status == 200
+    with zipfile.ZipFile(io.BytesIO(body)) as zf:
+        contents = {name: zf.read(name) for name in zf.namelist()}
+    shipped = ["cera_web/__init__.py", "cera_web/sub/__init__.py", "cera_web/sub/mod.py",
+               "cera_web/table.json", "shaders/a.wgsl", "shaders/formats/b.wgsl"]
+    assert contents == {name: SITE_FILES[name] for name in shipped}
+    # equal sources give equal bytes (and ETag), so revalidation works
+    assert request(site, "/app/cera_web.zip")[2] == body
+    assert request(site, "/app/cera_web.zip", headers={"If-None-Match": headers["ETag"]})[0] == 304
+
+
+def test_default_bind_is_loopback():
+    assert serve.parse_args([]).host == "127.0.0.1"
+    assert serve.parse_args([]).port == 8000
+    assert inspect.signature(serve.make_server).parameters["host"].default == "127.0.0.1"
+    server = serve.make_server(port=0)
+    try:
+        assert server.server_address[0] == "127.0.0.1"
+    finally:
+        server.server_close()
+
+
+def _start_cli(*args):
+    # SIG_DFL: a process started from a non-interactive shell may inherit SIGINT ignored.
+    return subprocess.Popen(
+        [sys.executable, str(Path(serve.__file__)), "--port", "0", "--no-fetch", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_cli_prints_url_logs_only_when_verbose_and_stops_on_ctrl_c(verbose):
+    proc = _start_cli(*(["--verbose"] if verbose else []))
+    try:
+        line = proc.stdout.readline()
+        while line.startswith("warning"):
+            line = proc.stdout.readline()
+        assert line.startswith("cera_web: serving http://127.0.0.1:"), line
+        base = line.split()[2].rstrip("/")
+        assert request(base, "/app/cera_web.zip")[0] == 200
+        assert request(base, "/no-such-thing")[0] == 404
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
+        out, _ = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0
+    assert "stopped" in out
+    assert "Traceback" not in out
+    assert ('"GET /app/cera_web.zip HTTP/1.1" 200' in out) == verbose
+
+
+# ----------------------------------------------------------------------------- the real checkout
+
+
+def test_real_app_zip_matches_the_checkout_and_imports_like_it(server_url, repo_root, tmp_path):
+    status, _, body = request(server_url, "/app/cera_web.zip")
+    assert status == 200
+    with zipfile.ZipFile(io.BytesIO(body)) as zf:
+        names = set(zf.namelist())
+        zf.extractall(tmp_path / "app")
+    # independent listing of what should ship
+    expected, unshipped = set(), []
+    for top, exts in (("cera_web", (".py", ".json")), ("shaders", (".wgsl",))):
+        for dirpath, dirnames, filenames in os.walk(repo_root / top):
+            dirnames[:] = [d for d in dirnames if d != "__pycache__" and not d.startswith(".")]
+            for f in filenames:
+                rel = (Path(dirpath) / f).relative_to(repo_root).as_posix()
+                if f.endswith(exts):
+                    expected.add(rel)
+                elif top == "cera_web" and not f.startswith(".") and not f.endswith(".pyc"):
+                    unshipped.append(rel)
+    assert names == expected
+    assert not unshipped, (f"{unshipped} would not reach the browser: /app/cera_web.zip ships only "
+                           f".py and .json files from cera_web/ (see serve.build_app_zip)")
+
+    # Every module must import from the unpacked zip exactly as it does from the checkout (a module
+    # that needs a file the zip lacks would fail only in the first case).
+    modules = sorted(n[:-3].replace("/", ".").removesuffix(".__init__")
+                     for n in names if n.endswith(".py") and not n.endswith("__main__.py"))
+    probe = (
+        "import importlib, json, sys, pathlib\n"
+        "out = {}\n"
+        "for m in sys.argv[1:]:\n"
+        "    try:\n"
+        "        importlib.import_module(m); out[m] = 'ok'\n"
+        "    except BaseException as e:\n"
+        "        out[m] = type(e).__name__\n"
+        "import cera_web\n"
+        "out['__file__'] = cera_web.__file__\n"
+        "out['shaders'] = sorted(p.relative_to(pathlib.Path(cera_web.__file__).parent.parent).as_posix()\n"
+        "                        for p in (pathlib.Path(cera_web.__file__).parent.parent / 'shaders').rglob('*.wgsl'))\n"
+        "print(json.dumps(out))\n"
+    )
+
+    def probe_in(folder):
+        env = dict(os.environ, PYTHONPATH=str(folder), PYTHONDONTWRITEBYTECODE="1")
+        res = subprocess.run([sys.executable, "-c", probe, *modules], cwd=folder, env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, res.stderr
+        return json.loads(res.stdout.strip().splitlines()[-1])
+
+    from_zip, from_repo = probe_in(tmp_path / "app"), probe_in(repo_root)
+    assert Path(from_zip.pop("__file__")).resolve().is_relative_to((tmp_path / "app").resolve())
+    from_repo.pop("__file__")
+    assert from_zip == from_repo
+    assert from_zip["cera_web"] == "ok"
+    assert from_zip["shaders"] == sorted(n for n in names if n.startswith("shaders/"))
+
+
+def test_real_assets_are_served_with_their_pinned_bytes(server_url, repo_root):
+    manifest = json.loads((repo_root / "assets.json").read_text())
+    entries = {e["name"]: e for e in manifest["assets"]}
+    model = repo_root / entries["smollm2"]["path"]
+    status, headers, body = request(server_url, "/models/" + model.name, headers={"Range": "bytes=0-7"})
+    assert status == 206 and body[:4] == b"GGUF"
+    assert headers["Content-Range"] == f"bytes 0-7/{model.stat().st_size}"
+    for path, ctype in (("/pyodide/pyodide.asm.wasm", "application/wasm"),
+                        ("/pyodide/pyodide.mjs", "text/javascript"),
+                        ("/pyodide/pyodide-lock.json", "application/json")):
+        status, headers, _ = request(server_url, path, method="HEAD")
+        assert (status, headers["Content-Type"].split(";")[0]) == (200, ctype), path
+    # the numpy wheel served is the build pyodide-lock.json names, byte for byte
+    status, _, lock = request(server_url, "/pyodide/pyodide-lock.json")
+    listed = json.loads(lock)["packages"]["numpy"]
+    status, _, wheel = request(server_url, "/pyodide/" + listed["file_name"])
+    assert status == 200
+    assert sha256(wheel) == listed["sha256"] == entries["numpy"]["install"]["sha256"]
+    # the jinja2 wheel is the pinned download
+    status, _, wheel = request(server_url, "/pyodide/wheels/jinja2-3.1.6-py3-none-any.whl")
+    assert (status, sha256(wheel)) == (200, entries["jinja2"]["fetch"]["sha256"])
+
+
+# ----------------------------------------------------------------------------- the installed assets
+
+
+def test_installed_assets_match_their_pins(repo_root):
+    manifest = json.loads((repo_root / "assets.json").read_text())
+    for e in manifest["assets"]:
+        if e.get("optional"):
+            continue
+        assert assets.is_installed(e["name"]), e["name"]
+        path = repo_root / e["path"]
+        assert path.exists(), path
+        pinned = e["install"].get("sha256")
+        if pinned:
+            assert sha256(path.read_bytes()) == pinned, e["name"]
+    # markupsafe: a pure wheel (Pyodide cannot load a native one) that still works without C speedups
+    wheel = repo_root / next(e for e in manifest["assets"] if e["name"] == "markupsafe")["path"]
+    with zipfile.ZipFile(wheel) as zf:
+        meta = zf.read("markupsafe-2.1.5.dist-info/WHEEL").decode()
+        assert "Tag: py3-none-any" in meta and "Root-Is-Purelib: true" in meta
+        assert not [n for n in zf.namelist() if n.endswith((".so", ".pyd"))]
+        assert "markupsafe/_native.py" in zf.namelist()
+    assert assets.default_model_path(ensure=False) == repo_root / ".assets/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert assets.asset_path("pyodide") == repo_root / ".assets/pyodide"
+
+
+def test_second_ensure_is_instant_and_runs_nothing(monkeypatch):
+    assets.ensure_assets(quiet=True)
+
+    def forbidden(*a, **k):
+        raise AssertionError("ensure_assets ran a command although everything is installed")
+
+    monkeypatch.setattr(subprocess, "run", forbidden)
+    t = time.perf_counter()
+    paths = assets.ensure_assets(quiet=True)
+    assert time.perf_counter() - t < 0.5
+    assert set(paths) == {"pyodide", "numpy", "jinja2", "markupsafe", "smollm2"}
+
+
+def test_unknown_asset_name_is_an_error():
+    with pytest.raises(CeraError, match="unknown asset 'nope'.*pyodide"):
+        assets.ensure_assets(["nope"], quiet=True)
+
+
+def _manifest(*entries):
+    return {"downloads": ".assets/downloads", "stamps": ".assets/stamps", "default_model": "",
+            "assets": list(entries)}
+
+
+def _cache(root, name, data):
+    """Put a file in the download cache (so no download is needed) and return its sha256."""
+    p = root / ".assets/downloads" / name
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_bytes(data)
+    return sha256(data)
+
+
+def _tar(members):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            if isinstance(data, tuple):  # ("link", target)
+                info.type, info.linkname = tarfile.SYMTYPE, data[1]
+                tf.addfile(info)
+            else:
+                info.size = len(data)
+                tf.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def test_untar_installs_updates_and_refuses_unsafe_members(tmp_path):
+    good = _tar([("package/a.txt", b"A"), ("package/sub/b.txt", b"B"), ("package/old.txt", b"O")])
+    entry = {"name": "t", "fetch": {"npm": "never-run@1", "file": "t-1.tgz", "sha256": _cache(tmp_path, "t-1.tgz", good)},
+             "install": {"kind": "untar", "strip": "package/", "dest": "out"}, "path": "out"}
+    got = assets.ensure_assets(["t"], quiet=True, root=tmp_path, manifest=_manifest(entry))
+    assert got == {"t": tmp_path / "out"}
+    assert (tmp_path / "out/sub/b.txt").read_bytes() == b"B"
+    assert assets.is_installed("t", root=tmp_path, manifest=_manifest(entry))
+
+    # a new pin: reinstalled from its (cached) file; files only the old version had are removed
+    newer = _tar([("package/a.txt", b"A2"), ("package/sub/b.txt", b"B")])
+    entry2 = dict(entry, fetch={"npm": "never-run@2", "file": "t-2.tgz", "sha256": _cache(tmp_path, "t-2.tgz", newer)})
+    assert not assets.is_installed("t", root=tmp_path, manifest=_manifest(entry2))
+    assets.ensure_assets(["t"], quiet=True, root=tmp_path, manifest=_manifest(entry2))
+    assert (tmp_path / "out/a.txt").read_bytes() == b"A2"
+    assert not (tmp_path / "out/old.txt").exists()
+
+    for bad in ([("package/../escape.txt", b"X")], [("package/link", ("link", "/etc/passwd"))],
+                [("elsewhere/a.txt", b"X")]):
+        data = _tar(bad)
+        e = dict(entry, name="bad", fetch={"npm": "x@1", "file": "bad.tgz", "sha256": _cache(tmp_path, "bad.tgz", data)},
+                 install={"kind": "untar", "strip": "package/", "dest": "bad"})
+        with pytest.raises(CeraError, match="refusing to extract"):
+            assets.ensure_assets(["bad"], quiet=True, root=tmp_path, manifest=_manifest(e))
+        assert not (tmp_path / "escape.txt").exists() and not (tmp_path / "bad/link").exists()
+
+
+def test_unzip_member_checks_its_hash_and_the_pyodide_lock(tmp_path):
+    member = b"wheel bytes"
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("pkg/assets/x-1.0-py3-none-any.whl", member)
+    outer = _cache(tmp_path, "pkg-1.whl", buf.getvalue())
+    (tmp_path / "py").mkdir()
+    lock = {"packages": {"x": {"file_name": "x-1.0-py3-none-any.whl", "sha256": sha256(member)}}}
+    (tmp_path / "py/pyodide-lock.json").write_text(json.dumps(lock))
+
+    def entry(inner_sha):
+        return {"name": "x", "fetch": {"pip": ["never-run"], "file": "pkg-1.whl", "sha256": outer},
+                "install": {"kind": "unzip_member", "member": "pkg/assets/x-1.0-py3-none-any.whl",
+                            "sha256": inner_sha, "pyodide_lock_package": "x",
+                            "dest": "py/x-1.0-py3-none-any.whl"},
+                "path": "py/x-1.0-py3-none-any.whl"}
+
+    with pytest.raises(CeraError, match="pins"):
+        assets.ensure_assets(["x"], quiet=True, root=tmp_path, manifest=_manifest(entry("0" * 64)))
+    assert not (tmp_path / "py/x-1.0-py3-none-any.whl").exists()
+    assert not list((tmp_path / "py").glob("*.part"))
+
+    assets.ensure_assets(["x"], quiet=True, root=tmp_path, manifest=_manifest(entry(sha256(member))))
+    assert (tmp_path / "py/x-1.0-py3-none-any.whl").read_bytes() == member
+
+    # the lock file disagreeing with the pinned member is an error too
+    lock["packages"]["x"]["sha256"] = "f" * 64
+    (tmp_path / "py/pyodide-lock.json").write_text(json.dumps(lock))
+    (tmp_path / ".assets/stamps/x.json").unlink()
+    with pytest.raises(CeraError, match="pyodide-lock.json"):
+        assets.ensure_assets(["x"], quiet=True, root=tmp_path, manifest=_manifest(entry(sha256(member))))
+
+
+def test_a_download_with_the_wrong_hash_is_deleted_and_reported(tmp_path):
+    # A real `pip download` of the pinned Jinja2 wheel, checked against a wrong pin.
+    good = {"name": "jinja2", "fetch": {"pip": ["--no-deps", "--only-binary=:all:", "Jinja2==3.1.6"],
+                                        "file": "jinja2-3.1.6-py3-none-any.whl",
+                                        "sha256": "85ece4451f492d0c13c5dd7c13a64681a86afae63a5f347908daf103ce6d2f67"},
+            "install": {"kind": "copy", "dest": "w/jinja2-3.1.6-py3-none-any.whl"},
+            "path": "w/jinja2-3.1.6-py3-none-any.whl"}
+    bad = dict(good, fetch=dict(good["fetch"], sha256="0" * 64))
+    with pytest.raises(CeraError, match=r"has sha256 85ece445.*pins 0{64}.*deleted"):
+        assets.ensure_assets(["jinja2"], quiet=True, root=tmp_path, manifest=_manifest(bad))
+    leftovers = [p for p in (tmp_path / ".assets/downloads").rglob("*") if p.is_file()]
+    assert leftovers == []
+    assert not (tmp_path / "w").exists()
+    # a corrupted cached copy is replaced by a fresh download
+    _cache(tmp_path, "jinja2-3.1.6-py3-none-any.whl", b"corrupt")
+    assets.ensure_assets(["jinja2"], quiet=True, root=tmp_path, manifest=_manifest(good))
+    assert sha256((tmp_path / "w/jinja2-3.1.6-py3-none-any.whl").read_bytes()) == good["fetch"]["sha256"]
+
+
+def test_a_native_wheel_is_rejected(tmp_path):
+    wheel = tmp_path / "m-1.0-cp311-cp311-linux_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("m/_speedups.cpython-311-x86_64-linux-gnu.so", b"\x7fELF")
+        zf.writestr("m-1.0.dist-info/WHEEL", "Root-Is-Purelib: false\nTag: cp311-cp311-linux_x86_64\n")
+    with pytest.raises(CeraError, match="not a pure-Python wheel"):
+        assets._check_pure_wheel(wheel)
+
+
+# ----------------------------------------------------------------------------- in the browser
+
+
+def test_pyodide_boots_from_the_served_assets(server_url, page):
+    """Real Pyodide in headless Chromium: numpy through the lock file, the wheels, the app zip."""
+    page.goto(server_url + "/pyodide/package.json")
+    result = page.evaluate("""async () => {
+        const { loadPyodide } = await import('/pyodide/pyodide.mjs');
+        const py = await loadPyodide({ indexURL: '/pyodide/' });
+        await py.loadPackage('numpy', { checkIntegrity: true });
+        await py.loadPackage(['/pyodide/wheels/markupsafe-2.1.5-py3-none-any.whl',
+                              '/pyodide/wheels/jinja2-3.1.6-py3-none-any.whl']);
+        const app = await fetch('/app/cera_web.zip');
+        py.unpackArchive(await app.arrayBuffer(), 'zip', { extractDir: '/home/pyodide/app' });
+        const out = py.runPython(`
+import json, sys, pathlib
+sys.path.insert(0, '/home/pyodide/app')
+import numpy, jinja2, markupsafe, cera_web, cera_web.errors
+root = pathlib.Path(cera_web.__file__).parent.parent
+json.dumps({
+    'numpy': numpy.__version__,
+    'sum': int(numpy.arange(10).sum()),
+    'jinja2': jinja2.__version__,
+    'render': jinja2.Template('{{ x|e }}!').render(x='<b>'),
+    'markupsafe_native': markupsafe.escape.__module__,
+    'cera_web': cera_web.__file__,
+    'shaders': len(list((root / 'shaders').rglob('*.wgsl'))),
+})`);
+        return { isolated: self.crossOriginIsolated, py: JSON.parse(out) };
+    }""")
+    assert result["isolated"] is True
+    py = result["py"]
+    assert py["numpy"] == "2.0.2" and py["sum"] == 45
+    assert py["jinja2"] == "3.1.6" and py["render"] == "&lt;b&gt;!"
+    assert py["markupsafe_native"] == "markupsafe._native"  # the pure fallback, not C speedups
+    assert py["cera_web"] == "/home/pyodide/app/cera_web/__init__.py"
+    assert py["shaders"] > 0
+
+
+def test_browser_fixture_gets_a_webgpu_adapter(server_url, page):
+    page.goto(server_url + "/pyodide/package.json")  # a secure context (http://127.0.0.1)
+    info = page.evaluate("""async () => {
+        if (!navigator.gpu) return { error: 'navigator.gpu missing' };
+        const adapter = await navigator.gpu.requestAdapter();
+        if (!adapter) return { error: 'no adapter' };
+        const device = await adapter.requestDevice({ requiredLimits: {
+            maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize } });
+        return { vendor: adapter.info.vendor, binding: device.limits.maxStorageBufferBindingSize };
+    }""")
+    assert "error" not in info, info
+    assert info["binding"] >= 128 << 20
