@@ -76,6 +76,14 @@ class Engine:
         model = cls_(dev, gguf, source, context_size=context_size, chunk=chunk, on_progress=on_progress)
         return cls(dev, gguf, source, model, tokenizer)
 
+    def close(self):
+        """Release the GPU memory this engine holds (its device and every buffer on it)."""
+        if self.dev is not None:
+            self.dev.destroy()
+            self.dev = None
+        if hasattr(self.source, "close"):
+            self.source.close()
+
     def cancel(self):
         """Stop the running generate() after the step in flight; it returns with stop_reason "cancelled"."""
         self._cancel = True

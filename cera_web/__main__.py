@@ -1,0 +1,98 @@
+"""Command line: ``python -m cera_web generate|info|bench``.
+
+    python -m cera_web generate --prompt "The capital of France is" --max-tokens 16 --temperature 0 --json
+    python -m cera_web info path/to/model.gguf
+
+Errors exit with status 1 and a one-line message (``--debug`` shows the traceback).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+
+from .errors import CeraError
+
+
+def _model_path(path):
+    if path:
+        return path
+    from .assets import default_model_path
+    return default_model_path(ensure=True, quiet=True)
+
+
+async def _generate(args):
+    from .engine import Engine
+    if args.temperature != 0:
+        raise CeraError("only greedy decoding (--temperature 0) is available so far")
+    engine = await Engine.load(_model_path(args.model), context_size=args.context)
+    engine.steps_per_read = args.steps_per_read
+    stream = None if args.json else (lambda tok, piece: print(piece, end="", flush=True))
+    result = await engine.generate(args.prompt, max_tokens=args.max_tokens, on_token=stream, chat=args.chat)
+    if args.json:
+        out = result.as_dict()
+        out["backend"] = engine.backend
+        out["model"] = engine.name
+        print(json.dumps(out, ensure_ascii=False))
+    else:
+        print()
+        print(f"[{len(result.prompt_tokens)} prompt tokens at {result.prefill_tok_s:.1f} tok/s, "
+              f"{len(result.tokens)} generated at {result.decode_tok_s:.1f} tok/s, stop: {result.stop_reason}; "
+              f"{engine.backend}]", file=sys.stderr)
+
+
+def _info(args):
+    from .gguf import GGML_BLOCK, open_gguf
+    g = open_gguf(_model_path(args.path))
+    arch = g.architecture
+    print(f"file: {args.path}  ({g.file_size / 2**20:.1f} MiB, GGUF v{g.version}, alignment {g.alignment})")
+    print(f"name: {g.get('general.name', '?')}   architecture: {arch}")
+    for key, value in g.metadata.items():
+        if key.startswith(arch + ".") or key in ("tokenizer.ggml.model", "tokenizer.ggml.pre",
+                                                   "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"):
+            print(f"  {key} = {value}")
+    counts = {}
+    for t in g.tensors.values():
+        n, b = counts.get(t.type.name, (0, 0))
+        counts[t.type.name] = (n + 1, b + t.nbytes)
+    print("tensor types: " + ", ".join(f"{k} x{n} ({b / 2**20:.1f} MiB)" for k, (n, b) in sorted(counts.items())))
+    if args.tensors:
+        for t in g.tensors.values():
+            print(f"  {t.name:40s} {t.type.name:6s} {'x'.join(map(str, t.shape)):>16s} {t.nbytes:>12,d} B")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m cera_web", description=__doc__.splitlines()[0])
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    g = sub.add_parser("generate", help="generate text from a prompt")
+    g.add_argument("--model", help="GGUF file (default: the bundled SmolLM2-135M-Instruct)")
+    g.add_argument("--prompt", required=True)
+    g.add_argument("--max-tokens", type=int, default=64)
+    g.add_argument("--temperature", type=float, default=0.0)
+    g.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    g.add_argument("--context", type=int, default=2048, help="context size in tokens")
+    g.add_argument("--steps-per-read", type=int, default=4, help="decode steps submitted per token readback")
+    g.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+    i = sub.add_parser("info", help="describe a GGUF file")
+    i.add_argument("path", nargs="?")
+    i.add_argument("--tensors", action="store_true", help="list every tensor")
+    args = p.parse_args(argv)
+    try:
+        if args.cmd == "generate":
+            asyncio.run(_generate(args))
+        elif args.cmd == "info":
+            _info(args)
+    except (CeraError, OSError) as e:
+        if args.debug:
+            raise
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,220 @@
+"""Browser backend: Pyodide drives ``navigator.gpu`` through ``pyodide.ffi`` (main thread or a Web Worker).
+
+Every Python→JS call costs microseconds here (about 5 µs; DESIGN.md §2), so this backend keeps the per-token call
+count small: a plan is recorded once as JS arrays, and one call of a small JS helper encodes and submits it.
+``calls`` counts the JS calls this backend makes, for the benchmark.
+"""
+from __future__ import annotations
+
+import re
+
+from ..errors import GPUUnavailableError
+from . import Device
+
+# Limits requested at the adapter's maximum (the defaults: 128 MiB bindings, 16 KiB workgroup memory).
+WANTED_LIMITS = ("maxBufferSize", "maxStorageBufferBindingSize", "maxComputeWorkgroupStorageSize",
+                 "maxStorageBuffersPerShaderStage", "maxComputeInvocationsPerWorkgroup", "maxComputeWorkgroupSizeX")
+
+_HELPER_JS = r"""
+({
+  errors: [],
+  lost: null,
+  watch(device) {
+    device.addEventListener('uncapturederror', (e) => { this.errors.push(String(e.error && e.error.message)); });
+    device.lost.then((info) => { this.lost = (info.message || 'device lost') + ' (' + info.reason + ')'; });
+  },
+  plan(pipes, groups, counts) {
+    return { pipes, groups, counts: Int32Array.from(counts) };
+  },
+  submit(device, plans, copies) {
+    const enc = device.createCommandEncoder();
+    const pass = enc.beginComputePass();
+    for (const p of plans) {
+      for (let i = 0; i < p.pipes.length; i++) {
+        pass.setPipeline(p.pipes[i]);
+        pass.setBindGroup(0, p.groups[i]);
+        pass.dispatchWorkgroups(p.counts[3 * i], p.counts[3 * i + 1], p.counts[3 * i + 2]);
+      }
+    }
+    pass.end();
+    for (const c of copies) enc.copyBufferToBuffer(c[0], c[1], c[2], c[3], c[4]);
+    device.queue.submit([enc.finish()]);
+  },
+  async read(device, src, offset, size, staging) {
+    const enc = device.createCommandEncoder();
+    enc.copyBufferToBuffer(src, offset, staging, 0, size);
+    device.queue.submit([enc.finish()]);
+    await staging.mapAsync(GPUMapMode.READ, 0, size);
+    const out = new Uint8Array(staging.getMappedRange(0, size).slice(0));
+    staging.unmap();
+    return out;
+  },
+})
+"""
+
+
+def _kebab(name: str) -> str:
+    return re.sub(r"([A-Z])", lambda m: "-" + m.group(1).lower(), name)
+
+
+class ArrayBufferSource:
+    """A model file held in a JS ArrayBuffer (fetched or picked by the page). Python reads only the header."""
+
+    def __init__(self, array_buffer, name: str = "model.gguf"):
+        self.buffer = array_buffer
+        self.name = name
+        self.size = int(array_buffer.byteLength)
+
+    def read(self, offset: int, n: int) -> bytes:
+        from js import Uint8Array
+        n = max(0, min(n, self.size - offset))
+        return Uint8Array.new(self.buffer, offset, n).to_bytes()
+
+    def close(self):
+        self.buffer = None
+
+
+class BrowserDevice(Device):
+    def __init__(self, adapter, device, info: str, limits: dict, features: set):
+        from pyodide.code import run_js
+        self.adapter = adapter
+        self.device = device
+        self.name = info
+        self.limits = limits
+        self.features = features
+        self.calls = 0
+        self._pipelines = {}
+        self._staging = None
+        self._staging_size = 0
+        self.js = run_js(_HELPER_JS)
+        self.js.watch(device)
+
+    @classmethod
+    async def create(cls, limits_override: dict | None = None, power_preference: str = "high-performance"):
+        import js
+        from pyodide.ffi import to_js
+        gpu = getattr(js.navigator, "gpu", None)
+        if gpu is None:
+            raise GPUUnavailableError(
+                "this browser does not expose WebGPU (navigator.gpu is missing): use a current Chrome or Edge, "
+                "served over http://127.0.0.1 or https; headless Chromium needs --enable-unsafe-webgpu")
+        adapter = await gpu.requestAdapter(to_js({"powerPreference": power_preference},
+                                                 dict_converter=js.Object.fromEntries))
+        if adapter is None:
+            raise GPUUnavailableError(
+                "WebGPU is present but no GPU adapter is available (blocklisted driver or disabled GPU); "
+                "enable WebGPU in the browser settings or try another browser")
+        limits = {k: getattr(adapter.limits, k) for k in WANTED_LIMITS}
+        features = [f for f in ("shader-f16", "subgroups", "timestamp-query") if adapter.features.has(f)]
+        try:
+            device = await adapter.requestDevice(to_js(
+                {"requiredLimits": limits, "requiredFeatures": features}, dict_converter=js.Object.fromEntries))
+        except Exception as e:
+            raise GPUUnavailableError(f"the GPU adapter refused a device: {e}") from None
+        info = adapter.info
+        desc = " ".join(str(x) for x in (info.vendor, info.architecture, info.description) if x) if info else ""
+        all_limits = {_kebab(k): int(getattr(device.limits, k)) for k in WANTED_LIMITS}
+        all_limits["min-storage-buffer-offset-alignment"] = int(device.limits.minStorageBufferOffsetAlignment)
+        if limits_override:
+            all_limits.update(limits_override)
+        return cls(adapter, device, f"{desc or 'WebGPU adapter'} (browser WebGPU)", all_limits, set(features))
+
+    def check(self):
+        """Raise if the device was lost or reported errors (validation, out of memory)."""
+        if self.js.lost is not None:
+            raise GPUUnavailableError(f"the GPU device was lost: {self.js.lost}; reload the model (or the page)")
+        if self.js.errors.length:
+            msg = str(self.js.errors.join("; "))
+            self.js.errors.length = 0
+            raise GPUUnavailableError(f"WebGPU reported an error: {msg}")
+
+    # -- buffers -----------------------------------------------------------------------------------------------
+    def create_buffer(self, nbytes, *, kind="storage", label=""):
+        import js
+        from pyodide.ffi import to_js
+        U = js.GPUBufferUsage
+        usage = (U.UNIFORM | U.COPY_DST) if kind == "uniform" else (U.STORAGE | U.COPY_DST | U.COPY_SRC)
+        self.calls += 2
+        return self.device.createBuffer(to_js({"size": max(16, (nbytes + 3) // 4 * 4), "usage": usage,
+                                               "label": label}, dict_converter=js.Object.fromEntries))
+
+    def write_buffer(self, buf, data, offset=0):
+        from pyodide.ffi import to_js
+        mv = memoryview(data).cast("B")
+        if len(mv) % 4:
+            mv = memoryview(bytes(mv) + bytes(4 - len(mv) % 4))
+        self.calls += 2
+        self.device.queue.writeBuffer(buf, offset, to_js(mv))
+
+    def upload(self, source, offset, nbytes, *, label=""):
+        buf = self.create_buffer(nbytes, label=label)
+        size = (nbytes + 3) // 4 * 4
+        if isinstance(source, ArrayBufferSource) and offset % 4 == 0 and offset + size <= source.size:
+            self.calls += 1
+            self.device.queue.writeBuffer(buf, 0, source.buffer, offset, size)   # JS → GPU, no wasm heap
+        else:
+            chunk = 16 << 20
+            for start in range(0, nbytes, chunk):
+                self.write_buffer(buf, source.read(offset + start, min(chunk, nbytes - start)), start)
+        return buf
+
+    # -- pipelines -----------------------------------------------------------------------------------------------
+    def pipeline(self, wgsl, label=""):
+        import js
+        from pyodide.ffi import to_js
+        p = self._pipelines.get(wgsl)
+        if p is None:
+            conv = js.Object.fromEntries
+            module = self.device.createShaderModule(to_js({"code": wgsl, "label": label}, dict_converter=conv))
+            p = self.device.createComputePipeline(to_js(
+                {"layout": "auto", "compute": {"module": module, "entryPoint": "main"}, "label": label},
+                dict_converter=conv))
+            self.calls += 4
+            self._pipelines[wgsl] = p
+        return p
+
+    def bind(self, pipeline, buffers):
+        import js
+        from pyodide.ffi import to_js
+        entries = []
+        for i, b in enumerate(buffers):
+            if isinstance(b, tuple):
+                buf, off, size = b
+                entries.append({"binding": i, "resource": {"buffer": buf, "offset": off, "size": size}})
+            else:
+                entries.append({"binding": i, "resource": {"buffer": b}})
+        self.calls += 3
+        return self.device.createBindGroup(to_js(
+            {"layout": pipeline.getBindGroupLayout(0), "entries": entries}, dict_converter=js.Object.fromEntries))
+
+    def record(self, dispatches):
+        from pyodide.ffi import to_js
+        pipes = [d[0] for d in dispatches]
+        groups = [d[1] for d in dispatches]
+        counts = [c for d in dispatches for c in d[2]]
+        self.calls += 4
+        return self.js.plan(to_js(pipes), to_js(groups), to_js(counts))
+
+    def submit(self, plans, copies=()):
+        from pyodide.ffi import to_js
+        self.calls += 3
+        self.js.submit(self.device, to_js(list(plans)), to_js([list(c) for c in copies]))
+
+    async def read(self, buf, offset, nbytes):
+        import js
+        from pyodide.ffi import to_js
+        size = (nbytes + 3) // 4 * 4
+        if self._staging is None or self._staging_size < size:
+            if self._staging is not None:
+                self._staging.destroy()
+            self._staging_size = max(size, 256)
+            self._staging = self.device.createBuffer(to_js(
+                {"size": self._staging_size, "usage": js.GPUBufferUsage.MAP_READ | js.GPUBufferUsage.COPY_DST},
+                dict_converter=js.Object.fromEntries))
+        self.calls += 2
+        out = await self.js.read(self.device, buf, offset, size, self._staging)
+        self.check()
+        return out.to_bytes()[:nbytes]
+
+    def destroy(self):
+        self.device.destroy()
