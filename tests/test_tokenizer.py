@@ -8,6 +8,8 @@ The references are independent implementations of the same configurations:
 - qwen2:     BPE + Sequence([Split(qwen2 regex, isolated), ByteLevel(use_regex=False)])
 with control tokens registered as special AddedTokens and a ByteLevel decoder. The other three
 pre-tokenizers reuse the SmolLM2 vocabulary (the ids differ, the vocabulary serves all of them).
+A few golden id lists recorded from llama.cpp itself pin the smollm behaviour to the engine that
+defines it.
 """
 
 from __future__ import annotations
@@ -171,6 +173,36 @@ def test_smollm2_digit_splitting_details(smollm2, smollm2_hf):
     assert smollm2.pre_tokenize("x2y3") == ["x", "2", "y", "3"]
     assert smollm2.pre_tokenize("½٣Ⅻ") == ["½", "٣", "Ⅻ"]
     assert smollm2.encode("  42") == smollm2_hf.encode("  42").ids
+
+
+# Ids from llama.cpp itself (node-llama-cpp 3.22.1, vocab-only load of the SmolLM2 GGUF,
+# tokenize(text, specialTokens=true)). A broader one-off run of llama.cpp over this file's whole
+# corpus and 300 more random strings, for smollm and for gpt-2 / llama-bpe / qwen2 / lfm2 copies
+# of the vocabulary, also gave no mismatch.
+LLAMA_CPP_SMOLLM2 = [
+    ("  42", [256, 36, 34]),
+    (" 3.14159 and 1,000,000 and x2y3",
+     [216, 35, 30, 33, 36, 33, 37, 41, 284, 216, 33, 28, 32, 32, 32, 28, 32, 32, 32, 284, 1792, 34, 105, 35]),
+    ("½ ٣ Ⅻ ²", [16738, 216, 164, 113, 216, 173, 223, 121, 216, 19133]),
+    ("<|im_start|>user\nHi there!<|im_end|>\n<|im_start|>assistant\n",
+     [1, 4093, 198, 26843, 665, 17, 2, 198, 1, 520, 9531, 198]),
+    ("I'll DON'T it's", [57, 3060, 422, 2154, 23, 68, 357, 506]),
+    ("日本語のテキスト 한국어 Привет مرحبا",
+     [23274, 115, 40993, 179, 120, 248, 26453, 11100, 224, 10391, 251, 10391, 134, 11100, 226, 216, 33085,
+      246, 181, 130, 251, 183, 240, 129, 5470, 249, 46879, 16464, 32547, 36395, 20602, 44626, 31462, 10805]),
+    ("👨\u200d👩\u200d👧 🇫🇷 e\u0301",
+     [10813, 235, 118, 321, 231, 10813, 235, 119, 321, 231, 10813, 235, 117, 15107, 225, 121, 10813, 225, 132,
+      297, 151, 219]),
+    ("def f(x):\n\tif x:\n        return  1\n\n\n",
+     [1604, 275, 24, 104, 727, 198, 197, 342, 1792, 42, 448, 1003, 256, 33, 16506]),
+    ("unit\x1cseparators\x1d ok", [9566, 213, 19509, 1857, 10907]),
+    ("   trailing   ", [256, 35079, 333]),
+]
+
+
+@pytest.mark.parametrize("text,ids", LLAMA_CPP_SMOLLM2)
+def test_smollm2_matches_llama_cpp(smollm2, text, ids):
+    assert smollm2.encode(text) == ids
 
 
 @pytest.mark.parametrize("pre", ["gpt2", "llama-bpe", "qwen2"])
