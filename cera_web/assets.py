@@ -356,8 +356,10 @@ class _Store:
         env = dict(os.environ, CC=fail, CXX=fail)
         with tempfile.TemporaryDirectory(dir=self.downloads, prefix="tmp-") as tmp:
             # --no-cache-dir: never reuse a wheel pip built earlier with a working compiler.
+            # --use-pep517: an isolated build with setuptools and wheel from the index; an old pip in a
+            # venv without the `wheel` package would otherwise try `setup.py bdist_wheel` and fail.
             cmd = _pip_command(self.root) + [
-                "wheel", "--no-deps", "--no-cache-dir", "--disable-pip-version-check",
+                "wheel", "--no-deps", "--no-cache-dir", "--use-pep517", "--disable-pip-version-check",
                 "--wheel-dir", tmp, str(archive)]
             self._run(cmd, cwd=tmp, env=env)
             wheels = sorted(Path(tmp).glob("*.whl"))
