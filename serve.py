@@ -28,6 +28,7 @@ import email.utils
 import hashlib
 import importlib
 import io
+import socketserver
 import sys
 import types
 import zipfile
@@ -296,6 +297,12 @@ class AppServer(ThreadingHTTPServer):
 
             self.address_family = socket.AF_INET6
         super().__init__(address, Handler)
+
+    def server_bind(self):
+        # HTTPServer.server_bind looks the host name up (socket.getfqdn), which can stall on a machine
+        # with broken DNS; the name is only used in CGI environments.
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = self.server_address[:2]
 
 
 def make_server(host: str = "127.0.0.1", port: int = 8000, *, root=None, verbose=False) -> AppServer:
