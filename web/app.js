@@ -96,7 +96,7 @@ worker.onmessage = (event) => {
         state.loading = false;
         hideProgress(false);
         ui.status.textContent = state.modelLoaded
-          ? `Loading failed; still using ${ui.modelName.textContent}. Ready`
+          ? `Ready. Loading the new model failed; still using ${ui.modelName.textContent}.`
           : 'Loading failed: see the error below.';
       } else {
         ui.status.textContent = state.modelLoaded ? 'Ready' : ui.status.textContent;

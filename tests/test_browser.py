@@ -1,0 +1,306 @@
+"""The real page in headless Chromium: real Pyodide, real WebGPU (SwiftShader here), the real default model.
+
+What a person sees: the model loads with progress, generation streams into the "Output" region and matches the
+reference greedy continuation, Stop stops, bad model files give clear errors while the loaded model keeps working.
+
+One page (in its own context of conftest's ``browser``) is shared by the whole module (loading the model takes tens of seconds on a CPU-only WebGPU); every test
+leaves it idle with the default model loaded. The fixtures ``browser``, ``server_url`` and ``smollm2_gguf`` come from conftest.py.
+"""
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+playwright_sync = pytest.importorskip("playwright.sync_api")
+expect = playwright_sync.expect
+
+CHROMIUM = Path("/usr/bin/chromium")
+# conftest's `browser` has WebGPU on; for the no-WebGPU test, the same flags without --enable-unsafe-webgpu
+# (without it headless Chromium has navigator.gpu but offers no adapter).
+CHROMIUM_ARGS_NO_WEBGPU = [
+    "--no-sandbox", "--disable-background-networking", "--disable-component-update",
+    "--no-first-run", "--disable-sync", "--disable-quic",
+]
+
+REFERENCE = Path(__file__).parent / "fixtures" / "smollm2_reference.json"
+
+# Generous: on a 2-core machine with SwiftShader, boot + download + upload + pipeline compile take tens of seconds,
+# and each decode step is slow.
+LOAD_MS = 600_000
+GENERATE_MS = 600_000
+ERROR_MS = 120_000
+
+# Fake model URLs the tests fulfil themselves (page.route), so the server needs no test files.
+FAKE_CORRUPT = "/fake/corrupt.gguf"
+FAKE_TRUNCATED_TENSORS = "/fake/truncated-tensors.gguf"
+FAKE_TRUNCATED_HEADER = "/fake/truncated-header.gguf"
+CORRUPT_BYTES = b"This is not a model: just a few junk bytes.\n"
+
+
+def _gguf_general_name(path: Path) -> str:
+    """The model name as an independent GGUF reader (the `gguf` package) sees it."""
+    gguf = pytest.importorskip("gguf")
+    return str(gguf.GGUFReader(str(path)).fields["general.name"].contents())
+
+
+def _header_size(path: Path) -> int:
+    """Where tensor data starts, per the `gguf` package."""
+    gguf = pytest.importorskip("gguf")
+    return min(t.data_offset for t in gguf.GGUFReader(str(path)).tensors)
+
+
+def _fulfil_with(body: bytes):
+    def handler(route):
+        route.fulfill(status=200, body=body, headers={"Content-Type": "application/octet-stream"})
+    return handler
+
+
+class App:
+    """The loaded page and its controls, found by their accessible names."""
+
+    def __init__(self, page, url):
+        self.page = page
+        self.url = url
+        self.console: list[str] = []
+        page.on("console", lambda m: self.console.append(f"{m.type}: {m.text}"))
+        page.on("pageerror", lambda e: self.console.append(f"pageerror: {e}"))
+        self.status = page.get_by_role("status")
+        self.alert = page.get_by_role("alert")
+        self.output = page.get_by_role("region", name="Output")
+        self.prompt = page.get_by_label("Prompt")
+        self.max_tokens = page.get_by_label("Max tokens")
+        self.chat = page.get_by_label("Chat template")
+        self.generate_button = page.get_by_role("button", name="Generate")
+        self.stop_button = page.get_by_role("button", name="Stop")
+        self.model_url = page.get_by_label("Model URL")
+        self.load_button = page.get_by_role("button", name="Load")
+        self.model_name = page.locator("#model-name")
+        self.backend = page.locator("#backend")
+        self.stats = page.locator("#stats")
+
+    def diagnostics(self) -> str:
+        return (f"status={self.status.text_content()!r} alert={self.alert.text_content()!r}\n"
+                + "\n".join(self.console[-40:]))
+
+    def wait_ready(self, timeout=LOAD_MS):
+        try:
+            expect(self.status).to_have_text(re.compile(r"Ready"), timeout=timeout)
+            expect(self.generate_button).to_be_enabled(timeout=10_000)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{self.diagnostics()}") from None
+
+    def generate(self, prompt: str, max_tokens: int, chat: bool):
+        self.prompt.fill(prompt)
+        self.max_tokens.fill(str(max_tokens))
+        self.chat.set_checked(chat)
+        self.generate_button.click()
+
+    def wait_done(self, timeout=GENERATE_MS) -> str:
+        """Wait for the run to finish; returns the stop reason the status shows."""
+        try:
+            expect(self.status).to_have_text(re.compile(r"^Ready \("), timeout=timeout)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{self.diagnostics()}") from None
+        expect(self.stop_button).to_be_disabled()
+        expect(self.generate_button).to_be_enabled()
+        return re.match(r"^Ready \((.*)\)$", self.status.text_content()).group(1)
+
+    def load_url(self, url: str):
+        self.model_url.fill(url)
+        self.load_button.click()
+
+
+@pytest.fixture(scope="module")
+def reference():
+    if not REFERENCE.exists():
+        pytest.fail(f"{REFERENCE} is missing (made by the reference script)")
+    return json.loads(REFERENCE.read_text())
+
+
+@pytest.fixture(scope="module")
+def app(browser, server_url, smollm2_gguf):
+    """The page, opened once, with the default model loaded; fake model URLs routed to bad files."""
+    model = Path(smollm2_gguf).read_bytes()
+    fakes = {
+        FAKE_CORRUPT: CORRUPT_BYTES,
+        FAKE_TRUNCATED_TENSORS: model[:_header_size(Path(smollm2_gguf)) + 2_000_000],  # header whole, data cut
+        FAKE_TRUNCATED_HEADER: model[:1_000_000],                                         # cut inside the header
+    }
+    context = browser.new_context()
+    page = context.new_page()
+    for path, body in fakes.items():
+        page.route(server_url + path, _fulfil_with(body))
+    a = App(page, server_url)
+    # Record every text the progress line and the status show, to check what loading displayed.
+    page.add_init_script("""
+        window.__seen = [];
+        document.addEventListener('DOMContentLoaded', () => {
+          for (const id of ['progress-text', 'status']) {
+            const el = document.getElementById(id);
+            new MutationObserver(() => window.__seen.push(el.textContent))
+              .observe(el, {childList: true, characterData: true, subtree: true});
+          }
+        });
+    """)
+    page.goto(server_url + "/")
+    a.wait_ready()
+    yield a
+    context.close()
+
+
+def _reference_case(reference):
+    """The first raw-mode case of the reference fixture: (prompt text, prompt ids, greedy ids, greedy text)."""
+    cases = reference["cases"] if isinstance(reference, dict) and "cases" in reference else reference
+    case = cases[0]
+    return case["prompt"], case["prompt_ids"], case["greedy_ids"], case["greedy_text"]
+
+
+# -- (a) loading ------------------------------------------------------------------------------------------------
+
+
+def test_page_loads_default_model_and_shows_adapter(app, smollm2_gguf):
+    page = app.page
+    expect(page).to_have_title(re.compile("cera_web"))
+    expect(app.model_name).to_have_text(_gguf_general_name(Path(smollm2_gguf)))
+    # The backend names the WebGPU adapter the page's browser offers (asked independently, from the page).
+    info = page.evaluate("""async () => {
+        const a = await navigator.gpu.requestAdapter();
+        return a ? {vendor: a.info.vendor, architecture: a.info.architecture, description: a.info.description} : null;
+    }""")
+    assert info is not None, "the browser offers no WebGPU adapter to the page"
+    backend = app.backend.text_content()
+    words = [w for w in info.values() if w]
+    assert words and any(w.lower() in backend.lower() for w in words), (backend, info)
+    # Loading showed the download in bytes and percent, up to the whole file.
+    seen = page.evaluate("window.__seen")
+    total_mb = f"{Path(smollm2_gguf).stat().st_size / 1e6:.1f} MB"
+    assert any(re.fullmatch(rf"Downloading: [\d.]+ (MB|kB) of {re.escape(total_mb)} \(\d+%\)", s) for s in seen), seen
+    assert f"Downloading: {total_mb} of {total_mb} (100%)" in seen, seen
+    expect(app.stop_button).to_be_disabled()
+    expect(app.chat).to_be_checked()   # the default model is an instruct model
+    expect(app.alert).to_have_count(0)   # the (empty) alert area is hidden
+
+
+# -- (b) generation matches the reference ------------------------------------------------------------------------
+
+
+def test_raw_greedy_generation_matches_reference(app, reference):
+    prompt, prompt_ids, greedy_ids, greedy_text = _reference_case(reference)
+    n = min(32, len(greedy_ids))
+    app.generate(prompt, max_tokens=n, chat=False)
+    expect(app.stop_button).to_be_enabled()     # Stop is live while generating
+    reason = app.wait_done()
+    expect(app.alert).to_have_count(0)   # the (empty) alert area is hidden
+    # The reference continuation is exactly n tokens long (or ends at EOS); the page shows its text.
+    expected_reason = "max tokens reached" if n == len(greedy_ids) and n == 32 else reason
+    assert reason == expected_reason
+    expect(app.output).to_have_text(greedy_text if n == len(greedy_ids) else greedy_text, use_inner_text=False)
+    stats = app.stats.text_content()
+    assert re.search(rf"Prefill: [\d.]+ tok/s \({len(prompt_ids)} tokens", stats), stats
+    assert re.search(rf"Decode: [\d.]+ tok/s \({n} tokens", stats), stats
+
+
+# -- (c) Stop -----------------------------------------------------------------------------------------------------
+
+
+def test_stop_ends_a_long_generation_and_the_page_generates_again(app, reference):
+    app.generate("Write a very long story about a dragon who learns to paint.", max_tokens=4000, chat=True)
+    # Tokens stream in while the run goes on.
+    expect(app.output).not_to_have_text("", timeout=GENERATE_MS)
+    expect(app.stop_button).to_be_enabled()
+    # The page stays responsive while the worker generates.
+    t0 = time.monotonic()
+    app.page.evaluate("1 + 1")
+    assert time.monotonic() - t0 < 2.0
+    app.stop_button.click()
+    assert app.wait_done(timeout=120_000) == "stopped"
+    stopped_text = app.output.text_content()
+    m = re.search(r"Decode: .*\((\d+) tokens", app.stats.text_content())
+    assert m and 0 < int(m.group(1)) < 4000, app.stats.text_content()
+    time.sleep(1.0)
+    assert app.output.text_content() == stopped_text, "tokens kept arriving after Stop"
+
+    # A new run works and is not cancelled at once by the earlier Stop.
+    prompt, _, greedy_ids, greedy_text = _reference_case(reference)
+    app.generate(prompt, max_tokens=4, chat=False)
+    assert app.wait_done() in ("max tokens reached", "end of text")
+    out = app.output.text_content()
+    assert out and greedy_text.startswith(out), (out, greedy_text)
+
+
+# -- (d, e) bad model files ----------------------------------------------------------------------------------------
+
+
+def _load_bad_model_then_generate(app, reference, url, *needles):
+    name_before = app.model_name.text_content()
+    app.load_url(url)
+    try:
+        expect(app.alert).to_contain_text("GGUFFormatError", timeout=ERROR_MS)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{app.diagnostics()}") from None
+    for needle in needles:
+        expect(app.alert).to_contain_text(needle)
+    # The model loaded before stays in use and the page stays usable.
+    expect(app.model_name).to_have_text(name_before)
+    expect(app.status).to_contain_text("still using")
+    expect(app.generate_button).to_be_enabled()
+    expect(app.load_button).to_be_enabled()
+    prompt, _, _, greedy_text = _reference_case(reference)
+    app.generate(prompt, max_tokens=4, chat=False)
+    app.wait_done()
+    expect(app.alert).to_have_count(0)   # the (empty) alert area is hidden
+    out = app.output.text_content()
+    assert out and greedy_text.startswith(out), (out, greedy_text)
+
+
+def test_corrupt_gguf_shows_error_and_keeps_the_model(app, reference):
+    _load_bad_model_then_generate(app, reference, FAKE_CORRUPT, "not a GGUF file", "corrupt.gguf")
+
+
+@pytest.mark.parametrize("url", [FAKE_TRUNCATED_TENSORS, FAKE_TRUNCATED_HEADER])
+def test_truncated_gguf_shows_error_and_keeps_the_model(app, reference, url):
+    _load_bad_model_then_generate(app, reference, url, "truncated")
+
+
+def test_missing_model_url_shows_download_error(app):
+    app.load_url("/models/no-such-model.gguf")
+    expect(app.alert).to_contain_text("DownloadError", timeout=ERROR_MS)
+    expect(app.alert).to_contain_text("404")
+    app.wait_ready(timeout=10_000)
+
+
+# -- (f) empty prompt -------------------------------------------------------------------------------------------
+
+
+def test_empty_prompt_shows_a_message_and_sends_nothing(app):
+    before = app.output.text_content()
+    app.prompt.fill("   \n ")
+    app.generate_button.click()
+    expect(app.alert).to_contain_text("prompt is empty")
+    # Nothing was started: the output was not cleared and the status never left Ready.
+    expect(app.status).to_have_text(re.compile(r"^Ready"))
+    assert app.output.text_content() == before
+    expect(app.stop_button).to_be_disabled()
+
+
+# -- no WebGPU ----------------------------------------------------------------------------------------------------
+
+
+def test_without_webgpu_the_page_says_what_is_missing(browser, server_url):
+    """Without --enable-unsafe-webgpu headless Chromium offers no adapter: the page must say so, not hang."""
+    b = browser.browser_type.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS_NO_WEBGPU)
+    try:
+        page = b.new_page()
+        page.goto(server_url + "/")
+        alert = page.get_by_role("alert")
+        expect(alert).to_contain_text("GPUUnavailableError", timeout=60_000)
+        expect(alert).to_contain_text("no GPU adapter")
+        expect(alert).to_contain_text("--enable-unsafe-webgpu")
+        expect(page.get_by_role("status")).to_have_text(re.compile("Loading failed"))
+        expect(page.get_by_role("button", name="Generate")).to_be_disabled()
+    finally:
+        b.close()
