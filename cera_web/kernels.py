@@ -24,6 +24,8 @@ FORMATS = {
 }
 
 
+MATMUL_ONLY = "// --- matmul only"
+
 @lru_cache(maxsize=None)
 def _read(name: str) -> str:
     path = SHADER_DIR / name
@@ -56,18 +58,22 @@ def build(kernel: str, *, fmt=None, **consts) -> str:
         name, byte_reads = FORMATS[fmt]
         if byte_reads:
             parts.append(_read("formats/bytes.wgsl"))
-        parts.append(_read(f"formats/{name}.wgsl"))
+        text = _read(f"formats/{name}.wgsl")
+        if "var<storage, read> X:" not in body:    # block_dot reads X: only kernels that bind it get it
+            text = text.split(MATMUL_ONLY)[0]
+        parts.append(text)
     return "\n".join(parts)
 
 
-def matmul(fmt, K: int, N: int, *, accum=False, out_at_pos=False, last_only=False, tokens=8) -> str:
-    """tokens: how many tokens share one pass over the weights (1 suits decode: T = 1)."""
+def matmul(fmt, K: int, N: int, *, accum=False, out_at_pos=False, last_only=False, tokens=8, lanes=32) -> str:
+    """tokens: how many tokens share one pass over the weights (1 suits decode: T = 1);
+    lanes: threads per row (32 on GPUs, 1 on CPU adapters; see matmul.wgsl)."""
     return build("matmul", fmt=fmt, K=K, N=N, ACCUM=accum, OUT_AT_POS=out_at_pos, LAST_ONLY=last_only,
-                 TB=1 if last_only else tokens)
+                 TB=1 if last_only else tokens, LANES=lanes)
 
 
-def matmul_groups(N: int) -> int:
-    return -(-N // 4)   # ROWS = 4 rows per workgroup
+def matmul_groups(N: int, lanes: int = 32) -> int:
+    return -(-N // (64 // lanes))
 
 
 def embed(fmt, K: int, N: int) -> str:

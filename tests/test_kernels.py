@@ -55,8 +55,8 @@ FMTS = [GGMLType.F32, GGMLType.F16, GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q8_0]
 
 
 @pytest.mark.parametrize("fmt", FMTS, ids=lambda f: f.name)
-@pytest.mark.parametrize("K,N,T", [(64, 7, 1), (576, 37, 3), (160, 5, 11)])
-def test_matmul(dev, fmt, K, N, T):
+@pytest.mark.parametrize("K,N,T,lanes", [(64, 7, 1, 32), (576, 37, 3, 1), (160, 5, 11, 4), (96, 70, 2, 32)])
+def test_matmul(dev, fmt, K, N, T, lanes):
     rng = np.random.default_rng(K + N + T)
     w = rng.standard_normal((N, K)).astype(np.float32)
     raw, wq = quantize(fmt, w)
@@ -66,8 +66,8 @@ def test_matmul(dev, fmt, K, N, T):
     X = dev.create_buffer(x.nbytes); dev.write_buffer(X, x)
     for accum in (False, True):
         Y = dev.create_buffer(y0.nbytes); dev.write_buffer(Y, y0)
-        run(dev, kernels.matmul(fmt, K, N, accum=accum), [W, X, Y, step_buffer(dev, T)],
-            kernels.spread(kernels.matmul_groups(N)))
+        run(dev, kernels.matmul(fmt, K, N, accum=accum, lanes=lanes), [W, X, Y, step_buffer(dev, T)],
+            kernels.spread(kernels.matmul_groups(N, lanes)))
         want = x @ wq.T + (y0 if accum else 0)
         np.testing.assert_allclose(read(dev, Y, T * N).reshape(T, N), want, rtol=1e-4, atol=1e-4)
 
@@ -80,10 +80,10 @@ def test_matmul_last_only_and_at_pos(dev):
     W = dev.create_buffer(w.nbytes); dev.write_buffer(W, w)
     X = dev.create_buffer(x.nbytes); dev.write_buffer(X, x)
     Y = dev.create_buffer(N * 4)
-    run(dev, kernels.matmul(GGMLType.F32, K, N, last_only=True), [W, X, Y, step_buffer(dev, T)], (3, 1, 1))
+    run(dev, kernels.matmul(GGMLType.F32, K, N, last_only=True), [W, X, Y, step_buffer(dev, T)], (5, 1, 1))
     np.testing.assert_allclose(read(dev, Y, N), w @ x[-1], rtol=1e-5, atol=1e-5)
     C = dev.create_buffer(16 * N * 4); dev.write_buffer(C, np.zeros(16 * N, np.float32))
-    run(dev, kernels.matmul(GGMLType.F32, K, N, out_at_pos=True), [W, X, C, step_buffer(dev, T, pos0)], (3, 1, 1))
+    run(dev, kernels.matmul(GGMLType.F32, K, N, out_at_pos=True), [W, X, C, step_buffer(dev, T, pos0)], (5, 1, 1))
     got = read(dev, C, 16 * N).reshape(16, N)
     np.testing.assert_allclose(got[pos0:pos0 + T], x @ w.T, rtol=1e-5, atol=1e-5)
     assert not got[:pos0].any() and not got[pos0 + T:].any()

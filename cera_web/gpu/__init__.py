@@ -20,6 +20,7 @@ class Device:
     limits: dict                       # the device's limits (requested at the adapter's maximum)
     features: set                      # e.g. {"shader-f16", "subgroups", "timestamp-query"}
     calls: int = 0                     # host→GPU API calls made (the browser backend counts JS calls)
+    is_cpu: bool = False               # a software adapter (SwiftShader, lavapipe): kernels pick CPU-friendly shapes
 
     def create_buffer(self, nbytes: int, *, kind: str = "storage", label: str = ""):
         """kind: "storage" (read/write, copy src/dst), "uniform" (uniform + copy dst)."""

@@ -75,13 +75,14 @@ class ArrayBufferSource:
 
 
 class BrowserDevice(Device):
-    def __init__(self, adapter, device, info: str, limits: dict, features: set):
+    def __init__(self, adapter, device, info: str, limits: dict, features: set, is_cpu: bool = False):
         from pyodide.code import run_js
         self.adapter = adapter
         self.device = device
         self.name = info
         self.limits = limits
         self.features = features
+        self.is_cpu = is_cpu
         self.calls = 0
         self._pipelines = {}
         self._staging = None
@@ -117,7 +118,8 @@ class BrowserDevice(Device):
         all_limits["min-storage-buffer-offset-alignment"] = int(device.limits.minStorageBufferOffsetAlignment)
         if limits_override:
             all_limits.update(limits_override)
-        return cls(adapter, device, f"{desc or 'WebGPU adapter'} (browser WebGPU)", all_limits, set(features))
+        is_cpu = bool(getattr(adapter, "isFallbackAdapter", False)) or "swiftshader" in desc.lower()
+        return cls(adapter, device, f"{desc or 'WebGPU adapter'} (browser WebGPU)", all_limits, set(features), is_cpu)
 
     def check(self):
         """Raise if the device was lost or reported errors (validation, out of memory)."""

@@ -31,6 +31,7 @@ class NativeDevice(Device):
         if limits_override:
             self.limits.update(limits_override)
         self.features = set(device.features)
+        self.is_cpu = info.get("adapter_type") == "CPU"
         self.calls = 0
         self._pipelines = {}
         self._readback = None

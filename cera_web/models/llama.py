@@ -98,8 +98,9 @@ class LlamaModel(GPUModel):
     def linear(self, rec, T, name, x, y, **kw):
         """y = W[name] · x for every token of a pass of up to T tokens (kw: accum / out_at_pos / last_only)."""
         n, k = self.shape(name)
-        rec.add(kernels.matmul(self.gguf.tensor(name).type, k, n, tokens=min(T, 8), **kw),
-                [self.weight(name), x, y, self.step], kernels.spread(kernels.matmul_groups(n)), name)
+        lanes = 1 if self.dev.is_cpu else 32
+        rec.add(kernels.matmul(self.gguf.tensor(name).type, k, n, tokens=min(T, 8), lanes=lanes, **kw),
+                [self.weight(name), x, y, self.step], kernels.spread(kernels.matmul_groups(n, lanes)), name)
 
     def record_body(self, T):
         a, rec = self.args, Recorder(self.dev)

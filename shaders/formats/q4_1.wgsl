@@ -14,3 +14,25 @@ fn w8(row: u32, oct: u32) -> array<vec4<f32>, 2> {
     let b = vec4<f32>(vec4<u32>(q1, q1 >> 8u, q1 >> 16u, q1 >> 24u) & vec4<u32>(15u));
     return array<vec4<f32>, 2>(a * dm.x + dm.y, b * dm.x + dm.y);
 }
+
+// --- matmul only (kernels.build drops what follows when a kernel does not bind X) ---
+// Dot product of block b of a row (32 weights) with X[x .. x + 8] (vec4 index):
+// sum_j (d q_j + m) x_j = d * sum_j q_j x_j + m * sum_j x_j.
+const BLOCK: u32 = 32u;
+
+fn block_dot(row: u32, b: u32, x: u32) -> f32 {
+    let base = row * ROW_WORDS + b * 5u;
+    let dm = unpack2x16float(W[base]);
+    var s = 0.0;
+    var xs = vec4<f32>(0.0);
+    for (var j = 0u; j < 4u; j++) {
+        let q = W[base + 1u + j];                       // qs[4j .. 4j+4]: weights 4j.. (low) and 16+4j.. (high)
+        let lo = vec4<f32>(vec4<u32>(q, q >> 8u, q >> 16u, q >> 24u) & vec4<u32>(15u));
+        let hi = vec4<f32>(vec4<u32>(q >> 4u, q >> 12u, q >> 20u, q >> 28u) & vec4<u32>(15u));
+        let xl = X[x + j];
+        let xh = X[x + 4u + j];
+        s += dot(lo, xl) + dot(hi, xh);
+        xs += xl + xh;
+    }
+    return dm.x * s + dm.y * (xs.x + xs.y + xs.z + xs.w);
+}
