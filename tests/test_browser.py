@@ -122,17 +122,24 @@ def reference():
 
 
 @pytest.fixture(scope="module")
-def app(browser, server_url, smollm2_gguf):
-    """The page, opened once, with the default model loaded; fake model URLs routed to bad files."""
+def bad_models(smollm2_gguf):
+    """Bad model files by fake URL: junk bytes, and the default model cut short in two places."""
     model = Path(smollm2_gguf).read_bytes()
-    fakes = {
+    header = _header_size(Path(smollm2_gguf))
+    assert 1_000_000 < header < len(model) - 2_000_000
+    return {
         FAKE_CORRUPT: CORRUPT_BYTES,
-        FAKE_TRUNCATED_TENSORS: model[:_header_size(Path(smollm2_gguf)) + 2_000_000],  # header whole, data cut
-        FAKE_TRUNCATED_HEADER: model[:1_000_000],                                         # cut inside the header
+        FAKE_TRUNCATED_TENSORS: model[:header + 2_000_000],   # header whole, tensor data cut
+        FAKE_TRUNCATED_HEADER: model[:1_000_000],             # cut inside the header (the vocabulary)
     }
+
+
+@pytest.fixture(scope="module")
+def app(browser, server_url, bad_models):
+    """The page, opened once, with the default model loaded; fake model URLs routed to bad files."""
     context = browser.new_context()
     page = context.new_page()
-    for path, body in fakes.items():
+    for path, body in bad_models.items():
         page.route(server_url + path, _fulfil_with(body))
     a = App(page, server_url)
     # Record every text the progress line and the status show, to check what loading displayed.
@@ -304,3 +311,37 @@ def test_without_webgpu_the_page_says_what_is_missing(browser, server_url):
         expect(page.get_by_role("button", name="Generate")).to_be_disabled()
     finally:
         b.close()
+
+
+# -- the worker's Python glue, in CPython (no browser, no GPU: these paths fail before a device is needed) ---------
+
+
+def _run_glue(coro_fn, *args):
+    import asyncio
+
+    from cera_web import webapp
+    sent = []
+    webapp.init(sent.append)
+    ok = asyncio.run(coro_fn(*args))
+    return ok, [json.loads(s) for s in sent]
+
+
+@pytest.mark.parametrize("url", [FAKE_CORRUPT, FAKE_TRUNCATED_HEADER, FAKE_TRUNCATED_TENSORS])
+def test_glue_reports_bad_gguf_as_an_error_message(bad_models, url):
+    from cera_web import webapp
+    from cera_web.source import BytesSource
+    ok, msgs = _run_glue(webapp.load_source, BytesSource(bad_models[url], "bad.gguf"))
+    assert ok is False
+    errors = [m for m in msgs if m["type"] == "error"]
+    assert len(errors) == 1 and errors[0]["kind"] == "GGUFFormatError" and errors[0]["during"] == "load", msgs
+    assert "bad.gguf" in errors[0]["message"]
+    assert not any(m["type"] == "ready" for m in msgs)
+
+
+def test_glue_generate_without_a_model_is_an_input_error():
+    from cera_web import webapp
+    ok, msgs = _run_glue(webapp.generate, "Hello", 8, False)
+    assert ok is False
+    assert msgs == [{"type": "error", "kind": "InputError", "during": "generate", "message": msgs[0]["message"]}]
+    assert "no model is loaded" in msgs[0]["message"]
+    webapp.stop()   # nothing running: a no-op, not an error

@@ -29,6 +29,11 @@ function formatBytes(n) {
   return n >= 1e6 ? `${(n / 1e6).toFixed(1)} MB` : `${(n / 1e3).toFixed(1)} kB`;
 }
 
+// Progress stages (from the worker and the engine); these two count bytes.
+const STAGE_LABELS = {download: 'Downloading', parse: 'Reading the model header', upload: 'Uploading weights to the GPU',
+                      compile: 'Compiling GPU kernels'};
+const BYTE_STAGES = new Set(['download', 'upload']);
+
 function showProgress(stage, done, total) {
   if (total > 0) {
     ui.progress.max = total;
@@ -37,12 +42,13 @@ function showProgress(stage, done, total) {
     ui.progress.removeAttribute('value');   // indeterminate
   }
   const pct = total > 0 ? ` (${Math.floor((100 * done) / total)}%)` : '';
-  if (stage === 'download') {
+  const label = STAGE_LABELS[stage] || stage;
+  if (BYTE_STAGES.has(stage)) {
     ui.progressText.textContent = total > 0
-      ? `Downloading: ${formatBytes(done)} of ${formatBytes(total)}${pct}`
-      : `Downloading: ${formatBytes(done)}`;
+      ? `${label}: ${formatBytes(done)} of ${formatBytes(total)}${pct}`
+      : `${label}: ${formatBytes(done)}`;
   } else {
-    ui.progressText.textContent = total > 0 ? `${stage}: ${done} of ${total}${pct}` : `${stage}…`;
+    ui.progressText.textContent = total > 0 ? `${label}: ${done} of ${total}${pct}` : `${label}…`;
   }
 }
 
@@ -58,7 +64,8 @@ function fmtRate(tokS, count, ms) {
   return `${rate} tok/s (${count} tokens${time})`;
 }
 
-const STOP_REASONS = {eos: 'end of text', max_tokens: 'max tokens reached', cancelled: 'stopped'};
+const STOP_REASONS = {eos: 'end of text', max_tokens: 'max tokens reached', cancelled: 'stopped',
+                      context: 'context window full'};
 
 const worker = new Worker('/web/worker.js');
 

@@ -22,13 +22,14 @@
 // worker → page
 //   {type: 'status', text}                      a human-readable step ("Loading Pyodide…")
 //   {type: 'progress', stage, done, total}      stage: 'download' (bytes; total 0 when the size is unknown) or an
-//                                               engine stage ('parse', 'upload', 'compile', ... in its own units)
+//                                               engine stage: 'parse', 'upload' (bytes), 'compile', ... (its units)
 //   {type: 'ready', model, backend}             a model is loaded and usable; backend describes the GPU adapter
 //   {type: 'token', id, text}                   one generated token and its new text ('' while a UTF-8 character
 //                                               is still incomplete)
 //   {type: 'done', text, stop_reason, prompt_tokens, tokens, prefill_tok_s, decode_tok_s, prefill_ms, decode_ms}
-//                                               a generation finished; stop_reason is 'eos', 'max_tokens' or
-//                                               'cancelled'; prompt_tokens and tokens are lists of token ids
+//                                               a generation finished; stop_reason is 'eos', 'max_tokens',
+//                                               'context' (context window full) or 'cancelled'; prompt_tokens and
+//                                               tokens are lists of token ids; rates and times may be null
 //   {type: 'error', kind, message, during}      something failed; kind is the error class name (e.g.
 //                                               'GGUFFormatError', 'GPUUnavailableError', 'DownloadError');
 //                                               during is 'load' or 'generate'. The worker stays usable.
