@@ -317,12 +317,16 @@ def test_without_webgpu_the_page_says_what_is_missing(browser, server_url):
 
 
 def _run_glue(coro_fn, *args):
+    """Run a webapp coroutine, collecting the messages it posts. In a thread of its own: sync Playwright keeps an
+    event loop running in this one once the browser fixture has started."""
     import asyncio
+    from concurrent.futures import ThreadPoolExecutor
 
     from cera_web import webapp
     sent = []
     webapp.init(sent.append)
-    ok = asyncio.run(coro_fn(*args))
+    with ThreadPoolExecutor(1) as pool:
+        ok = pool.submit(asyncio.run, coro_fn(*args)).result()
     return ok, [json.loads(s) for s in sent]
 
 
