@@ -1,4 +1,4 @@
-"""Command line: ``python -m cera_web generate|info|bench``.
+"""Command line: ``python -m cera_web generate|bench|info``.
 
     python -m cera_web generate --prompt "The capital of France is" --max-tokens 16 --temperature 0 --json
     python -m cera_web info path/to/model.gguf
@@ -42,6 +42,14 @@ async def _generate(args):
               f"{engine.backend}]", file=sys.stderr)
 
 
+async def _bench(args):
+    from . import bench
+    from .engine import Engine
+    engine = await Engine.load(_model_path(args.model), context_size=args.context, chunk=args.chunk)
+    out = await bench.run(engine, args.prompt_tokens, args.decode_tokens, args.steps_per_read, args.repeats)
+    print(json.dumps(out))
+
+
 def _info(args):
     from .gguf import GGML_BLOCK, open_gguf
     g = open_gguf(_model_path(args.path))
@@ -75,6 +83,14 @@ def main(argv=None) -> int:
     g.add_argument("--context", type=int, default=2048, help="context size in tokens")
     g.add_argument("--steps-per-read", type=int, default=4, help="decode steps submitted per token readback")
     g.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+    b = sub.add_parser("bench", help="measure prefill and decode speed (JSON)")
+    b.add_argument("--model", help="GGUF file (default: the bundled SmolLM2-135M-Instruct)")
+    b.add_argument("--prompt-tokens", type=int, default=512)
+    b.add_argument("--decode-tokens", type=int, default=128)
+    b.add_argument("--steps-per-read", type=int, default=4)
+    b.add_argument("--chunk", type=int, default=64, help="prefill chunk size in tokens")
+    b.add_argument("--context", type=int, default=2048)
+    b.add_argument("--repeats", type=int, default=1)
     i = sub.add_parser("info", help="describe a GGUF file")
     i.add_argument("path", nargs="?")
     i.add_argument("--tensors", action="store_true", help="list every tensor")
@@ -82,6 +98,8 @@ def main(argv=None) -> int:
     try:
         if args.cmd == "generate":
             asyncio.run(_generate(args))
+        elif args.cmd == "bench":
+            asyncio.run(_bench(args))
         elif args.cmd == "info":
             _info(args)
     except (CeraError, OSError) as e:

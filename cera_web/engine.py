@@ -28,6 +28,7 @@ class GenerationResult:
     stop_reason: str = ""            # "eos" | "max_tokens" | "context" | "cancelled"
     prefill_ms: float = 0.0
     decode_ms: float = 0.0
+    host_ms: float = 0.0             # decode time the host spent encoding/submitting (not waiting for the GPU)
 
     @property
     def prefill_tok_s(self) -> float:
@@ -155,8 +156,10 @@ class Engine:
         while not stop:
             # submit up to steps_per_read steps, then read their tokens back at once
             n = max(1, min(self.steps_per_read, max_tokens - len(result.tokens), ctx - pos, LOG_SIZE))
+            h = time.perf_counter()
             for i in range(n):
                 model.decode(pos + i, i)
+            result.host_ms += (time.perf_counter() - h) * 1000
             new = await model.read_log(n)
             for tok in new:
                 pos += 1

@@ -21,6 +21,14 @@ FORMATS = {
     GGMLType.Q4_0: ("q4_0", True),
     GGMLType.Q4_1: ("q4_1", False),
     GGMLType.Q8_0: ("q8_0", True),
+    GGMLType.BF16: ("bf16", False),
+    GGMLType.Q5_0: ("q5_0", True),
+    GGMLType.Q5_1: ("q5_1", False),
+    GGMLType.Q2_K: ("q2_k", False),
+    GGMLType.Q3_K: ("q3_k", True),
+    GGMLType.Q4_K: ("q4_k", False),
+    GGMLType.Q5_K: ("q5_k", False),
+    GGMLType.Q6_K: ("q6_k", True),
 }
 
 
@@ -65,15 +73,22 @@ def build(kernel: str, *, fmt=None, **consts) -> str:
     return "\n".join(parts)
 
 
-def matmul(fmt, K: int, N: int, *, accum=False, out_at_pos=False, last_only=False, tokens=8, lanes=32) -> str:
-    """tokens: how many tokens share one pass over the weights (1 suits decode: T = 1);
-    lanes: threads per row (32 on GPUs, 1 on CPU adapters; see matmul.wgsl)."""
-    return build("matmul", fmt=fmt, K=K, N=N, ACCUM=accum, OUT_AT_POS=out_at_pos, LAST_ONLY=last_only,
+def matmul(fmt, K: int, N: int, *, norm=False, eps=0.0, accum=False, glu=False, last_only=False,
+           ystride=None, yoff=0, tokens=8, lanes=32) -> str:
+    """See matmul.wgsl. tokens: how many tokens share one pass over the weights (1 suits decode);
+    lanes: threads per row (32 on GPUs, 1 on CPU adapters)."""
+    return build("matmul", fmt=fmt, K=K, N=N, NORM=norm, EPS=float(eps), ACCUM=accum, GLU=glu,
+                 LAST_ONLY=last_only, YSTRIDE=N if ystride is None else ystride, YOFF=yoff,
                  TB=1 if last_only else tokens, LANES=lanes)
 
 
 def matmul_groups(N: int, lanes: int = 32) -> int:
     return -(-N // (64 // lanes))
+
+
+def rope_store(q_heads: int, kv_heads: int, head_dim: int, neox: bool, qk_norm: bool = False,
+               eps: float = 1e-6) -> str:
+    return build("rope_store", QH=q_heads, KVH=kv_heads, HD=head_dim, NEOX=neox, QK_NORM=qk_norm, EPS=float(eps))
 
 
 def embed(fmt, K: int, N: int) -> str:

@@ -1,32 +1,66 @@
-// Batched matrix-vector product on packed weights:  Y[t, n] (+)= sum_k W[n, k] * X[t, k]   for t < step.n_tokens.
-// The weight format (F32, F16, Q4_0, Q4_1, Q8_0, ...) is a separate file providing BLOCK and block_dot(row, b, x),
-// the f32 dot product of one block of a row with the matching slice of X.
+// Batched matrix-vector product on packed weights, for t < step.n_tokens:
+//   Y[t, YOFF + n] (+)= sum_k W[n, k] * xin[t, k]          with xin = X                      (NORM false)
+//                                                          or  xin = rmsnorm(X[t]) * G       (NORM true)
+//   GLU: Y[t, YOFF + n] = silu(a) * b, a = W[n, :] · xin[t], b = W[N + n, :] · xin[t]  (gate and up rows stacked)
+// The weight format (F32, F16, Q4_0, Q4_1, Q8_0, k-quants, ...) is a separate file providing BLOCK and
+// block_dot(row, b, x): the f32 dot product of block b of a row with xin(x ..), x a vec4 index into X.
+// Fusing the RMSNorm, the residual add (ACCUM) and SwiGLU (GLU) here saves three dispatches per layer.
 //
 // Compile-time constants (prepended by cera_web/kernels.py):
 //   K           row length (a multiple of the format's BLOCK)
-//   N           rows (outputs per token)
-//   ACCUM       true: Y += W·X (a residual add fused into the projection); false: Y = W·X
-//   OUT_AT_POS  true: token t is written to row step.pos0 + t of Y (K/V straight into the cache)
-//   LAST_ONLY   true: only the last token of the pass, written to row 0 (the LM head)
+//   N           output rows per token (with GLU: W holds 2N rows)
+//   NORM, EPS   normalise each token's X row (RMSNorm with epsilon EPS) before use; the gain G applies either way
+//   ACCUM       Y += result (a residual add); otherwise Y = result
+//   GLU         see above
+//   LAST_ONLY   only the last token of the pass, written to row 0 (the LM head)
+//   YSTRIDE     floats per row of Y (N unless several projections share one output buffer)
+//   YOFF        column of Y where this projection's outputs start
 //   TB          tokens per pass over the weights (1 for decode plans; 8 for prefill)
 //   LANES       threads sharing a row (a power of two <= 64): 32 on GPUs (neighbouring threads read neighbouring
 //               blocks), 1 on CPU adapters (SwiftShader, lavapipe), where barriers cost more than they save
 // Bindings:
-//   0 W: array<u32>              packed weights, N rows
+//   0 W: array<u32>              packed weights, N rows (2N with GLU)
 //   1 X: array<vec4<f32>>        [n_tokens, K]
-//   2 Y: array<f32>              [n_tokens, N] (or [context, N] with OUT_AT_POS, or [1, N] with LAST_ONLY)
+//   2 Y: array<f32>              [n_tokens, YSTRIDE]  ([1, YSTRIDE] with LAST_ONLY)
 //   3 step: uniform Step
+//   4 G: array<vec4<f32>>        [K] gain applied to X (the norm's weight; ones when there is no norm)
 // Dispatch: ceil(N / (64 / LANES)) workgroups of 64 threads, spread over x and y (flat_group); LANES threads a row,
 // each striding over the row's blocks; partial sums meet in workgroup memory.
 @group(0) @binding(0) var<storage, read> W: array<u32>;
 @group(0) @binding(1) var<storage, read> X: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read_write> Y: array<f32>;
 @group(0) @binding(3) var<uniform> step: Step;
+@group(0) @binding(4) var<storage, read> G: array<vec4<f32>>;
 
 const ROWS: u32 = 64u / LANES;   // rows per workgroup
 const NB: u32 = K / BLOCK;       // blocks per row
+const K4: u32 = K / 4u;
 
 var<workgroup> partial: array<array<f32, TB>, 64>;
+var<private> xscale: array<f32, TB>;   // 1 / rms of each token of the current batch (1 without NORM)
+var<private> xt0: u32;                 // first token of the current batch
+
+// The (normalised, gained) input as the format's block_dot sees it: vec4 i of X.
+fn xin(i: u32) -> vec4<f32> {
+    return X[i] * G[i % K4] * xscale[i / K4 - xt0];
+}
+
+// Sum over the workgroup of each thread's `v`, for every token of the batch (all 64 threads must call it).
+fn workgroup_sum(tid: u32, v: array<f32, TB>) -> array<f32, TB> {
+    partial[tid] = v;
+    workgroupBarrier();
+    for (var stride = 32u; stride > 0u; stride /= 2u) {
+        if (tid < stride) {
+            for (var i = 0u; i < TB; i++) {
+                partial[tid][i] += partial[tid + stride][i];
+            }
+        }
+        workgroupBarrier();
+    }
+    let r = partial[0];
+    workgroupBarrier();
+    return r;
+}
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -40,44 +74,85 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         t_begin = t_end - 1u;
     }
     for (var t0 = t_begin; t0 < t_end; t0 += TB) {
+        xt0 = t0;
+        // RMSNorm scales of this batch's tokens, computed by the whole workgroup
+        for (var i = 0u; i < TB; i++) { xscale[i] = 1.0; }
+        if (NORM) {
+            // on GPUs the workgroup shares the sum of squares; on CPU adapters (LANES = 1) each thread sums the
+            // whole row itself, which costs less than the barriers
+            let share = LANES > 1u;
+            var ss: array<f32, TB>;
+            for (var i = 0u; i < TB; i++) {
+                ss[i] = 0.0;
+                let t = t0 + i;
+                if (t < t_end) {
+                    for (var k = select(0u, tid, share); k < K4; k += select(1u, 64u, share)) {
+                        let v = X[t * K4 + k];
+                        ss[i] += dot(v, v);
+                    }
+                }
+            }
+            if (share) {
+                ss = workgroup_sum(tid, ss);
+            }
+            for (var i = 0u; i < TB; i++) { xscale[i] = 1.0 / sqrt(ss[i] / f32(K) + EPS); }
+        }
         var acc: array<f32, TB>;
-        for (var i = 0u; i < TB; i++) { acc[i] = 0.0; }   // explicit: some compilers hoist loop-local vars
+        var acc2: array<f32, TB>;     // GLU: the up projection
+        for (var i = 0u; i < TB; i++) { acc[i] = 0.0; acc2[i] = 0.0; }   // explicit: some compilers hoist vars
         if (valid) {
             for (var b = lane; b < NB; b += LANES) {
                 for (var i = 0u; i < TB; i++) {
                     let t = t0 + i;
                     if (t < t_end) {
-                        acc[i] += block_dot(row, b, (t * K + b * BLOCK) / 4u);
+                        acc[i] += block_dot(row, b, t * K4 + b * (BLOCK / 4u));
+                        if (GLU) {
+                            acc2[i] += block_dot(row + N, b, t * K4 + b * (BLOCK / 4u));
+                        }
                     }
                 }
             }
         }
         if (LANES > 1u) {
+            // reduce each row's LANES partial sums (rows are LANES consecutive threads)
             partial[tid] = acc;
             workgroupBarrier();
             for (var stride = LANES / 2u; stride > 0u; stride /= 2u) {
                 if (lane < stride) {
-                    for (var i = 0u; i < TB; i++) {
-                        partial[tid][i] += partial[tid + stride][i];
-                    }
+                    for (var i = 0u; i < TB; i++) { partial[tid][i] += partial[tid + stride][i]; }
                 }
                 workgroupBarrier();
             }
             acc = partial[tid];
             workgroupBarrier();
+            if (GLU) {
+                partial[tid] = acc2;
+                workgroupBarrier();
+                for (var stride = LANES / 2u; stride > 0u; stride /= 2u) {
+                    if (lane < stride) {
+                        for (var i = 0u; i < TB; i++) { partial[tid][i] += partial[tid + stride][i]; }
+                    }
+                    workgroupBarrier();
+                }
+                acc2 = partial[tid];
+                workgroupBarrier();
+            }
         }
         if (valid && lane == 0u) {
             for (var i = 0u; i < TB; i++) {
                 let t = t0 + i;
                 if (t < t_end) {
                     var out_row = t;
-                    if (OUT_AT_POS) { out_row = step.pos0 + t; }
                     if (LAST_ONLY) { out_row = 0u; }
-                    let y = out_row * N + row;
+                    let y = out_row * YSTRIDE + YOFF + row;
+                    var v = acc[i];
+                    if (GLU) {
+                        v = v / (1.0 + exp(-v)) * acc2[i];
+                    }
                     if (ACCUM) {
-                        Y[y] += acc[i];
+                        Y[y] += v;
                     } else {
-                        Y[y] = acc[i];
+                        Y[y] = v;
                     }
                 }
             }

@@ -54,6 +54,16 @@ def quantize(fmt, w):
 FMTS = [GGMLType.F32, GGMLType.F16, GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q8_0]
 
 
+def f32_buffer(dev, a):
+    buf = dev.create_buffer(a.nbytes)
+    dev.write_buffer(buf, np.ascontiguousarray(a, np.float32))
+    return buf
+
+
+def rmsnorm_ref(x, g, eps):
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * g
+
+
 @pytest.mark.parametrize("fmt", FMTS, ids=lambda f: f.name)
 @pytest.mark.parametrize("K,N,T,lanes", [(64, 7, 1, 32), (576, 37, 3, 1), (160, 5, 11, 4), (96, 70, 2, 32)])
 def test_matmul(dev, fmt, K, N, T, lanes):
@@ -63,30 +73,56 @@ def test_matmul(dev, fmt, K, N, T, lanes):
     x = rng.standard_normal((T, K)).astype(np.float32)
     y0 = rng.standard_normal((T, N)).astype(np.float32)
     W = dev.create_buffer(len(raw)); dev.write_buffer(W, raw)
-    X = dev.create_buffer(x.nbytes); dev.write_buffer(X, x)
+    X, ones = f32_buffer(dev, x), f32_buffer(dev, np.ones(K))
     for accum in (False, True):
-        Y = dev.create_buffer(y0.nbytes); dev.write_buffer(Y, y0)
-        run(dev, kernels.matmul(fmt, K, N, accum=accum, lanes=lanes), [W, X, Y, step_buffer(dev, T)],
+        Y = f32_buffer(dev, y0)
+        run(dev, kernels.matmul(fmt, K, N, accum=accum, lanes=lanes), [W, X, Y, step_buffer(dev, T), ones],
             kernels.spread(kernels.matmul_groups(N, lanes)))
         want = x @ wq.T + (y0 if accum else 0)
         np.testing.assert_allclose(read(dev, Y, T * N).reshape(T, N), want, rtol=1e-4, atol=1e-4)
 
 
-def test_matmul_last_only_and_at_pos(dev):
-    K, N, T, pos0 = 64, 9, 5, 3
+@pytest.mark.parametrize("fmt", [GGMLType.F32, GGMLType.Q4_1, GGMLType.Q8_0], ids=lambda f: f.name)
+@pytest.mark.parametrize("T,lanes,tokens", [(1, 32, 1), (3, 1, 8), (10, 4, 8)])
+def test_matmul_norm_glu(dev, fmt, T, lanes, tokens):
+    """The fused forms: RMSNorm of the input with a gain, SwiGLU over stacked gate/up rows, output columns."""
+    K, N, eps = 128, 37, 1e-5
+    rng = np.random.default_rng(T + lanes)
+    w = rng.standard_normal((2 * N, K)).astype(np.float32)
+    raw, wq = quantize(fmt, w)
+    x = (rng.standard_normal((T, K)) * 3).astype(np.float32)
+    g = rng.standard_normal(K).astype(np.float32)
+    W = dev.create_buffer(len(raw)); dev.write_buffer(W, raw)
+    X, G = f32_buffer(dev, x), f32_buffer(dev, g)
+    xn = rmsnorm_ref(x, g, eps)
+    # GLU with the norm fused
+    Y = dev.create_buffer(T * N * 4)
+    run(dev, kernels.matmul(fmt, K, N, norm=True, eps=eps, glu=True, tokens=tokens, lanes=lanes),
+        [W, X, Y, step_buffer(dev, T), G], kernels.spread(kernels.matmul_groups(N, lanes)))
+    a, b = xn @ wq[:N].T, xn @ wq[N:].T
+    np.testing.assert_allclose(read(dev, Y, T * N).reshape(T, N), a / (1 + np.exp(-a)) * b, rtol=2e-4, atol=2e-4)
+    # plain projection of all 2N rows into columns 5.. of a wider output, other columns untouched
+    stride = 2 * N + 9
+    y0 = rng.standard_normal((T, stride)).astype(np.float32)
+    Y = f32_buffer(dev, y0)
+    run(dev, kernels.matmul(fmt, K, 2 * N, norm=True, eps=eps, ystride=stride, yoff=5, tokens=tokens, lanes=lanes),
+        [W, X, Y, step_buffer(dev, T), G], kernels.spread(kernels.matmul_groups(2 * N, lanes)))
+    want = y0.copy()
+    want[:, 5:5 + 2 * N] = xn @ wq.T
+    np.testing.assert_allclose(read(dev, Y, T * stride).reshape(T, stride), want, rtol=2e-4, atol=2e-4)
+
+
+def test_matmul_last_only(dev):
+    K, N, T, eps = 64, 9, 5, 1e-6
     rng = np.random.default_rng(1)
     w = rng.standard_normal((N, K)).astype(np.float32)
     x = rng.standard_normal((T, K)).astype(np.float32)
-    W = dev.create_buffer(w.nbytes); dev.write_buffer(W, w)
-    X = dev.create_buffer(x.nbytes); dev.write_buffer(X, x)
+    g = rng.standard_normal(K).astype(np.float32)
+    W, X, G = f32_buffer(dev, w), f32_buffer(dev, x), f32_buffer(dev, g)
     Y = dev.create_buffer(N * 4)
-    run(dev, kernels.matmul(GGMLType.F32, K, N, last_only=True), [W, X, Y, step_buffer(dev, T)], (5, 1, 1))
-    np.testing.assert_allclose(read(dev, Y, N), w @ x[-1], rtol=1e-5, atol=1e-5)
-    C = dev.create_buffer(16 * N * 4); dev.write_buffer(C, np.zeros(16 * N, np.float32))
-    run(dev, kernels.matmul(GGMLType.F32, K, N, out_at_pos=True), [W, X, C, step_buffer(dev, T, pos0)], (5, 1, 1))
-    got = read(dev, C, 16 * N).reshape(16, N)
-    np.testing.assert_allclose(got[pos0:pos0 + T], x @ w.T, rtol=1e-5, atol=1e-5)
-    assert not got[:pos0].any() and not got[pos0 + T:].any()
+    run(dev, kernels.matmul(GGMLType.F32, K, N, norm=True, eps=eps, last_only=True),
+        [W, X, Y, step_buffer(dev, T), G], (5, 1, 1))
+    np.testing.assert_allclose(read(dev, Y, N), w @ rmsnorm_ref(x[-1], g, eps), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("fmt", [GGMLType.F32, GGMLType.Q8_0, GGMLType.Q4_1], ids=lambda f: f.name)
@@ -142,6 +178,30 @@ def test_rope(dev, neox):
     F = dev.create_buffer(freq.nbytes); dev.write_buffer(F, freq)
     run(dev, kernels.rope(H, D, neox, False), [X, F, step_buffer(dev, T, pos0)], (math.ceil(H * D / 2 / 64), T, 1))
     np.testing.assert_allclose(read(dev, X, x.size).reshape(x.shape), rope_ref(x, pos0, freq, neox), atol=2e-4)
+
+
+@pytest.mark.parametrize("neox,qk_norm", [(False, False), (True, True)])
+def test_rope_store(dev, neox, qk_norm):
+    QH, KVH, D, T, pos0, ctx, eps = 4, 2, 32, 3, 5, 12, 1e-6
+    rng = np.random.default_rng(8)
+    qkv = rng.standard_normal((T, QH + 2 * KVH, D)).astype(np.float32)
+    bias = rng.standard_normal((QH + 2 * KVH, D)).astype(np.float32)
+    ng = rng.standard_normal((2, D)).astype(np.float32)
+    freq = (10000.0 ** (-np.arange(0, D, 2) / D)).astype(np.float32)
+    Q = dev.create_buffer(T * QH * D * 4)
+    Kc, Vc = f32_buffer(dev, np.zeros((ctx, KVH, D))), f32_buffer(dev, np.zeros((ctx, KVH, D)))
+    bufs = [f32_buffer(dev, a) for a in (qkv, bias, ng, freq)] + [Q, Kc, Vc, step_buffer(dev, T, pos0)]
+    run(dev, kernels.rope_store(QH, KVH, D, neox, qk_norm, eps), bufs, (QH + 2 * KVH, T, 1))
+    h = qkv + bias
+    q, k, v = h[:, :QH], h[:, QH:QH + KVH], h[:, QH + KVH:]
+    if qk_norm:
+        q, k = rmsnorm_ref(q, ng[0], eps), rmsnorm_ref(k, ng[1], eps)
+    np.testing.assert_allclose(read(dev, Q, T * QH * D).reshape(T, QH, D), rope_ref(q, pos0, freq, neox), atol=2e-4)
+    kc = read(dev, Kc, ctx * KVH * D).reshape(ctx, KVH, D)
+    vc = read(dev, Vc, ctx * KVH * D).reshape(ctx, KVH, D)
+    np.testing.assert_allclose(kc[pos0:pos0 + T], rope_ref(k, pos0, freq, neox), atol=2e-4)
+    np.testing.assert_allclose(vc[pos0:pos0 + T], v, atol=1e-6)
+    assert not kc[:pos0].any() and not kc[pos0 + T:].any() and not vc[pos0 + T:].any()
 
 
 @pytest.mark.parametrize("H,KV,D,pos0,T", [(9, 3, 64, 0, 5), (4, 1, 32, 300, 3), (2, 2, 128, 0, 1)])

@@ -20,6 +20,8 @@ class Device:
     limits: dict                       # the device's limits (requested at the adapter's maximum)
     features: set                      # e.g. {"shader-f16", "subgroups", "timestamp-query"}
     calls: int = 0                     # host→GPU API calls made (the browser backend counts JS calls)
+    dispatches: int = 0                # compute dispatches submitted
+    submits: int = 0                   # queue submissions
     is_cpu: bool = False               # a software adapter (SwiftShader, lavapipe): kernels pick CPU-friendly shapes
 
     def create_buffer(self, nbytes: int, *, kind: str = "storage", label: str = ""):
@@ -30,8 +32,8 @@ class Device:
         """Copy bytes (bytes / bytearray / numpy array) into ``buf`` at ``offset``."""
         raise NotImplementedError
 
-    def upload(self, source, offset: int, nbytes: int, *, label: str = ""):
-        """A new storage buffer holding ``nbytes`` of ``source`` (a model file source) from ``offset``.
+    def copy_into(self, buf, at: int, source, offset: int, nbytes: int) -> None:
+        """Copy ``nbytes`` of ``source`` (a model file source) from ``offset`` into ``buf`` at byte ``at``.
 
         The browser backend copies straight from a JS ArrayBuffer; nothing passes through the wasm heap."""
         raise NotImplementedError
@@ -44,7 +46,7 @@ class Device:
         """A bind group for group 0; buffers[i] is bound at binding i (a buffer, or (buffer, offset, size))."""
         raise NotImplementedError
 
-    def record(self, dispatches: list):
+    def record(self, dispatches: list) -> "Plan":
         """Record a list of (pipeline, bind_group, (x, y, z)) once; returns a plan to pass to :meth:`submit`."""
         raise NotImplementedError
 
@@ -59,6 +61,16 @@ class Device:
 
     def destroy(self) -> None:
         raise NotImplementedError
+
+
+class Plan:
+    """A recorded dispatch list: the backend's handle and how many dispatches it holds."""
+
+    __slots__ = ("handle", "size")
+
+    def __init__(self, handle, size: int):
+        self.handle = handle
+        self.size = size
 
 
 async def get_device(**kwargs) -> Device:

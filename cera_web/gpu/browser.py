@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from ..errors import GPUUnavailableError
-from . import Device
+from . import Device, Plan
 
 # Limits requested at the adapter's maximum (the defaults: 128 MiB bindings, 16 KiB workgroup memory).
 WANTED_LIMITS = ("maxBufferSize", "maxStorageBufferBindingSize", "maxComputeWorkgroupStorageSize",
@@ -148,17 +148,15 @@ class BrowserDevice(Device):
         self.calls += 2
         self.device.queue.writeBuffer(buf, offset, to_js(mv))
 
-    def upload(self, source, offset, nbytes, *, label=""):
-        buf = self.create_buffer(nbytes, label=label)
+    def copy_into(self, buf, at, source, offset, nbytes):
         size = (nbytes + 3) // 4 * 4
         if isinstance(source, ArrayBufferSource) and offset % 4 == 0 and offset + size <= source.size:
             self.calls += 1
-            self.device.queue.writeBuffer(buf, 0, source.buffer, offset, size)   # JS → GPU, no wasm heap
+            self.device.queue.writeBuffer(buf, at, source.buffer, offset, size)   # JS → GPU, no wasm heap
         else:
             chunk = 16 << 20
             for start in range(0, nbytes, chunk):
-                self.write_buffer(buf, source.read(offset + start, min(chunk, nbytes - start)), start)
-        return buf
+                self.write_buffer(buf, source.read(offset + start, min(chunk, nbytes - start)), at + start)
 
     # -- pipelines -----------------------------------------------------------------------------------------------
     def pipeline(self, wgsl, label=""):
@@ -195,12 +193,14 @@ class BrowserDevice(Device):
         groups = [d[1] for d in dispatches]
         counts = [c for d in dispatches for c in d[2]]
         self.calls += 4
-        return self.js.plan(to_js(pipes), to_js(groups), to_js(counts))
+        return Plan(self.js.plan(to_js(pipes), to_js(groups), to_js(counts)), len(dispatches))
 
     def submit(self, plans, copies=()):
         from pyodide.ffi import to_js
         self.calls += 3
-        self.js.submit(self.device, to_js(list(plans)), to_js([list(c) for c in copies]))
+        self.submits += 1
+        self.dispatches += sum(p.size for p in plans)
+        self.js.submit(self.device, to_js([p.handle for p in plans]), to_js([list(c) for c in copies]))
 
     async def read(self, buf, offset, nbytes):
         import js

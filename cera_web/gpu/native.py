@@ -6,7 +6,7 @@ import os
 import numpy as np
 
 from ..errors import GPUUnavailableError
-from . import Device
+from . import Device, Plan
 
 # Limits we ask for at the adapter's maximum (the defaults are far lower: 128 MiB bindings, 16 KiB workgroup memory).
 WANTED_LIMITS = (
@@ -75,14 +75,10 @@ class NativeDevice(Device):
         self.calls += 1
         self.device.queue.write_buffer(buf, offset, mv)
 
-    def upload(self, source, offset, nbytes, *, label=""):
-        buf = self.create_buffer(nbytes, label=label)
+    def copy_into(self, buf, at, source, offset, nbytes):
         chunk = 64 << 20
         for start in range(0, nbytes, chunk):
-            n = min(chunk, nbytes - start)
-            data = source.read(offset + start, n)
-            self.write_buffer(buf, data, start)
-        return buf
+            self.write_buffer(buf, source.read(offset + start, min(chunk, nbytes - start)), at + start)
 
     # -- pipelines -----------------------------------------------------------------------------------------------
     def pipeline(self, wgsl, label=""):
@@ -106,13 +102,14 @@ class NativeDevice(Device):
         return self.device.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=entries)
 
     def record(self, dispatches):
-        return list(dispatches)
+        return Plan(list(dispatches), len(dispatches))
 
     def submit(self, plans, copies=()):
         enc = self.device.create_command_encoder()
         cp = enc.begin_compute_pass()
         for plan in plans:
-            for pipe, group, (x, y, z) in plan:
+            self.dispatches += plan.size
+            for pipe, group, (x, y, z) in plan.handle:
                 cp.set_pipeline(pipe)
                 cp.set_bind_group(0, group)
                 cp.dispatch_workgroups(x, y, z)
@@ -121,6 +118,7 @@ class NativeDevice(Device):
             enc.copy_buffer_to_buffer(src, src_off, dst, dst_off, n)
         self.device.queue.submit([enc.finish()])
         self.calls += 1
+        self.submits += 1
 
     async def read(self, buf, offset, nbytes):
         self.calls += 1

@@ -71,9 +71,35 @@ class GPUModel:
                 raise UnsupportedModelError(
                     f"tensor {name!r} is {info.nbytes / 2**20:.0f} MiB, more than this GPU can bind at once "
                     f"({limit / 2**20:.0f} MiB)")
-            buf = self.dev.upload(self.source, info.offset, info.nbytes, label=name)
+            buf = self.dev.create_buffer(info.nbytes, label=name)
+            self.dev.copy_into(buf, 0, self.source, info.offset, info.nbytes)
             self.weights[name] = buf
             self._uploaded += info.nbytes
+            if self.on_progress:
+                self.on_progress("upload", self._uploaded, max(self._to_upload, self._uploaded))
+        return buf
+
+    def stacked(self, names):
+        """One buffer holding the rows of several same-type, same-width weights one after another (Q/K/V, gate/up),
+        so one dispatch computes them all; None when they cannot share a buffer (types or widths differ)."""
+        infos = [self.gguf.tensor(n) for n in names]
+        if len({i.type for i in infos}) != 1 or len({i.shape[0] for i in infos}) != 1 \
+                or any(i.nbytes % 4 for i in infos):
+            return None
+        key = "+".join(names)
+        buf = self.weights.get(key)
+        if buf is None:
+            total = sum(i.nbytes for i in infos)
+            limit = self.dev.limits.get("max-storage-buffer-binding-size", 1 << 27)
+            if total > limit:
+                return None
+            buf = self.dev.create_buffer(total, label=key)
+            at = 0
+            for info in infos:
+                self.dev.copy_into(buf, at, self.source, info.offset, info.nbytes)
+                at += info.nbytes
+                self._uploaded += info.nbytes
+            self.weights[key] = buf
             if self.on_progress:
                 self.on_progress("upload", self._uploaded, max(self._to_upload, self._uploaded))
         return buf

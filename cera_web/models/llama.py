@@ -1,7 +1,8 @@
 """Llama-family decoder (GGUF arch "llama"; SmolLM2, Llama 2/3, Mistral-style GQA models) on WebGPU.
 
-Per layer:  h = x + Wo · attention(rope(Wq · norm(x)), rope(Wk · norm(x)), Wv · norm(x))
-            x = h + Wdown · (silu(Wgate · norm(h)) * Wup · norm(h))
+Per layer:  h = x + Wo · attention(rope(Wq · norm(x)), rope(Wk · norm(x)), Wv · norm(x))   (5 dispatches a layer:
+            x = h + Wdown · (silu(Wgate · norm(h)) * Wup · norm(h))      qkv, rope, attention, gate/up, down;
+            the norms, SwiGLU and residual adds are fused into the projections, see matmul.wgsl)
 then logits = Wout · norm(x) for the last token (Wout = the embedding table when the file ties them).
 
 GGUF llama files store Q and K permuted so that RoPE rotates interleaved pairs (x[2i], x[2i+1]): NEOX = False.
@@ -77,13 +78,12 @@ class LlamaModel(GPUModel):
 
         T, dev = chunk, self.dev
         q_dim, kv_dim = a.heads * a.head_dim, a.kv_heads * a.head_dim
+        self.qkv_dim = q_dim + 2 * kv_dim
         self.x = dev.create_buffer(4 * T * a.hidden, label="x")              # [T, hidden] residual stream
-        self.xn = dev.create_buffer(4 * T * a.hidden, label="xn")            # [T, hidden] normed
-        self.q = dev.create_buffer(4 * T * q_dim, label="q")                 # [T, heads * head_dim]
+        self.qkv = dev.create_buffer(4 * T * self.qkv_dim, label="qkv")      # [T, q | k | v] projections
+        self.q = dev.create_buffer(4 * T * q_dim, label="q")                 # [T, heads * head_dim] after RoPE
         self.att = dev.create_buffer(4 * T * q_dim, label="att")             # [T, heads * head_dim]
-        self.gate = dev.create_buffer(4 * T * a.ffn, label="gate")           # [T, ffn]
-        self.up = dev.create_buffer(4 * T * a.ffn, label="up")
-        self.hid = dev.create_buffer(4 * T * a.ffn, label="hid")
+        self.hid = dev.create_buffer(4 * T * a.ffn, label="hid")             # [T, ffn] silu(gate) * up
         self.logits = dev.create_buffer(4 * a.vocab, label="logits")         # [vocab], last token only
         # KV cache: one [context, kv_heads * head_dim] buffer per layer for K and for V
         self.k_cache = [dev.create_buffer(4 * context_size * kv_dim, label=f"k{i}") for i in range(a.n_layers)]
@@ -93,46 +93,76 @@ class LlamaModel(GPUModel):
             freq = freq / self.vector("rope_freqs.weight")
         self.freq = self.f32_buffer(freq.astype(np.float32), "rope freq")
         self.norms = {n: self.f32_buffer(self.vector(n), n) for n in names if n.endswith("norm.weight")}
+        self.ones = self.f32_buffer(np.ones(max(a.hidden, a.ffn, q_dim, 2 * a.head_dim), np.float32), "ones")
+        self.bias = self.f32_buffer(np.zeros(self.qkv_dim, np.float32), "no bias")
         self.build()
 
-    def linear(self, rec, T, name, x, y, **kw):
-        """y = W[name] · x for every token of a pass of up to T tokens (kw: accum / out_at_pos / last_only)."""
+    def linear(self, rec, T, name, x, y, *, gain=None, weight=None, rows=None, **kw):
+        """y (+)= W[name] · x for every token of a pass of up to T tokens.
+        gain: a norm weight buffer (the input is RMS-normalised first); weight/rows: a stacked weight buffer and its
+        row count; kw: accum / glu / last_only / ystride / yoff (see matmul.wgsl)."""
         n, k = self.shape(name)
+        n = rows or n
         lanes = 1 if self.dev.is_cpu else 32
-        rec.add(kernels.matmul(self.gguf.tensor(name).type, k, n, tokens=min(T, 8), lanes=lanes, **kw),
-                [self.weight(name), x, y, self.step], kernels.spread(kernels.matmul_groups(n, lanes)), name)
+        wgsl = kernels.matmul(self.gguf.tensor(name).type, k, n, norm=gain is not None, eps=self.args.eps,
+                              tokens=min(T, 8), lanes=lanes, **kw)
+        rec.add(wgsl, [weight or self.weight(name), x, y, self.step, gain or self.ones],
+                kernels.spread(kernels.matmul_groups(n, lanes)), name)
+
+    def attention_block(self, rec, T, i):
+        """x += Wo · attention(norm(x)): Q/K/V in one projection when they share a type, then RoPE into the cache."""
+        a, p = self.args, f"blk.{i}."
+        gain = self.norms[p + "attn_norm.weight"]
+        names = [p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"]
+        stacked = self.stacked(names)
+        if stacked is not None:
+            self.linear(rec, T, names[0], self.x, self.qkv, gain=gain, weight=stacked, rows=self.qkv_dim)
+        else:
+            col = 0
+            for name in names:
+                self.linear(rec, T, name, self.x, self.qkv, gain=gain, ystride=self.qkv_dim, yoff=col)
+                col += self.shape(name)[0]
+        rec.add(kernels.rope_store(a.heads, a.kv_heads, a.head_dim, self.NEOX),
+                [self.qkv, self.bias, self.ones, self.freq, self.q, self.k_cache[i], self.v_cache[i], self.step],
+                (a.heads + 2 * a.kv_heads, T, 1), "rope")
+        rec.add(kernels.attention(a.heads, a.kv_heads, a.head_dim, 1.0 / math.sqrt(a.head_dim)),
+                [self.q, self.k_cache[i], self.v_cache[i], self.att, self.step], (a.heads, T, 1), "attention")
+        self.linear(rec, T, p + "attn_output.weight", self.att, self.x, accum=True)
+
+    def ffn_block(self, rec, T, i):
+        """x += Wdown · (silu(Wgate · norm(x)) * Wup · norm(x)): gate and up in one pass when they share a type."""
+        p = f"blk.{i}."
+        gain = self.norms[p + "ffn_norm.weight"]
+        names = [p + "ffn_gate.weight", p + "ffn_up.weight"]
+        stacked = self.stacked(names)
+        if stacked is not None:
+            self.linear(rec, T, names[0], self.x, self.hid, gain=gain, weight=stacked, glu=True)
+        else:
+            gate, up = self.scratch(T)
+            self.linear(rec, T, names[0], self.x, gate, gain=gain)
+            self.linear(rec, T, names[1], self.x, up, gain=gain)
+            rec.add(kernels.swiglu(self.args.ffn), [gate, up, self.hid, self.step], (-(-self.args.ffn // 64), T, 1))
+        self.linear(rec, T, p + "ffn_down.weight", self.hid, self.x, accum=True)
+
+    def scratch(self, T):
+        """Gate and up buffers for files whose gate and up weights differ in type (no stacked GLU pass)."""
+        if not hasattr(self, "_gate"):
+            self._gate = self.dev.create_buffer(4 * self.chunk * self.args.ffn, label="gate")
+            self._up = self.dev.create_buffer(4 * self.chunk * self.args.ffn, label="up")
+        return self._gate, self._up
 
     def record_body(self, T):
         a, rec = self.args, Recorder(self.dev)
         emb = self.gguf.tensor("token_embd.weight")
         rec.add(kernels.embed(emb.type, a.hidden, a.vocab), [self.weight(emb.name), self.tokens, self.x, self.step],
                 (-(-a.hidden // 512), T, 1), "embed")
-        norm = kernels.rmsnorm(a.hidden, a.eps)
-        rope_q = kernels.rope(a.heads, a.head_dim, self.NEOX, at_pos=False)
-        rope_k = kernels.rope(a.kv_heads, a.head_dim, self.NEOX, at_pos=True)
-        attention = kernels.attention(a.heads, a.kv_heads, a.head_dim, 1.0 / math.sqrt(a.head_dim))
-        pairs_q, pairs_k = -(-a.heads * a.head_dim // 128), -(-a.kv_heads * a.head_dim // 128)
         for i in range(a.n_layers):
-            p, kc, vc = f"blk.{i}.", self.k_cache[i], self.v_cache[i]
-            rec.add(norm, [self.x, self.norms[p + "attn_norm.weight"], self.xn, self.step], (T, 1, 1))
-            self.linear(rec, T, p + "attn_q.weight", self.xn, self.q)
-            self.linear(rec, T, p + "attn_k.weight", self.xn, kc, out_at_pos=True)
-            self.linear(rec, T, p + "attn_v.weight", self.xn, vc, out_at_pos=True)
-            rec.add(rope_q, [self.q, self.freq, self.step], (pairs_q, T, 1))
-            rec.add(rope_k, [kc, self.freq, self.step], (pairs_k, T, 1))
-            rec.add(attention, [self.q, kc, vc, self.att, self.step], (a.heads, T, 1))
-            self.linear(rec, T, p + "attn_output.weight", self.att, self.x, accum=True)
-            rec.add(norm, [self.x, self.norms[p + "ffn_norm.weight"], self.xn, self.step], (T, 1, 1))
-            self.linear(rec, T, p + "ffn_gate.weight", self.xn, self.gate)
-            self.linear(rec, T, p + "ffn_up.weight", self.xn, self.up)
-            rec.add(kernels.swiglu(a.ffn), [self.gate, self.up, self.hid, self.step], (-(-a.ffn // 64), T, 1))
-            self.linear(rec, T, p + "ffn_down.weight", self.hid, self.x, accum=True)
+            self.attention_block(rec, T, i)
+            self.ffn_block(rec, T, i)
         return rec.finish()
 
     def record_head(self, T):
         a, rec = self.args, Recorder(self.dev)
-        rec.add(kernels.rmsnorm(a.hidden, a.eps), [self.x, self.norms["output_norm.weight"], self.xn, self.step],
-                (T, 1, 1))
-        self.linear(rec, T, self.lm_head, self.xn, self.logits, last_only=True)
+        self.linear(rec, T, self.lm_head, self.x, self.logits, gain=self.norms["output_norm.weight"], last_only=True)
         rec.add(kernels.argmax(a.vocab), [self.logits, self.tokens, self.log, self.step], (1, 1, 1))
         return rec.finish()

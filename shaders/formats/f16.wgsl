@@ -17,5 +17,5 @@ const BLOCK: u32 = 8u;
 
 fn block_dot(row: u32, b: u32, x: u32) -> f32 {
     let w = w8(row, b);
-    return dot(w[0], X[x]) + dot(w[1], X[x + 1u]);
+    return dot(w[0], xin(x)) + dot(w[1], xin(x + 1u));
 }

@@ -27,7 +27,7 @@ fn block_dot(row: u32, b: u32, x: u32) -> f32 {
         let q = read_u32(base + 2u + 4u * j);
         let lo = vec4<f32>(vec4<u32>(q, q >> 8u, q >> 16u, q >> 24u) & vec4<u32>(15u)) - 8.0;
         let hi = vec4<f32>(vec4<u32>(q >> 4u, q >> 12u, q >> 20u, q >> 28u) & vec4<u32>(15u)) - 8.0;
-        s += dot(lo, X[x + j]) + dot(hi, X[x + 4u + j]);
+        s += dot(lo, xin(x + j)) + dot(hi, xin(x + 4u + j));
     }
     return d * s;
 }

@@ -29,8 +29,8 @@ fn block_dot(row: u32, b: u32, x: u32) -> f32 {
         let q = W[base + 1u + j];                       // qs[4j .. 4j+4]: weights 4j.. (low) and 16+4j.. (high)
         let lo = vec4<f32>(vec4<u32>(q, q >> 8u, q >> 16u, q >> 24u) & vec4<u32>(15u));
         let hi = vec4<f32>(vec4<u32>(q >> 4u, q >> 12u, q >> 20u, q >> 28u) & vec4<u32>(15u));
-        let xl = X[x + j];
-        let xh = X[x + 4u + j];
+        let xl = xin(x + j);
+        let xh = xin(x + 4u + j);
         s += dot(lo, xl) + dot(hi, xh);
         xs += xl + xh;
     }

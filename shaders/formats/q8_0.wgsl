@@ -19,7 +19,7 @@ fn block_dot(row: u32, b: u32, x: u32) -> f32 {
     let d = read_f16(base);
     var s = 0.0;
     for (var j = 0u; j < 8u; j++) {
-        s += dot(unpack_i8x4(read_u32(base + 2u + 4u * j)), X[x + j]);
+        s += dot(unpack_i8x4(read_u32(base + 2u + 4u * j)), xin(x + j));
     }
     return d * s;
 }
