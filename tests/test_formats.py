@@ -146,3 +146,159 @@ def test_embed(dev, fmt):
     got = read(dev, Y, len(ids) * K).reshape(len(ids), K)
     # each weight is a product of two or three factors (and one subtraction): a few roundings of f32
     np.testing.assert_array_less(np.abs(got - want), 1e-6 * mag + 1e-37)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# a tiny llama whose tensors mix types, against the float32 numpy reference on the same file
+
+E, F, H, KV, LAYERS = 256, 512, 4, 2, 2
+# layer 0: Q/K/V share a type (one stacked projection), gate and up differ (two passes + swiglu);
+# layer 1: Q/K/V differ (three projections into one buffer), gate and up share BF16 (one stacked GLU pass)
+MIXED = {
+    "token_embd.weight": GGMLType.Q4_K, "output.weight": GGMLType.Q6_K,
+    "blk.0.attn_q.weight": GGMLType.Q4_K, "blk.0.attn_k.weight": GGMLType.Q4_K, "blk.0.attn_v.weight": GGMLType.Q4_K,
+    "blk.0.attn_output.weight": GGMLType.Q6_K, "blk.0.ffn_gate.weight": GGMLType.Q5_0,
+    "blk.0.ffn_up.weight": GGMLType.Q8_0, "blk.0.ffn_down.weight": GGMLType.F16,
+    "blk.1.attn_q.weight": GGMLType.Q5_K, "blk.1.attn_k.weight": GGMLType.Q3_K, "blk.1.attn_v.weight": GGMLType.Q2_K,
+    "blk.1.attn_output.weight": GGMLType.Q5_1, "blk.1.ffn_gate.weight": GGMLType.BF16,
+    "blk.1.ffn_up.weight": GGMLType.BF16, "blk.1.ffn_down.weight": GGMLType.Q4_1,
+}
+# k-quants: (byte offset of d, of dmin or None, dmin/d that centres the weights: E[sc*q] / E[mn])
+K_SCALES = {GGMLType.Q2_K: (80, 82, 1.5), GGMLType.Q3_K: (108, None, 0), GGMLType.Q4_K: (0, 2, 7.5),
+            GGMLType.Q5_K: (0, 2, 15.5), GGMLType.Q6_K: (208, None, 0)}
+
+
+def byte_symbols():
+    """GPT-2's byte-level alphabet: printable Latin-1 bytes stand for themselves, the other 68 bytes for the
+    code points 256.. in byte order."""
+    keep = [*range(33, 127), *range(161, 173), *range(174, 256)]
+    extra = iter(range(256, 512))
+    return [chr(b) if b in keep else chr(next(extra)) for b in range(256)]
+
+
+def packed_weights(qtype, n, k, std, rng):
+    """Weights [n, k] of about `std` standard deviation, packed as qtype: uint8 [n, row_bytes]. The gguf package
+    quantizes the legacy and float types; k-quant blocks are written directly (random quants and sub-block scales,
+    d and dmin scaled to the wanted spread with a random sign per super-block): the weights are what they decode to."""
+    import gguf
+    gtype = gguf.GGMLQuantizationType(int(qtype))
+    if qtype not in K_SCALES:
+        w = (rng.standard_normal((n, k)) * std).astype(np.float32)
+        return np.ascontiguousarray(gguf.quants.quantize(w, gtype)).view(np.uint8).reshape(n, -1)
+    d_at, m_at, ratio = K_SCALES[qtype]
+    raw = rng.integers(0, 256, size=(n * k // 256, GGML_BLOCK[qtype][1]), dtype=np.uint8)
+
+    def set_scales(d):
+        raw[:, d_at:d_at + 2] = d.astype("<f2").view(np.uint8).reshape(-1, 2)
+        if m_at is not None:
+            raw[:, m_at:m_at + 2] = (d * ratio).astype("<f2").view(np.uint8).reshape(-1, 2)
+
+    set_scales(np.ones(raw.shape[0], np.float32))
+    spread = quants.dequantize(raw, qtype, (n, k)).std()
+    set_scales(rng.choice([-1.0, 1.0], raw.shape[0]) * std / spread)
+    return raw.reshape(n, -1)
+
+
+def write_tiny_llama(path, types, seed=0):
+    import gguf
+    rng = np.random.default_rng(seed)
+    symbols = byte_symbols()
+    # byte-level BPE merges, each joining two existing tokens (ranked in this order)
+    merges = ["Ġ t", "h e", "Ġt he", "Ġ a", "i n", "e r", "o n", "Ġ s", "a t", "Ġ c", "r e", "e n", "Ġ w", "o r",
+              "Ġ o", "e s", "a n", "i s", "Ġ b", "Ġ f", "Ġ p", "a r", "a l", "Ġ m", "Ġc at", "Ġo n", "i t", "Ġ h",
+              "l e", "e d", "Ġ d", "o u", "Ġ in", "Ġ is", "Ġs at"]
+    tokens = symbols + [m.replace(" ", "") for m in merges] + ["<|endoftext|>"]
+    assert len(set(tokens)) == len(tokens)
+    V = len(tokens)
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(LAYERS)
+    w.add_context_length(128)
+    w.add_embedding_length(E)
+    w.add_feed_forward_length(F)
+    w.add_head_count(H)
+    w.add_head_count_kv(KV)
+    w.add_rope_freq_base(10000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("gpt2")
+    w.add_token_list(tokens)
+    w.add_token_types([1] * (V - 1) + [3])
+    w.add_token_merges(merges)
+    w.add_bos_token_id(V - 1)
+    w.add_eos_token_id(V - 1)
+    D = E // H
+    shapes = {"token_embd.weight": (V, E), "output.weight": (V, E)}
+    for i in range(LAYERS):
+        p = f"blk.{i}."
+        shapes.update({p + "attn_q.weight": (E, E), p + "attn_k.weight": (KV * D, E), p + "attn_v.weight": (KV * D, E),
+                       p + "attn_output.weight": (E, E), p + "ffn_gate.weight": (F, E), p + "ffn_up.weight": (F, E),
+                       p + "ffn_down.weight": (E, F)})
+    for name, (n, k) in shapes.items():
+        if name.endswith(("attn_output.weight", "ffn_down.weight")):
+            std = k ** -0.5 * 0.5
+        else:
+            std = 1.0 if name == "token_embd.weight" else k ** -0.5
+        qtype = types[name]
+        if qtype in (GGMLType.F32, GGMLType.F16) or qtype in MIXED.values() or qtype in K_SCALES:
+            raw = packed_weights(qtype, n, k, std, rng)
+        else:   # a type nobody decodes (the unsupported-type test): any bytes of the right size
+            be, bb = GGML_BLOCK[qtype]
+            raw = rng.integers(0, 256, size=(n, k // be * bb), dtype=np.uint8)
+        w.add_tensor(name, raw, raw_dtype=gguf.GGMLQuantizationType(int(qtype)))
+    for name in ["output_norm.weight"] + [f"blk.{i}.{n}_norm.weight" for i in range(LAYERS) for n in ("attn", "ffn")]:
+        w.add_tensor(name, (1 + 0.1 * rng.standard_normal(E)).astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return V
+
+
+@pytest.fixture(scope="module")
+def mixed_gguf(tmp_path_factory):
+    path = tmp_path_factory.mktemp("mixed") / "mixed.gguf"
+    vocab = write_tiny_llama(path, MIXED)
+    return path, vocab
+
+
+def test_mixed_types_match_reference(mixed_gguf):
+    from cera_web.engine import Engine
+    from cera_web.gguf import open_gguf
+    from cera_web.reference import ReferenceModel
+
+    path, V = mixed_gguf
+    g = open_gguf(path)
+    assert {g.tensor(n).type for n in MIXED} == set(MIXED.values())     # the file really mixes all of them
+    engine = asyncio.run(Engine.load(path, context_size=64))
+    ref = ReferenceModel.from_gguf(path)
+    try:
+        ids = engine.tokenizer.encode("the cat sat on the mat; in the end, it is the cat that wins")
+        assert len(ids) > 12 and max(ids) < V
+        # logits of the last prompt token
+        engine.model.prefill(ids, 0, with_head=True)
+        got = np.frombuffer(asyncio.run(engine.dev.read(engine.model.logits, 0, 4 * V)), np.float32)
+        want = ref.forward(ids, 0, last_only=True)[-1]
+        scale = np.abs(want).max()
+        err = np.abs(got - want).max()
+        assert scale > 1.0 and err <= 1e-4 * scale, f"logits differ by {err:.3g} (largest logit {scale:.3g})"
+        # greedy tokens: equal, and not by luck (every step's top-2 margin is far above the logit error)
+        want_tokens = ref.generate_greedy(ids, 8)
+        res = asyncio.run(engine.generate(ids, max_tokens=8, stop_at_eos=False))
+        assert res.tokens == want_tokens
+        ref.reset()
+        logits = ref.forward(ids + want_tokens[:-1], 0)[len(ids) - 1:]
+        top2 = np.sort(logits, axis=1)[:, -2:]
+        assert (top2[:, 1] - top2[:, 0]).min() > 10 * err
+    finally:
+        engine.close()
+
+
+def test_unsupported_type_fails_at_load(tmp_path):
+    from cera_web.engine import Engine
+    from cera_web.errors import UnsupportedModelError
+
+    path = tmp_path / "iq2.gguf"
+    write_tiny_llama(path, {**MIXED, "blk.1.ffn_down.weight": GGMLType.IQ2_XXS})
+    with pytest.raises(UnsupportedModelError) as e:
+        asyncio.run(Engine.load(path, context_size=64))
+    assert "blk.1.ffn_down.weight" in str(e.value) and "IQ2_XXS" in str(e.value)
