@@ -121,3 +121,15 @@ def spread(groups: int, max_per_dim: int = 65535) -> tuple[int, int, int]:
         return (groups, 1, 1)
     y = -(-groups // max_per_dim)
     return (-(-groups // y), y, 1)
+
+
+# --- LFM2 (cera_web/models/lfm2.py) ---
+
+MAX_L_CACHE = 16    # the longest short convolution (LFM2 shortconv.l_cache) conv1d.wgsl is built for
+
+
+def conv1d(H: int, L: int) -> str:
+    """LFM2 short convolution over a pass of tokens with its rolling state (see shaders/conv1d.wgsl)."""
+    if not 2 <= L <= MAX_L_CACHE:
+        raise UnsupportedModelError(f"a short convolution of length {L} is not supported (2..{MAX_L_CACHE})")
+    return build("conv1d", H=H, L=L)

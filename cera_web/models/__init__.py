@@ -3,8 +3,10 @@ from ..errors import UnsupportedModelError
 
 
 def model_class(arch: str):
+    from .lfm2 import Lfm2Model
     from .llama import LlamaModel
-    classes = {"llama": LlamaModel}
+    from .qwen import Qwen2Model, Qwen3Model
+    classes = {"llama": LlamaModel, "qwen2": Qwen2Model, "qwen3": Qwen3Model, "lfm2": Lfm2Model}
     try:
         return classes[arch]
     except KeyError:

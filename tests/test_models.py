@@ -1,0 +1,234 @@
+"""Qwen2, Qwen3 and LFM2 on the GPU (native wgpu; lavapipe on CI) against transformers.
+
+tests/fixtures/make_small_models.py built small random-weight models with transformers (Qwen2ForCausalLM with q/k/v
+biases and an untied head; Qwen3ForCausalLM with QK-norm and head size 32 != hidden / heads; Lfm2ForCausalLM with
+four short-convolution and two attention layers, L_cache 3; all GQA 4 query heads over 2 KV heads), wrote each as an
+F32 and a Q8_0 GGUF, and recorded transformers' float32 logits at every prompt position and for 16 greedy decode
+steps (the Q8_0 reference was computed from the dequantized weights). The engine keeps float32 activations, so
+logits agree to about 5e-5 here (magnitudes up to ~15); LOGIT_TOL leaves room for other GPUs' transcendental
+functions. The smallest top-1/top-2 margin of any greedy step in the fixture is 0.05 (reference.json), far above
+that tolerance, so greedy tokens must be exact.
+"""
+import asyncio
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cera_web.errors import UnsupportedModelError
+
+pytestmark = pytest.mark.gpu
+
+SMALL = Path(__file__).parent / "fixtures" / "small"
+REF = np.load(SMALL / "reference.npz")
+INFO = json.loads((SMALL / "reference.json").read_text())
+STEMS = sorted(INFO["files"])          # qwen2-f32, qwen2-q8_0, qwen3-..., lfm2-...
+LOGIT_TOL = 1e-3                       # absolute
+CHUNK = 4                              # prompts are 11 tokens: chunks of 4, 4 and 3
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+@pytest.fixture(scope="module")
+def dev():
+    from cera_web.gpu.native import NativeDevice
+    return NativeDevice.create()       # shared: pipelines compile once for all files
+
+
+@pytest.fixture(scope="module")
+def engines(dev):
+    from cera_web.engine import Engine
+    cache = {}
+
+    def get(stem):
+        if stem not in cache:
+            cache[stem] = run(Engine.load(SMALL / f"{stem}.gguf", device=dev, context_size=64, chunk=16))
+        return cache[stem]
+    return get
+
+
+def ref(stem, key):
+    return REF[f"{stem}/{key}"]
+
+
+def assert_logits(got, want, what):
+    err = np.abs(np.asarray(got) - want).max()
+    assert err < LOGIT_TOL, f"{what}: max |logit error| {err:.2e} (tolerance {LOGIT_TOL})"
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_prompt_logits_every_position(engines, stem):
+    """Logits at all 11 prompt positions: the prompt as one chunk, then again in chunks of 4 (the conv state and
+    KV cache carry across chunk boundaries; the first pass's state must not leak into the second)."""
+    model = engines(stem).model
+    ids, want = ref(stem, "prompt_ids").tolist(), ref(stem, "prompt_logits")
+    assert_logits(run(model.chunk_logits(ids, 0)), want, f"{stem} one chunk")
+    parts = [run(model.chunk_logits(ids[s:s + CHUNK], s)) for s in range(0, len(ids), CHUNK)]
+    assert_logits(np.concatenate(parts), want, f"{stem} chunks of {CHUNK}")
+
+
+@pytest.mark.parametrize("stem", STEMS)
+@pytest.mark.parametrize("chunk", [16, CHUNK])
+def test_greedy_decode(engines, stem, chunk):
+    """Prefill (one chunk, or chunks of 4), then 16 greedy decode steps on the GPU: every step's logits and token."""
+    model = engines(stem).model
+    ids, greedy = ref(stem, "prompt_ids").tolist(), ref(stem, "greedy_ids").tolist()
+    for s in range(0, len(ids), chunk):
+        model.prefill(ids[s:s + chunk], s, with_head=s + chunk >= len(ids))
+    assert run(model.read_log(1)) == greedy[:1]
+    vocab = model.vocab
+    last = np.frombuffer(run(model.dev.read(model.logits, 0, 4 * vocab)), np.float32)
+    assert_logits(last, ref(stem, "prompt_logits")[-1], f"{stem} last prompt position")
+    want = ref(stem, "decode_logits")
+    tokens = []
+    for k in range(len(want)):
+        model.decode(len(ids) + k, 0)          # input: the token the previous step's argmax left in tokens[0]
+        got = np.frombuffer(run(model.dev.read(model.logits, 0, 4 * vocab)), np.float32)
+        assert_logits(got, want[k], f"{stem} decode step {k}")
+        tokens += run(model.read_log(1))
+    assert tokens == greedy[1:]
+
+
+def test_lfm2_generate_chunked_and_fresh_state(dev):
+    """Engine.generate with chunk 4 (three prefill chunks through the conv layers) gives transformers' greedy tokens;
+    a second generation, after another prompt has left its conv state behind, gives them again (a sequence starting
+    at position 0 clears the conv state), and so does one after an explicit reset_state()."""
+    from cera_web.engine import Engine
+    stem = "lfm2-f32"
+    eng = run(Engine.load(SMALL / f"{stem}.gguf", device=dev, context_size=64, chunk=CHUNK))
+    ids, greedy = ref(stem, "prompt_ids").tolist(), ref(stem, "greedy_ids").tolist()
+    eng.steps_per_read = 4
+    first = run(eng.generate(ids, max_tokens=len(greedy), stop_at_eos=False))
+    assert first.tokens == greedy
+    other = run(eng.generate(ids[::-1], max_tokens=5, stop_at_eos=False))
+    assert other.tokens != greedy[:5]
+    again = run(eng.generate(ids, max_tokens=len(greedy), stop_at_eos=False))
+    assert again.tokens == greedy
+    eng.model.reset_state()
+    assert run(eng.generate(ids, max_tokens=4, stop_at_eos=False)).tokens == greedy[:4]
+
+
+# -- the convolution kernel on its own ----------------------------------------------------------------------------
+
+def conv_reference(bcx, w, state):
+    """Token by token, as decoding does: bx = B*x; out = sum_k state[k]*w[:, k] + bx*w[:, L-1]; y = C*out; shift."""
+    H, L = w.shape
+    state = state.copy()
+    ys = []
+    for row in bcx:
+        b, c, x = row[:H], row[H:2 * H], row[2 * H:]
+        bx = b * x
+        out = (state * w[:, :L - 1].T).sum(0) + bx * w[:, L - 1]
+        ys.append(c * out)
+        state = np.concatenate([state[1:], bx[None]], 0)
+    return np.array(ys, np.float32), state
+
+
+@pytest.mark.parametrize("L", [2, 3, 5])
+def test_conv1d_kernel_chunks_equal_token_by_token(dev, L):
+    """A pass over T tokens gives the outputs and leaves the state of T single-token steps (numpy, token by token),
+    for passes of 1, 2, 7 tokens in a row (fewer and more tokens than the state holds), H not a multiple of 64."""
+    import struct
+
+    from cera_web import kernels
+    H, rng = 80, np.random.default_rng(L)
+    w = rng.standard_normal((H, L)).astype(np.float32)
+    state0 = rng.standard_normal((L - 1, H)).astype(np.float32)
+    wb = dev.create_buffer(w.nbytes)
+    dev.write_buffer(wb, w)
+    sb = dev.create_buffer(state0.nbytes)
+    dev.write_buffer(sb, state0)
+    T_MAX = 7
+    xb, yb = dev.create_buffer(4 * T_MAX * 3 * H), dev.create_buffer(4 * T_MAX * H)
+    step = dev.create_buffer(16, kind="uniform")
+    pipe = dev.pipeline(kernels.conv1d(H, L))
+    plan = dev.record([(pipe, dev.bind(pipe, [xb, wb, sb, yb, step]), (-(-H // 64), 1, 1))])
+    state = state0
+    for T in (1, 2, 7):
+        bcx = rng.standard_normal((T, 3 * H)).astype(np.float32)
+        dev.write_buffer(xb, bcx)
+        dev.write_buffer(step, struct.pack("<4I", T, 0, 0, T))
+        dev.submit([plan])
+        y = np.frombuffer(run(dev.read(yb, 0, 4 * T * H)), np.float32).reshape(T, H)
+        want_y, state = conv_reference(bcx, w, state)
+        np.testing.assert_allclose(y, want_y, rtol=1e-5, atol=1e-5)
+        got_state = np.frombuffer(run(dev.read(sb, 0, state.nbytes)), np.float32).reshape(L - 1, H)
+        np.testing.assert_allclose(got_state, state, rtol=1e-6, atol=1e-6)
+
+
+# -- chat templates from the GGUF metadata --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("family", ["qwen2", "qwen3", "lfm2"])
+def test_chat_template_renders_like_transformers(engines, family):
+    from cera_web.chat import ChatTemplate
+    eng = engines(f"{family}-q8_0")
+    tpl = ChatTemplate.from_metadata(eng.gguf.metadata)
+    assert not tpl.is_fallback
+    for case in INFO["chat"][family]["cases"]:
+        text = tpl.render(case["messages"], add_generation_prompt=case["add_generation_prompt"])
+        assert text == case["expected"]
+        assert eng.tokenizer.encode(text, add_special=False, parse_special=True) == case["ids"]
+    first = INFO["chat"][family]["cases"][0]          # one user message, reply wanted
+    assert eng.encode_prompt(first["messages"][0]["content"], chat=True) == first["ids"]
+
+
+# -- bad input ------------------------------------------------------------------------------------------------------
+
+def load_modified(dev, stem, *, meta=None, drop=()):
+    """Build the model from a parsed header with some metadata replaced or tensors removed."""
+    from cera_web.gguf import parse_gguf
+    from cera_web.models import model_class
+    from cera_web.source import FileSource
+    src = FileSource(SMALL / f"{stem}.gguf")
+    g = parse_gguf(src.read, src.size)
+    g.metadata.update(meta or {})
+    for name in drop:
+        del g.tensors[name]
+    return model_class(g.architecture)(dev, g, src, context_size=16, chunk=4)
+
+
+@pytest.mark.parametrize("l_cache", [1, 17])
+def test_lfm2_unsupported_l_cache(dev, l_cache):
+    with pytest.raises(UnsupportedModelError, match=rf"layer 0 .*blk\.0\.shortconv\.conv\.weight.*l_cache = "
+                                                    rf"{l_cache} is not supported"):
+        load_modified(dev, "lfm2-f32", meta={"lfm2.shortconv.l_cache": l_cache})
+
+
+def test_lfm2_l_cache_disagrees_with_taps(dev):
+    with pytest.raises(UnsupportedModelError, match=r"layer 0 .*'blk\.0\.shortconv\.conv\.weight' has shape "
+                                                    r"\(3, 64\), expected \(4, 64\)"):
+        load_modified(dev, "lfm2-f32", meta={"lfm2.shortconv.l_cache": 4})
+
+
+@pytest.mark.parametrize("stem,meta,pattern", [
+    ("lfm2-f32", {"lfm2.attention.head_count_kv": [0, 0, 2, 0, 2]}, r"lists 5 values but the model has 6 layers"),
+    ("lfm2-f32", {"lfm2.attention.head_count_kv": [0, 0, 2, 0, 1, 0]}, r"differ in head counts"),
+    ("lfm2-f32", {"lfm2.attention.head_count_kv": [0, 0, 3, 0, 3, 0]}, r"layer 2: 4 query heads cannot be grouped"),
+    ("lfm2-f32", {"lfm2.attention.head_count_kv": [0, 0, 4, 0, 4, 0]},
+     r"layer 2: tensor 'blk\.2\.attn_k\.weight' is 32 x 64 .* implies 64 x 64"),
+    ("lfm2-f32", {"lfm2.attention.head_count_kv": [2, 0, 2, 0, 2, 0]},
+     r"layer 0 \(attention\): the model file has no tensor 'blk\.0\.attn_q\.weight'"),
+    ("qwen3-f32", {"qwen3.attention.head_count": 2},
+     r"layer 0: tensor 'blk\.0\.attn_q\.weight' is 128 x 64 .* implies 64 x 64"),
+    ("qwen2-f32", {"qwen2.attention.head_count_kv": 4},
+     r"layer 0: tensor 'blk\.0\.attn_k\.weight' is 32 x 64 .* implies 64 x 64"),
+])
+def test_inconsistent_head_counts(dev, stem, meta, pattern):
+    with pytest.raises(UnsupportedModelError, match=pattern):
+        load_modified(dev, stem, meta=meta)
+
+
+@pytest.mark.parametrize("stem,tensor,pattern", [
+    ("lfm2-q8_0", "blk.3.shortconv.in_proj.weight", r"layer 3 \(short convolution\): .*'blk\.3\.shortconv\.in_proj"),
+    ("lfm2-q8_0", "blk.5.shortconv.conv.weight", r"layer 5 \(short convolution\): .*'blk\.5\.shortconv\.conv\.weight"),
+    ("lfm2-q8_0", "blk.4.attn_k_norm.weight", r"layer 4: .*'blk\.4\.attn_k_norm\.weight'"),
+    ("qwen3-q8_0", "blk.2.attn_q_norm.weight", r"layer 2: .*'blk\.2\.attn_q_norm\.weight'"),
+    ("qwen2-q8_0", "blk.1.attn_v.bias", r"layer 1: .*'blk\.1\.attn_v\.bias'"),
+    ("qwen2-q8_0", "blk.1.attn_output.weight", r"'blk\.1\.attn_output\.weight'"),
+])
+def test_missing_tensor(dev, stem, tensor, pattern):
+    with pytest.raises(UnsupportedModelError, match=pattern):
+        load_modified(dev, stem, drop=[tensor])
