@@ -316,3 +316,209 @@ class ReferenceModel:
             if i + 1 < n:
                 logits = self.forward([out[-1]], last_only=True)
         return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# qwen2, qwen3, lfm2 (the GPU versions are cera_web/models/qwen.py and lfm2.py)
+#
+# These GGUFs keep HF's row order for Q and K (llama.cpp does not permute them), so RoPE rotates the halves
+# (x[i], x[i + D/2]) together ("NEOX" mode). Qwen2 adds biases to Q, K and V; Qwen3 and LFM2's attention layers
+# RMS-normalise every head of Q and K (one [D] gain each) before RoPE. LFM2 mixes those attention layers with
+# short-convolution layers (see Lfm2ShortConv).
+
+def rope_neox(x: np.ndarray, positions: np.ndarray, inv_freq: np.ndarray) -> np.ndarray:
+    """Rotate pairs (x[i], x[i + n/2]) of x [T, heads, D] by positions[t] * inv_freq[i], n = 2 * len(inv_freq)
+    (the first n dimensions; any rest passes through unchanged)."""
+    n = 2 * inv_freq.shape[0]
+    angles = positions.astype(np.float32)[:, None] * inv_freq[None, :]    # [T, n/2]
+    cos = np.cos(angles)[:, None, :]
+    sin = np.sin(angles)[:, None, :]
+    lo, hi = x[..., :n // 2], x[..., n // 2:n]
+    out = x.copy()
+    out[..., :n // 2] = lo * cos - hi * sin
+    out[..., n // 2:n] = lo * sin + hi * cos
+    return out
+
+
+def _causal_gqa(q: np.ndarray, keys: np.ndarray, values: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """q [T, H, D] against keys/values [S, KV, D] (query head h reads KV head h // (H / KV)), causal; -> [T, H*D]."""
+    T, H, D = q.shape
+    KV = keys.shape[1]
+    qg = q.reshape(T, KV, H // KV, D).transpose(1, 2, 0, 3)               # [KV, group, T, D]
+    scores = (qg @ keys.transpose(1, 2, 0)[:, None]) * np.float32(1.0 / np.sqrt(D))   # [KV, group, T, S]
+    future = np.arange(keys.shape[0])[None, :] > positions[:, None]
+    scores = np.where(future, np.float32(-np.inf), scores)
+    out = softmax(scores) @ values.transpose(1, 0, 2)[:, None]            # [KV, group, T, D]
+    return out.transpose(2, 0, 1, 3).reshape(T, H * D)
+
+
+class QwenAttention:
+    """GQA with optional Q/K/V biases (Qwen2) and per-head Q/K RMSNorm (Qwen3, LFM2), NEOX RoPE."""
+
+    def __init__(self, n_heads: int, n_kv_heads: int, head_dim: int, rope_theta: float, eps: float,
+                 load: Loader, prefix: str, *, biases: bool, qk_norm: bool):
+        self.n_heads, self.n_kv_heads, self.head_dim, self.eps = n_heads, n_kv_heads, head_dim, eps
+        self.wq, self.wk, self.wv, self.wo = (load(prefix + n + ".weight")
+                                              for n in ("attn_q", "attn_k", "attn_v", "attn_output"))
+        zeros = np.float32(0.0)
+        self.bq, self.bk, self.bv = ((load(prefix + n + ".bias") for n in ("attn_q", "attn_k", "attn_v"))
+                                     if biases else (zeros, zeros, zeros))
+        self.q_norm = load(prefix + "attn_q_norm.weight") if qk_norm else None
+        self.k_norm = load(prefix + "attn_k_norm.weight") if qk_norm else None
+        self.inv_freq = rope_inv_freq(head_dim, rope_theta)
+
+    def __call__(self, x: np.ndarray, start: int, cache: KVCache) -> np.ndarray:
+        T, D = x.shape[0], self.head_dim
+        positions = np.arange(start, start + T)
+        q = (_linear(x, self.wq) + self.bq).reshape(T, self.n_heads, D)
+        k = (_linear(x, self.wk) + self.bk).reshape(T, self.n_kv_heads, D)
+        v = (_linear(x, self.wv) + self.bv).reshape(T, self.n_kv_heads, D)
+        if self.q_norm is not None:
+            q, k = rms_norm(q, self.q_norm, self.eps), rms_norm(k, self.k_norm, self.eps)
+        q, k = rope_neox(q, positions, self.inv_freq), rope_neox(k, positions, self.inv_freq)
+        keys, values = cache.update(start, k, v)
+        return _linear(_causal_gqa(q, keys, values, positions), self.wo)
+
+
+class QwenBlock(LlamaBlock):
+    """Pre-norm block as LlamaBlock, with QwenAttention."""
+
+    def __init__(self, args: LlamaArgs, load: Loader, i: int, *, biases: bool, qk_norm: bool):
+        p = f"blk.{i}."
+        self.eps = args.norm_eps
+        self.attn_norm = load(p + "attn_norm.weight")
+        self.attn = QwenAttention(args.n_heads, args.n_kv_heads, args.head_dim, args.rope_theta, args.norm_eps,
+                                  load, p, biases=biases, qk_norm=qk_norm)
+        self.ffn_norm = load(p + "ffn_norm.weight")
+        self.mlp = LlamaMLP(load(p + "ffn_gate.weight"), load(p + "ffn_up.weight"), load(p + "ffn_down.weight"))
+
+
+class Qwen2Model(LlamaModel):
+    """Qwen2: the llama model with Q/K/V biases and NEOX RoPE."""
+    BIASES, QK_NORM = True, False
+
+    def __init__(self, args: LlamaArgs, load: Loader, has_output: bool):
+        if args.rope_dim != args.head_dim:
+            raise UnsupportedModelError("partial rotary embeddings are not supported by the reference model")
+        self.args = args
+        self.tok_embeddings = load("token_embd.weight")
+        self.layers = [QwenBlock(args, load, i, biases=self.BIASES, qk_norm=self.QK_NORM)
+                       for i in range(args.n_layers)]
+        self.norm = load("output_norm.weight")
+        self.output = load("output.weight") if has_output else self.tok_embeddings
+
+
+class Qwen3Model(Qwen2Model):
+    """Qwen3: per-head Q/K RMSNorm, no biases, head size from attention.key_length."""
+    BIASES, QK_NORM = False, True
+
+
+class ConvCache:
+    """A short-convolution layer's memory: B*x at every position so far, [S, E] (like a KV cache, so rewinding works
+    by position; the convolution at position p reads positions p - L + 1 .. p)."""
+
+    def __init__(self, dim: int, capacity: int = 64):
+        self.bx = np.zeros((capacity, dim), np.float32)
+        self.length = 0
+
+    def update(self, start: int, bx: np.ndarray) -> np.ndarray:
+        end = start + bx.shape[0]
+        if end > self.bx.shape[0]:
+            grown = np.zeros((max(end, 2 * self.bx.shape[0]), self.bx.shape[1]), np.float32)
+            grown[:self.length] = self.bx[:self.length]
+            self.bx = grown
+        self.bx[start:end] = bx
+        self.length = end
+        return self.bx[:end]
+
+
+class Lfm2ShortConv:
+    """B, C, x = split(in_proj(h)); y = C * causal depthwise conv_L(B * x); out_proj(y).
+    conv_L at position p: sum_k w[:, k] * bx[p - (L - 1) + k] over k < L, positions before 0 reading zero."""
+
+    def __init__(self, load: Loader, prefix: str):
+        self.w_in = load(prefix + "shortconv.in_proj.weight")             # [3E, E]
+        self.taps = load(prefix + "shortconv.conv.weight")                # [E, L]
+        self.w_out = load(prefix + "shortconv.out_proj.weight")           # [E, E]
+
+    def __call__(self, x: np.ndarray, start: int, cache: ConvCache) -> np.ndarray:
+        E, L = self.taps.shape
+        T = x.shape[0]
+        b, c, xx = np.split(_linear(x, self.w_in), 3, axis=1)
+        hist = cache.update(start, b * xx)                                 # [start + T, E]
+        padded = np.concatenate([np.zeros((L - 1, E), np.float32), hist])  # position p is row p + L - 1
+        conv = np.stack([(padded[start + t:start + t + L] * self.taps.T).sum(0) for t in range(T)])
+        return _linear(c * conv, self.w_out)
+
+
+@dataclass
+class Lfm2Args:
+    n_layers: int
+    dim: int
+    n_heads: int
+    n_kv_heads: int                # of the attention layers
+    head_dim: int
+    ffn_dim: int
+    vocab_size: int
+    context_length: int
+    rope_theta: float
+    norm_eps: float
+    attention: list                # per layer: True for attention, False for short convolution
+
+    @classmethod
+    def from_gguf(cls, g: GGUFFile) -> "Lfm2Args":
+        n_layers = int(g.arch_get("block_count"))
+        kv = g.arch_get("attention.head_count_kv")
+        kv = [int(k) for k in kv] if isinstance(kv, list) else [int(kv)] * n_layers
+        if len(kv) != n_layers or len({k for k in kv if k}) > 1:
+            raise UnsupportedModelError(f"lfm2 per-layer KV head counts {kv} do not fit {n_layers} layers with one "
+                                        f"KV head count for every attention layer")
+        dim, n_heads = int(g.arch_get("embedding_length")), int(g.arch_get("attention.head_count"))
+        return cls(n_layers=n_layers, dim=dim, n_heads=n_heads, n_kv_heads=max(kv) or 1,
+                   head_dim=int(g.arch_get("attention.key_length", dim // n_heads)),
+                   ffn_dim=int(g.arch_get("feed_forward_length")),
+                   vocab_size=int(g.tensor("token_embd.weight").shape[1]),
+                   context_length=int(g.arch_get("context_length")),
+                   rope_theta=float(g.arch_get("rope.freq_base", 1000000.0)),
+                   norm_eps=float(g.arch_get("attention.layer_norm_rms_epsilon")),
+                   attention=[k > 0 for k in kv])
+
+
+class Lfm2Block:
+    """x + op(norm(x)) with op a QwenAttention (QK-norm) or an Lfm2ShortConv, then + SwiGLU(norm(.))."""
+
+    def __init__(self, args: Lfm2Args, load: Loader, i: int):
+        p = f"blk.{i}."
+        self.eps = args.norm_eps
+        self.op_norm = load(p + "attn_norm.weight")
+        self.op = (QwenAttention(args.n_heads, args.n_kv_heads, args.head_dim, args.rope_theta, args.norm_eps,
+                                 load, p, biases=False, qk_norm=True)
+                   if args.attention[i] else Lfm2ShortConv(load, p))
+        self.ffn_norm = load(p + "ffn_norm.weight")
+        self.mlp = LlamaMLP(load(p + "ffn_gate.weight"), load(p + "ffn_up.weight"), load(p + "ffn_down.weight"))
+
+    def __call__(self, x: np.ndarray, start: int, cache) -> np.ndarray:
+        h = x + self.op(rms_norm(x, self.op_norm, self.eps), start, cache)
+        return h + self.mlp(rms_norm(h, self.ffn_norm, self.eps))
+
+
+class Lfm2Model(LlamaModel):
+    """LFM2: short-convolution and attention layers; final norm token_embd_norm; LM head tied unless output.weight."""
+
+    def __init__(self, args: Lfm2Args, load: Loader, has_output: bool):
+        self.args = args
+        self.tok_embeddings = load("token_embd.weight")
+        self.layers = [Lfm2Block(args, load, i) for i in range(args.n_layers)]
+        self.norm = load("token_embd_norm.weight")
+        self.output = load("output.weight") if has_output else self.tok_embeddings
+
+    @classmethod
+    def from_gguf(cls, g: GGUFFile, load: Loader) -> "Lfm2Model":
+        return cls(Lfm2Args.from_gguf(g), load, "output.weight" in g.tensors)
+
+    def new_cache(self) -> list:
+        a = self.args
+        return [KVCache(a.n_kv_heads, a.head_dim) if att else ConvCache(a.dim) for att in a.attention]
+
+
+ARCHITECTURES.update({"qwen2": Qwen2Model, "qwen3": Qwen3Model, "lfm2": Lfm2Model})

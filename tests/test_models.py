@@ -18,7 +18,7 @@ import pytest
 
 from cera_web.errors import UnsupportedModelError
 
-pytestmark = pytest.mark.gpu
+gpu = pytest.mark.gpu      # the numpy reference tests at the end need no GPU
 
 SMALL = Path(__file__).parent / "fixtures" / "small"
 REF = np.load(SMALL / "reference.npz")
@@ -59,6 +59,7 @@ def assert_logits(got, want, what):
     assert err < LOGIT_TOL, f"{what}: max |logit error| {err:.2e} (tolerance {LOGIT_TOL})"
 
 
+@gpu
 @pytest.mark.parametrize("stem", STEMS)
 def test_prompt_logits_every_position(engines, stem):
     """Logits at all 11 prompt positions: the prompt as one chunk, then again in chunks of 4 (the conv state and
@@ -70,6 +71,7 @@ def test_prompt_logits_every_position(engines, stem):
     assert_logits(np.concatenate(parts), want, f"{stem} chunks of {CHUNK}")
 
 
+@gpu
 @pytest.mark.parametrize("stem", STEMS)
 @pytest.mark.parametrize("chunk", [16, CHUNK])
 def test_greedy_decode(engines, stem, chunk):
@@ -92,6 +94,7 @@ def test_greedy_decode(engines, stem, chunk):
     assert tokens == greedy[1:]
 
 
+@gpu
 def test_lfm2_generate_chunked_and_fresh_state(dev):
     """Engine.generate with chunk 4 (three prefill chunks through the conv layers) gives transformers' greedy tokens;
     a second generation, after another prompt has left its conv state behind, gives them again (a sequence starting
@@ -127,6 +130,7 @@ def conv_reference(bcx, w, state):
     return np.array(ys, np.float32), state
 
 
+@gpu
 @pytest.mark.parametrize("L", [2, 3, 5])
 def test_conv1d_kernel_chunks_equal_token_by_token(dev, L):
     """A pass over T tokens gives the outputs and leaves the state of T single-token steps (numpy, token by token),
@@ -161,6 +165,7 @@ def test_conv1d_kernel_chunks_equal_token_by_token(dev, L):
 
 # -- chat templates from the GGUF metadata --------------------------------------------------------------------------
 
+@gpu
 @pytest.mark.parametrize("family", ["qwen2", "qwen3", "lfm2"])
 def test_chat_template_renders_like_transformers(engines, family):
     from cera_web.chat import ChatTemplate
@@ -190,6 +195,7 @@ def load_modified(dev, stem, *, meta=None, drop=()):
     return model_class(g.architecture)(dev, g, src, context_size=16, chunk=4)
 
 
+@gpu
 @pytest.mark.parametrize("l_cache", [1, 17])
 def test_lfm2_unsupported_l_cache(dev, l_cache):
     with pytest.raises(UnsupportedModelError, match=rf"layer 0 .*blk\.0\.shortconv\.conv\.weight.*l_cache = "
@@ -197,12 +203,14 @@ def test_lfm2_unsupported_l_cache(dev, l_cache):
         load_modified(dev, "lfm2-f32", meta={"lfm2.shortconv.l_cache": l_cache})
 
 
+@gpu
 def test_lfm2_l_cache_disagrees_with_taps(dev):
     with pytest.raises(UnsupportedModelError, match=r"layer 0 .*'blk\.0\.shortconv\.conv\.weight' has shape "
                                                     r"\(3, 64\), expected \(4, 64\)"):
         load_modified(dev, "lfm2-f32", meta={"lfm2.shortconv.l_cache": 4})
 
 
+@gpu
 @pytest.mark.parametrize("stem,meta,pattern", [
     ("lfm2-f32", {"lfm2.attention.head_count_kv": [0, 0, 2, 0, 2]}, r"lists 5 values but the model has 6 layers"),
     ("lfm2-f32", {"lfm2.attention.head_count_kv": [0, 0, 2, 0, 1, 0]}, r"differ in head counts"),
@@ -221,6 +229,7 @@ def test_inconsistent_head_counts(dev, stem, meta, pattern):
         load_modified(dev, stem, meta=meta)
 
 
+@gpu
 @pytest.mark.parametrize("stem,tensor,pattern", [
     ("lfm2-q8_0", "blk.3.shortconv.in_proj.weight", r"layer 3 \(short convolution\): .*'blk\.3\.shortconv\.in_proj"),
     ("lfm2-q8_0", "blk.5.shortconv.conv.weight", r"layer 5 \(short convolution\): .*'blk\.5\.shortconv\.conv\.weight"),
@@ -232,3 +241,20 @@ def test_inconsistent_head_counts(dev, stem, meta, pattern):
 def test_missing_tensor(dev, stem, tensor, pattern):
     with pytest.raises(UnsupportedModelError, match=pattern):
         load_modified(dev, stem, drop=[tensor])
+
+
+# -- the numpy reference (cera_web/reference.py) for the same files, no GPU -------------------------------------
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_numpy_reference_matches_transformers(stem):
+    """The float32 numpy forward pass: every prompt position (one call, then rewound and fed in chunks of 4), then
+    16 greedy steps one token at a time, against transformers."""
+    from cera_web.reference import ReferenceModel
+    m = ReferenceModel.from_gguf(SMALL / f"{stem}.gguf")
+    ids, greedy = ref(stem, "prompt_ids").tolist(), ref(stem, "greedy_ids").tolist()
+    assert_logits(m.forward(ids, 0), ref(stem, "prompt_logits"), f"{stem} numpy, one call")
+    parts = [m.forward(ids[s:s + CHUNK], s) for s in range(0, len(ids), CHUNK)]
+    assert_logits(np.concatenate(parts), ref(stem, "prompt_logits"), f"{stem} numpy, chunks")
+    steps = [m.forward([t])[0] for t in greedy[:-1]]
+    assert_logits(np.array(steps), ref(stem, "decode_logits"), f"{stem} numpy, decode")
+    assert m.generate_greedy(ids, len(greedy)) == greedy
