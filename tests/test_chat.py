@@ -36,7 +36,9 @@ def smollm2_metadata(smollm2_gguf) -> dict:
 
 
 def _template(case, metadata):
-    return metadata["tokenizer.chat_template"] if case["template"] == "smollm2" else EXPECTED["templates"][case["template"]]
+    if case["template"] == "smollm2":
+        return metadata["tokenizer.chat_template"]
+    return EXPECTED["templates"][case["template"]]
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -219,11 +221,13 @@ def test_step_limit_and_timeout_are_configurable():
         ChatTemplate(loop, limits=TemplateLimits(max_steps=10**12, timeout_s=0.2)).render(USER)
     assert time.monotonic() - t0 < 3
     with pytest.raises(InputError, match="more than 100 characters"):
-        ChatTemplate("{% for i in range(30) %}{{ 'abcd' }}{% endfor %}", limits=TemplateLimits(max_chars=100)).render(USER)
+        ChatTemplate("{% for i in range(30) %}{{ 'abcd' }}{% endfor %}",
+                     limits=TemplateLimits(max_chars=100)).render(USER)
 
 
 def test_raise_exception_is_input_error():
-    template = "{% if messages[0]['role'] != 'system' %}{{ raise_exception('System message required: ' ~ messages | length) }}{% endif %}"
+    template = ("{% if messages[0]['role'] != 'system' %}"
+                "{{ raise_exception('System message required: ' ~ messages | length) }}{% endif %}")
     with pytest.raises(InputError, match="rejected this conversation: System message required: 1") as info:
         render_chat(template, USER)
     assert isinstance(info.value, CeraError)
