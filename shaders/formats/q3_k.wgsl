@@ -32,53 +32,45 @@ fn w8(row: u32, oct: u32) -> array<vec4<f32>, 2> {
 }
 
 // --- matmul only (kernels.build drops what follows when a kernel does not bind X) ---
-// Dot product of block b of a row with xin(x .. x + 32) (vec4 index). A block is one 128-weight half n of a
-// super-block: every bit of qs[n*32 ..+32], four bits of each hmask byte, scales sc[n*8 .. n*8+8].
-const BLOCK: u32 = 128u;
+// Blocks of BLOCK = 32 weights, INTERLEAVED: block b is part c = b % 8 of super-block b / 8, the weights stored in
+// word column c of the super-block (qs bytes n*32 + 4c .. +4 for n < 2 and hmask bytes 4c .. +4: weights n*128 +
+// j*32 + 4c .. +4 for j < 4). Each block_dot adds the products of 32 distinct weights with their own inputs and the
+// 8 parts of a super-block cover it exactly once, so a row's sum is the same as with contiguous blocks; but the
+// lanes sharing a row (neighbouring b) now read neighbouring words of W and neighbouring vec4s of X, which on a GPU
+// is several times faster than each lane reading a whole block of its own (measured on an H200). x is the vec4 index
+// block b would have if it were contiguous (t*K/4 + b*8); block_dot reads xin over its whole super-block, from x -
+// c*8 on.
+const BLOCK: u32 = 32u;
+
+// Word i of the super-block at the even byte offset `base`: bytes base + 4i .. +4.
+fn q3_word(base: u32, i: u32) -> u32 {
+    let a = (base >> 2u) + i;
+    let s = (base & 2u) * 8u;          // 0 or 16; written so that the second term vanishes when s = 0
+    return (W[a] >> s) | ((W[a + 1u] << 1u) << (31u - s));
+}
 
 fn block_dot(row: u32, b: u32, x: u32) -> f32 {
-    let base = row * ROW_BYTES + (b / 2u) * 110u;    // even byte offset
-    let n = b % 2u;
-    // word i of the super-block (bytes 4i .. 4i+4 after base) is (W[a+i] >> s) | (W[a+i+1] << (32 - s)),
-    // s = 0 or 16 (written so that the second term vanishes when s = 0); each W word is loaded once
-    let a = base >> 2u;
-    let s = (base & 2u) * 8u;
-    var hm: array<u32, 8>;             // words 0..8: hmask
-    var prev = W[a];
-    for (var i = 0u; i < 8u; i++) {
-        let next = W[a + i + 1u];
-        hm[i] = (prev >> s) | ((next << 1u) << (31u - s));
-        prev = next;
-    }
-    var qs: array<u32, 8>;             // words 8 + 8n .. +8
-    prev = W[a + 8u + 8u * n];
-    for (var i = 0u; i < 8u; i++) {
-        let next = W[a + 9u + 8u * n + i];
-        qs[i] = (prev >> s) | ((next << 1u) << (31u - s));
-        prev = next;
-    }
-    let w24 = W[a + 24u];
-    let w25 = W[a + 25u];
-    let w26 = W[a + 26u];
-    let w27 = W[a + 27u];
-    let w28 = W[a + 28u];
-    let s0 = (w24 >> s) | ((w25 << 1u) << (31u - s));              // scale bytes 0..3
-    let s1 = (w25 >> s) | ((w26 << 1u) << (31u - s));              // 4..7
-    let s2 = (w26 >> s) | ((w27 << 1u) << (31u - s));              // 8..11
-    let d = unpack2x16float((w27 >> s) | ((w28 << 1u) << (31u - s))).x;
-    // the 8 scales of half n, one per byte (+32): sc_a = sub-blocks 8n .. 8n+3, sc_b = 8n+4 .. 8n+7
-    let sc_a = ((s0 >> (4u * n)) & 0x0F0F0F0Fu) | (((s2 >> (4u * n)) & 0x03030303u) << 4u);
-    let sc_b = ((s1 >> (4u * n)) & 0x0F0F0F0Fu) | (((s2 >> (4u * n + 2u)) & 0x03030303u) << 4u);
+    let c = b % 8u;
+    let x0 = x - c * 8u;
+    let base = row * ROW_BYTES + (b / 8u) * 110u;
+    let hm = q3_word(base, c);                         // hmask[4c ..]: bit 4n + j
+    let s0 = q3_word(base, 24u);                       // scale bytes 0..3
+    let s1 = q3_word(base, 25u);                       // 4..7
+    let s2 = q3_word(base, 26u);                       // 8..11
+    let d = unpack2x16float(q3_word(base, 27u)).x;
+    let pick = 8u * (c / 4u);          // weights 4c .. lie in the second 16-weight sub-block of each j when c >= 4
     var acc = 0.0;
-    for (var j = 0u; j < 4u; j++) {    // weights n*128 + j*32 + l: sub-blocks 8n + 2j (l < 16) and 8n + 2j + 1
-        var s_a = 0.0;
-        var s_b = 0.0;
-        for (var i = 0u; i < 4u; i++) {
-            s_a += dot(q3_quad(qs[i] >> (2u * j), hm[i] >> (4u * n + j)), xin(x + 8u * j + i));
-            s_b += dot(q3_quad(qs[4u + i] >> (2u * j), hm[4u + i] >> (4u * n + j)), xin(x + 8u * j + 4u + i));
-        }
-        let sw = select(sc_a, sc_b, j >= 2u) >> (16u * (j % 2u));
-        acc += (f32(sw & 0xFFu) - 32.0) * s_a + (f32((sw >> 8u) & 0xFFu) - 32.0) * s_b;
+    for (var n = 0u; n < 2u; n++) {
+        let q = q3_word(base, 8u + 8u * n + c);        // qs[n*32 + 4c ..]: bits 2j, 2j+1
+        // the scales (+32) of half n, one per byte: sc_a = sub-blocks 8n .. 8n+3, sc_b = 8n+4 .. 8n+7
+        let sc_a = ((s0 >> (4u * n)) & 0x0F0F0F0Fu) | (((s2 >> (4u * n)) & 0x03030303u) << 4u);
+        let sc_b = ((s1 >> (4u * n)) & 0x0F0F0F0Fu) | (((s2 >> (4u * n + 2u)) & 0x03030303u) << 4u);
+        let xb = x0 + 32u * n + c;
+        let hn = hm >> (4u * n);
+        acc += (f32((sc_a >> pick) & 0xFFu) - 32.0) * dot(q3_quad(q, hn), xin(xb))
+             + (f32((sc_a >> (16u + pick)) & 0xFFu) - 32.0) * dot(q3_quad(q >> 2u, hn >> 1u), xin(xb + 8u))
+             + (f32((sc_b >> pick) & 0xFFu) - 32.0) * dot(q3_quad(q >> 4u, hn >> 2u), xin(xb + 16u))
+             + (f32((sc_b >> (16u + pick)) & 0xFFu) - 32.0) * dot(q3_quad(q >> 6u, hn >> 3u), xin(xb + 24u));
     }
     return d * acc;
 }

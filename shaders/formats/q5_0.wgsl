@@ -23,28 +23,29 @@ fn w8(row: u32, oct: u32) -> array<vec4<f32>, 2> {
 }
 
 // --- matmul only (kernels.build drops what follows when a kernel does not bind X) ---
-// Dot product of block b of a row (32 weights) with xin(x .. x + 8) (vec4 index): d * sum_j (q_j - 16) x_j.
-const BLOCK: u32 = 32u;
+// Blocks of BLOCK = 8 weights, INTERLEAVED: block b is part p = b % 4 of GGML block b / 4, the weights of its qs
+// word p: 4p .. 4p+4 (low nibbles) and 16+4p .. 16+4p+4 (high nibbles). Each block_dot adds the products of 8
+// distinct weights with their own inputs and the 4 parts cover the GGML block exactly once, so a row's sum is the
+// same as with contiguous blocks; but the lanes sharing a row (neighbouring b) read neighbouring words of W and
+// vec4s of X, which on a GPU is several times faster than each lane reading a whole 32-weight block of its own.
+// x is the vec4 index block b would have if it were contiguous (t*K/4 + 2b); block_dot reads xin over its whole
+// GGML block, from x - 2p on.
+const BLOCK: u32 = 8u;
+
+// The 4 bytes at the even byte offset `off` (blocks are 22 bytes: every field starts on a 2-byte boundary).
+fn q5_0_word(off: u32) -> u32 {
+    let a = off >> 2u;
+    let s = (off & 2u) * 8u;           // 0 or 16; written so that the second term vanishes when s = 0
+    return (W[a] >> s) | ((W[a + 1u] << 1u) << (31u - s));
+}
 
 fn block_dot(row: u32, b: u32, x: u32) -> f32 {
-    let base = row * ROW_BYTES + b * 22u;
-    // bytes 2..21 (qh, qs) are 5 words from the 2-byte aligned offset base + 2: read the 6 words under them once
-    // and shift each pair into place (s = 0 or 16; the second term vanishes when s = 0)
-    let a = (base + 2u) >> 2u;
-    let s = ((base + 2u) & 2u) * 8u;
-    var w: array<u32, 5>;
-    var prev = W[a];
-    for (var i = 0u; i < 5u; i++) {
-        let next = W[a + 1u + i];
-        w[i] = (prev >> s) | ((next << 1u) << (31u - s));
-        prev = next;
-    }
-    let d = read_f16(base);
-    let qh = w[0];
-    var acc = 0.0;
-    for (var j = 0u; j < 4u; j++) {
-        let q = w[1u + j];                             // qs[4j .. 4j+4]: weights 4j.. (low) and 16+4j.. (high)
-        acc += dot(q5_0_quad(q, qh >> (4u * j)), xin(x + j)) + dot(q5_0_quad(q >> 4u, qh >> (16u + 4u * j)), xin(x + 4u + j));
-    }
-    return d * acc;
+    let p = b % 4u;
+    let x0 = x - 2u * p;
+    let base = row * ROW_BYTES + (b / 4u) * 22u;
+    let d = unpack2x16float(q5_0_word(base)).x;
+    let qh = q5_0_word(base + 2u);
+    let q = q5_0_word(base + 6u + 4u * p);             // qs[4p .. 4p+4]
+    return d * (dot(q5_0_quad(q, qh >> (4u * p)), xin(x0 + p))
+              + dot(q5_0_quad(q >> 4u, qh >> (16u + 4u * p)), xin(x0 + 4u + p)));
 }

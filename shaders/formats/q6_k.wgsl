@@ -34,48 +34,41 @@ fn w8(row: u32, oct: u32) -> array<vec4<f32>, 2> {
 }
 
 // --- matmul only (kernels.build drops what follows when a kernel does not bind X) ---
-// Dot product of block b of a row with xin(x .. x + 32) (vec4 index). A block is one 128-weight half n of a
-// super-block: it uses every bit of ql[n*64 ..+64], qh[n*32 ..+32] and scales sc[n*8 ..+8].
-const BLOCK: u32 = 128u;
+// Blocks of BLOCK = 32 weights, INTERLEAVED: block b is part c = b % 8 of super-block b / 8, the weights stored in
+// word column c of the super-block (ql bytes n*64 + h*32 + 4c .. +4 and qh bytes n*32 + 4c .. +4 for n, h < 2:
+// weights n*128 + k*32 + 4c .. +4 for k < 4). Each block_dot adds the products of 32 distinct weights with their own
+// inputs and the 8 parts of a super-block cover it exactly once, so a row's sum is the same as with contiguous
+// blocks; but the lanes sharing a row (neighbouring b) now read neighbouring words of W and neighbouring vec4s of X,
+// which on a GPU is several times faster than each lane reading a whole block of its own (measured on an H200). x is
+// the vec4 index block b would have if it were contiguous (t*K/4 + b*8); block_dot reads xin over its whole super-
+// block, from x - c*8 on.
+const BLOCK: u32 = 32u;
+
+// Word i of the super-block at the even byte offset `base`: bytes base + 4i .. +4.
+fn q6_word(base: u32, i: u32) -> u32 {
+    let a = (base >> 2u) + i;
+    let s = (base & 2u) * 8u;          // 0 or 16; written so that the second term vanishes when s = 0
+    return (W[a] >> s) | ((W[a + 1u] << 1u) << (31u - s));
+}
 
 fn block_dot(row: u32, b: u32, x: u32) -> f32 {
-    let base = row * ROW_BYTES + (b / 2u) * 210u;    // even byte offset
-    let n = b % 2u;
-    // word i of the super-block (bytes 4i .. 4i+4 after base) is (W[a+i] >> s) | (W[a+i+1] << (32 - s)),
-    // s = 0 or 16 (written so that the second term vanishes when s = 0); each W word is loaded once
-    let a = base >> 2u;
-    let s = (base & 2u) * 8u;
-    var ql: array<u32, 16>;            // words n*16 .. n*16+16
-    var prev = W[a + n * 16u];
-    for (var i = 0u; i < 16u; i++) {
-        let next = W[a + n * 16u + i + 1u];
-        ql[i] = (prev >> s) | ((next << 1u) << (31u - s));
-        prev = next;
-    }
-    var qh: array<u32, 8>;             // words 32 + 8n .. +8
-    prev = W[a + 32u + n * 8u];
-    for (var i = 0u; i < 8u; i++) {
-        let next = W[a + 32u + n * 8u + i + 1u];
-        qh[i] = (prev >> s) | ((next << 1u) << (31u - s));
-        prev = next;
-    }
-    let w48 = W[a + 48u + n * 2u];     // scale words 48 + 2n, +1: sc[n*8 .. n*8+8]
-    let w49 = W[a + 49u + n * 2u];
-    let w50 = W[a + 50u + n * 2u];
-    let sc0 = (w48 >> s) | ((w49 << 1u) << (31u - s));
-    let sc1 = (w49 >> s) | ((w50 << 1u) << (31u - s));
-    let d = unpack2x16float((W[a + 52u] >> s) | ((W[a + 53u] << 1u) << (31u - s))).x;
+    let c = b % 8u;
+    let x0 = x - c * 8u;
+    let base = row * ROW_BYTES + (b / 8u) * 210u;
+    let d = unpack2x16float(q6_word(base, 52u)).x;
+    let pick = c / 4u;                 // weights 4c .. lie in the second 16-weight sub-block of each k when c >= 4
     var acc = 0.0;
-    for (var k = 0u; k < 4u; k++) {    // weights n*128 + k*32 + l: sub-blocks 2k (l < 16) and 2k+1
-        var s_a = 0.0;
-        var s_b = 0.0;
-        for (var i = 0u; i < 4u; i++) {
-            s_a += dot(q6_quad(ql[(k % 2u) * 8u + i] >> (4u * (k / 2u)), qh[i] >> (2u * k)), xin(x + 8u * k + i));
-            s_b += dot(q6_quad(ql[(k % 2u) * 8u + 4u + i] >> (4u * (k / 2u)), qh[4u + i] >> (2u * k)),
-                       xin(x + 8u * k + 4u + i));
-        }
-        let sw = select(sc0, sc1, k >= 2u);
-        acc += q6_i8(sw, (2u * k) % 4u) * s_a + q6_i8(sw, (2u * k) % 4u + 1u) * s_b;
+    for (var n = 0u; n < 2u; n++) {
+        let l0 = q6_word(base, 16u * n + c);           // ql[n*64 + 4c ..]: k = 0 (low nibbles), k = 2 (high)
+        let l1 = q6_word(base, 16u * n + 8u + c);      // ql[n*64 + 32 + 4c ..]: k = 1, 3
+        let h = q6_word(base, 32u + 8u * n + c);       // qh[n*32 + 4c ..]: bits 2k, 2k+1
+        let sa = q6_word(base, 48u + 2u * n);          // scales n*8 .. n*8+4: the sub-blocks of k = 0, 1
+        let sb = q6_word(base, 49u + 2u * n);          // scales n*8+4 .. n*8+8: k = 2, 3
+        let xb = x0 + 32u * n + c;
+        acc += q6_i8(sa, pick) * dot(q6_quad(l0, h), xin(xb))
+             + q6_i8(sa, 2u + pick) * dot(q6_quad(l1, h >> 2u), xin(xb + 8u))
+             + q6_i8(sb, pick) * dot(q6_quad(l0 >> 4u, h >> 4u), xin(xb + 16u))
+             + q6_i8(sb, 2u + pick) * dot(q6_quad(l1 >> 4u, h >> 6u), xin(xb + 24u));
     }
     return d * acc;
 }
