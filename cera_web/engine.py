@@ -57,7 +57,8 @@ class Engine:
         self.name = gguf.get("general.name") or getattr(source, "name", "model")
         self.backend = dev.name
         self.context_size = model.context_size
-        self.steps_per_read = 1
+        self.steps_per_read = 4
+        self._chat_template = None
         self._cancel = False
 
     @classmethod
@@ -89,6 +90,14 @@ class Engine:
         """Stop the running generate() after the step in flight; it returns with stop_reason "cancelled"."""
         self._cancel = True
 
+    @property
+    def chat_template(self):
+        """The model's chat template (cera_web.chat.ChatTemplate; ChatML when the file has none)."""
+        if self._chat_template is None:
+            from .chat import ChatTemplate
+            self._chat_template = ChatTemplate.from_metadata(self.gguf.metadata)
+        return self._chat_template
+
     def encode_prompt(self, prompt, chat: bool = False) -> list[int]:
         if isinstance(prompt, str):
             if not prompt.strip() and not chat:
@@ -96,12 +105,7 @@ class Engine:
             if chat:
                 if not prompt.strip():
                     raise InputError("the message is empty: type a question or instruction")
-                from .chat import ChatTemplate
-                tpl = ChatTemplate(self.tokenizer.chat_template, self.tokenizer.id_to_token(self.tokenizer.bos_id)
-                                   if self.tokenizer.bos_id is not None else "",
-                                   self.tokenizer.id_to_token(self.tokenizer.eos_id)
-                                   if self.tokenizer.eos_id is not None else "")
-                text = tpl.render([{"role": "user", "content": prompt}], add_generation_prompt=True)
+                text = self.chat_template.render([{"role": "user", "content": prompt}], add_generation_prompt=True)
                 return self.tokenizer.encode(text, add_special=False, parse_special=True)
             return self.tokenizer.encode(prompt)
         ids = [int(i) for i in prompt]

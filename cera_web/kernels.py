@@ -6,6 +6,7 @@ kernel itself. Devices cache pipelines by this text, so equal shapes share one p
 """
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -80,6 +81,22 @@ def matmul(fmt, K: int, N: int, *, norm=False, eps=0.0, accum=False, glu=False, 
     return build("matmul", fmt=fmt, K=K, N=N, NORM=norm, EPS=float(eps), ACCUM=accum, GLU=glu,
                  LAST_ONLY=last_only, YSTRIDE=N if ystride is None else ystride, YOFF=yoff,
                  TB=1 if last_only else tokens, LANES=lanes)
+
+
+def block_elems(fmt) -> int:
+    """Elements per BLOCK of a format's block_dot (see the format files)."""
+    match = re.search(r"const BLOCK: u32 = (\d+)u;", _read(f"formats/{FORMATS[fmt][0]}.wgsl"))
+    return int(match.group(1))
+
+
+def lanes_for(blocks_per_row: int, cpu: bool) -> int:
+    """Threads per matmul row: 1 on CPU adapters; on GPUs up to 32, but no more than the row has blocks."""
+    if cpu:
+        return 1
+    lanes = 32
+    while lanes > 4 and lanes > blocks_per_row:
+        lanes //= 2
+    return lanes
 
 
 def matmul_groups(N: int, lanes: int = 32) -> int:

@@ -32,6 +32,8 @@ class NativeDevice(Device):
             self.limits.update(limits_override)
         self.features = set(device.features)
         self.is_cpu = info.get("adapter_type") == "CPU"
+        if os.environ.get("CERA_WEB_KERNELS") in ("gpu", "cpu"):   # force a kernel shape (tests, benchmarks)
+            self.is_cpu = os.environ["CERA_WEB_KERNELS"] == "cpu"
         self.calls = 0
         self._pipelines = {}
         self._readback = None

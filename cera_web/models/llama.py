@@ -103,9 +103,9 @@ class LlamaModel(GPUModel):
         row count; kw: accum / glu / last_only / ystride / yoff (see matmul.wgsl)."""
         n, k = self.shape(name)
         n = rows or n
-        lanes = 1 if self.dev.is_cpu else 32
+        lanes = kernels.lanes_for(k // kernels.block_elems(self.gguf.tensor(name).type), self.dev.is_cpu)
         wgsl = kernels.matmul(self.gguf.tensor(name).type, k, n, norm=gain is not None, eps=self.args.eps,
-                              tokens=min(T, 8), lanes=lanes, **kw)
+                              tokens=1 if self.dev.is_cpu else min(T, 8), lanes=lanes, **kw)
         rec.add(wgsl, [weight or self.weight(name), x, y, self.step, gain or self.ones],
                 kernels.spread(kernels.matmul_groups(n, lanes)), name)
 

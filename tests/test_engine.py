@@ -1,0 +1,112 @@
+"""The GPU engine (native wgpu; lavapipe on CI) against the transformers reference fixture for SmolLM2-135M.
+
+tests/fixtures/make_reference.py made tests/fixtures/smollm2_reference.json with transformers (float32, weights
+dequantized from the same Q4_1 GGUF). The engine keeps float32 activations, so logits agree to about 1e-4; the
+smallest top-1/top-2 margin among the fixture's greedy steps is 0.029, far above that, so greedy tokens must be exact.
+"""
+import asyncio
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cera_web.errors import ContextOverflowError, InputError
+
+pytestmark = pytest.mark.gpu
+
+FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "smollm2_reference.json").read_text())
+PROMPTS = {p["name"]: p for p in FIXTURE["prompts"]}
+LOGIT_TOL = 2e-3   # absolute, on logits of magnitude ~10-30
+
+
+@pytest.fixture(scope="module")
+def engine(smollm2_gguf):
+    from cera_web.engine import Engine
+    # chunk 16 < the chat prompts' 37-51 tokens: prefill runs in several chunks
+    eng = asyncio.run(Engine.load(smollm2_gguf, context_size=256, chunk=16))
+    yield eng
+    eng.close()
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+@pytest.mark.parametrize("name", sorted(PROMPTS))
+def test_greedy_tokens_equal_transformers(engine, name):
+    p = PROMPTS[name]
+    engine.steps_per_read = 4     # several steps in flight per readback
+    res = run(engine.generate(p["prompt_ids"], max_tokens=32, stop_at_eos=False))
+    assert res.tokens == p["greedy_ids"]
+    assert res.stop_reason == "max_tokens"
+
+
+@pytest.mark.parametrize("name", ["chat_multiturn", "raw_capital", "chat_haiku"])
+def test_logits_match_transformers(engine, name):
+    p = PROMPTS[name]
+    seq = p["prompt_ids"] + p["greedy_ids"]
+    model = engine.model
+    for rec in p["logits"]:
+        pos = rec["position"]
+        ids = seq[:pos + 1]
+        for start in range(0, len(ids), model.chunk):
+            model.prefill(ids[start:start + model.chunk], start, with_head=start + model.chunk >= len(ids))
+        logits = np.frombuffer(run(engine.dev.read(model.logits, 0, 4 * model.vocab)), np.float32)
+        np.testing.assert_allclose(logits[rec["top_ids"]], rec["top_values"], atol=LOGIT_TOL, err_msg=rec["label"])
+        np.testing.assert_allclose(logits[FIXTURE["probe_ids"]], rec["probe_values"], atol=LOGIT_TOL)
+        assert abs(logits.mean() - rec["mean"]) < LOGIT_TOL and abs(logits.std() - rec["std"]) < LOGIT_TOL
+
+
+def test_text_prompt_stops_at_end_of_turn(engine):
+    """Chat prompt from text: the tokenizer and template reproduce the fixture's ids, and generation stops at
+    <|im_end|> (which is not part of the output)."""
+    p = PROMPTS["chat_capital"]
+    assert engine.tokenizer.encode(p["prompt"]) == p["prompt_ids"]
+    pieces = []
+    res = run(engine.generate(p["prompt"], max_tokens=32, on_token=lambda t, s: pieces.append(s)))
+    eos = p["eos_position"]
+    assert res.tokens == p["greedy_ids"][:eos]
+    assert res.stop_reason == "eos"
+    assert res.text == "".join(pieces) == engine.tokenizer.decode(p["greedy_ids"][:eos])
+    assert res.text.strip() == "The capital of France is Paris."
+    assert res.prefill_tok_s > 0 and res.decode_tok_s > 0
+
+
+def test_chat_flag_applies_template(engine):
+    p = PROMPTS["chat_capital"]
+    assert engine.encode_prompt(p["messages"][0]["content"], chat=True) == p["prompt_ids"]
+
+
+def test_bad_input(engine):
+    with pytest.raises(InputError, match="empty"):
+        run(engine.generate("   "))
+    with pytest.raises(InputError, match="outside the vocabulary"):
+        run(engine.generate([1, 2, 10 ** 6]))
+    # the engine is still usable afterwards
+    p = PROMPTS["raw_story"]
+    assert run(engine.generate(p["prompt_ids"], max_tokens=4, stop_at_eos=False)).tokens == p["greedy_ids"][:4]
+
+
+def test_generation_stops_at_context_end(smollm2_gguf):
+    from cera_web.engine import Engine
+    engine = run(Engine.load(smollm2_gguf, context_size=12, chunk=8))
+    p = PROMPTS["raw_story"]
+    res = run(engine.generate(p["prompt_ids"] * 2, max_tokens=100, stop_at_eos=False))   # 8 of 12 positions
+    # positions 8..11 take the first 4 generated tokens; the 5th is sampled from position 11's logits
+    assert res.stop_reason == "context" and len(res.tokens) == 5
+    with pytest.raises(ContextOverflowError, match="12 tokens but the context holds 12"):
+        run(engine.generate(p["prompt_ids"] * 3))
+    engine.close()
+
+
+def test_gpu_kernel_shapes_on_this_adapter(smollm2_gguf, monkeypatch):
+    """The kernel shapes chosen for real GPUs (several threads per matmul row) give the same tokens; on CI they run
+    on the CPU adapter, forced."""
+    from cera_web.engine import Engine
+    monkeypatch.setenv("CERA_WEB_KERNELS", "gpu")
+    engine = run(Engine.load(smollm2_gguf, context_size=64, chunk=8))
+    assert not engine.dev.is_cpu
+    p = PROMPTS["raw_fibonacci"]
+    assert run(engine.generate(p["prompt_ids"], max_tokens=12, stop_at_eos=False)).tokens == p["greedy_ids"][:12]
+    engine.close()
