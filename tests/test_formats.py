@@ -302,3 +302,21 @@ def test_unsupported_type_fails_at_load(tmp_path):
     with pytest.raises(UnsupportedModelError) as e:
         asyncio.run(Engine.load(path, context_size=64))
     assert "blk.1.ffn_down.weight" in str(e.value) and "IQ2_XXS" in str(e.value)
+
+
+def test_bench_kernels_reports_every_type_and_lane_count(dev):
+    from cera_web.bench_kernels import main, parse_shapes, run
+
+    types = [GGMLType.Q4_K, GGMLType.Q5_0, GGMLType.BF16]
+    out = asyncio.run(run(types, [(64, 512)], [1, 32], repeats=1, target_ms=2, rotate_mib=1, device=dev))
+    assert out["adapter"] == dev.name
+    got = {(r["type"], r["lanes"]): r for r in out["results"]}
+    assert set(got) == {(t.name, lanes) for t in types for lanes in (1, 32)}
+    for (name, _), r in got.items():
+        elems, nbytes = GGML_BLOCK[GGMLType[name]]
+        assert r["shape"] == "64x512" and r["bytes"] == 64 * 512 // elems * nbytes
+        assert r["us"] > 0 and r["gbps"] > 0 and r["read_gbps"] > 0 and r["copies"] >= 1
+    with pytest.raises(SystemExit):
+        parse_shapes("4096")
+    with pytest.raises(SystemExit):
+        main(["--types", "IQ2_XXS"])

@@ -1,0 +1,224 @@
+"""Matrix-vector kernel bandwidth, one JSON object on stdout.
+
+    python -m cera_web.bench_kernels [--types Q4_K,Q6_K] [--shapes 4096x4096,14336x4096] [--lanes 32]
+
+For each weight type and shape NxK (N rows of K weights, as in the model: 14336x4096 is an FFN gate/up matrix), the
+T = 1 matrix-vector product of shaders/matmul.wgsl (the decode case) is timed on the native backend (wgpu-py), and
+the achieved bandwidth is the matrix's packed bytes over the time of one product. Alongside it, a plain read of the
+same number of bytes (shaders/bench_read.wgsl) gives the ceiling on this adapter.
+
+How it is timed, so that the number is the kernel's and not the host's:
+- many dispatches go into one submit (enough for --target-ms), followed by one small readback; the time of an
+  empty submit and readback is taken off; median over repeats, after a warm-up;
+- the weights come from one pool of random bytes (each byte masked to 0x3F, which keeps every f16/bf16/f32 field
+  finite) larger than the GPU's caches: consecutive dispatches read different copies, so the bytes come from
+  memory, not from L2 (--rotate-mib);
+- "us"/"gbps": consecutive products are independent (each writes its own output), as kernel throughput;
+  "serial_us"/"serial_gbps" (GPUs; --serial): every product writes the same output buffer, so each waits for the
+  previous one, as in a decode step, where the gap between dependent dispatches counts too.
+On CPU adapters (lavapipe, SwiftShader) lanes 32 and 1 are both measured (the engine uses 1 there).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import statistics
+import struct
+import sys
+import time
+
+import numpy as np
+
+from . import kernels
+from .gguf import GGML_BLOCK, GGMLType
+
+
+def parse_shapes(text: str) -> list[tuple[int, int]]:
+    shapes = []
+    for part in text.split(","):
+        n, _, k = part.strip().lower().partition("x")
+        if not (n.isdigit() and k.isdigit()):
+            raise SystemExit(f"--shapes wants NxK pairs such as 4096x4096,14336x4096; got {part!r}")
+        shapes.append((int(n), int(k)))
+    return shapes
+
+
+def parse_types(text: str | None) -> list[GGMLType]:
+    if not text:
+        return list(kernels.FORMATS)
+    out = []
+    for name in text.split(","):
+        try:
+            t = GGMLType[name.strip().upper()]
+        except KeyError:
+            raise SystemExit(f"unknown tensor type {name!r}") from None
+        if t not in kernels.FORMATS:
+            raise SystemExit(f"{t.name} has no GPU kernel (have: {', '.join(f.name for f in kernels.FORMATS)})")
+        out.append(t)
+    return out
+
+
+def row_bytes(fmt: GGMLType, K: int) -> int:
+    elems, nbytes = GGML_BLOCK[fmt]
+    if K % max(elems, 8):
+        raise SystemExit(f"K = {K} is not a multiple of {fmt.name}'s block of {elems} weights")
+    return K // elems * nbytes
+
+
+class Bench:
+    def __init__(self, dev, *, repeats: int, target_s: float, rotate_bytes: int, serial: bool):
+        self.dev = dev
+        self.repeats = repeats
+        self.target_s = target_s
+        self.rotate_bytes = rotate_bytes
+        self.serial = serial
+        self.align = int(dev.limits.get("min-storage-buffer-offset-alignment", 256))
+        self.pool = None
+        self.pool_bytes = 0
+        self.step = dev.create_buffer(16, kind="uniform")
+        dev.write_buffer(self.step, struct.pack("<4I", 1, 0, 0, 1))
+        self.sink = dev.create_buffer(16)
+        self.overhead = None
+
+    def ensure_pool(self, matrix_bytes: int):
+        """One buffer of random bytes holding at least rotate_bytes and one matrix."""
+        need = max(self.rotate_bytes, self._aligned(matrix_bytes))
+        if need <= self.pool_bytes:
+            return
+        self.pool = self.dev.create_buffer(need, label="weights pool")
+        rng = np.random.default_rng(0)
+        chunk = 64 << 20
+        for start in range(0, need, chunk):
+            n = min(chunk, need - start)
+            data = np.frombuffer(rng.bytes(n), np.uint8) & np.uint8(0x3F)
+            self.dev.write_buffer(self.pool, data, start)
+        self.pool_bytes = need
+
+    def _aligned(self, n: int) -> int:
+        return -(-n // self.align) * self.align
+
+    def copies(self, nbytes: int) -> list[tuple]:
+        """(buffer, offset, size) bindings of distinct stretches of the pool, each nbytes long."""
+        step = self._aligned(nbytes)
+        count = max(1, self.pool_bytes // step)
+        return [(self.pool, i * step, nbytes) for i in range(count)]
+
+    async def _wait(self):
+        await self.dev.read(self.sink, 0, 4)
+
+    async def _time(self, dispatches) -> float:
+        dev = self.dev
+        plan = dev.record(dispatches)
+        dev.submit([plan])
+        await self._wait()
+        times = []
+        for _ in range(self.repeats):
+            t0 = time.perf_counter()
+            dev.submit([plan])
+            await self._wait()
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times)
+
+    async def per_dispatch(self, make) -> tuple[float, int]:
+        """Seconds per dispatch: make(n) returns a list of n dispatches; n grows until a run takes target_s. The
+        fixed cost of a submit and its readback (timed once with an empty submit) is taken off."""
+        if self.overhead is None:
+            self.overhead = await self._time([])
+        n = 4
+        while True:
+            t = await self._time(make(n))
+            if t >= self.target_s or n >= 1 << 16:
+                break
+            n = max(n * 2, min(int(n * self.target_s / max(t - self.overhead, 1e-6)), n * 64))
+        return max(t - self.overhead, t / 2) / n, n
+
+    async def matvec(self, fmt: GGMLType, N: int, K: int, lanes: int) -> dict:
+        dev = self.dev
+        nbytes = N * row_bytes(fmt, K)
+        self.ensure_pool(nbytes)
+        weights = self.copies(nbytes)
+        x = dev.create_buffer(4 * K)
+        dev.write_buffer(x, np.random.default_rng(1).standard_normal(K).astype(np.float32))
+        gain = dev.create_buffer(4 * K)
+        dev.write_buffer(gain, np.ones(K, np.float32))
+        pipe = dev.pipeline(kernels.matmul(fmt, K, N, tokens=1, lanes=lanes), f"matmul {fmt.name}")
+        groups = kernels.spread(kernels.matmul_groups(N, lanes))
+        outs = [dev.create_buffer(4 * N) for _ in weights]
+        indep = [dev.bind(pipe, [w, x, y, self.step, gain]) for w, y in zip(weights, outs)]
+        per, n = await self.per_dispatch(lambda n: [(pipe, indep[i % len(indep)], groups) for i in range(n)])
+        res = {"type": fmt.name, "shape": f"{N}x{K}", "N": N, "K": K, "bytes": nbytes, "lanes": lanes,
+               "copies": len(weights), "dispatches": n, "us": round(per * 1e6, 3),
+               "gbps": round(nbytes / per / 1e9, 2)}
+        if self.serial:
+            chained = [dev.bind(pipe, [w, x, outs[0], self.step, gain]) for w in weights]
+            per_s, _ = await self.per_dispatch(lambda n: [(pipe, chained[i % len(chained)], groups) for i in range(n)])
+            res.update(serial_us=round(per_s * 1e6, 3), serial_gbps=round(nbytes / per_s / 1e9, 2))
+        return res
+
+    async def read(self, nbytes: int, per_thread: int = 4) -> dict:
+        """The plain read kernel over nbytes (rounded up to 16), from rotating copies like the weights."""
+        dev = self.dev
+        nbytes = -(-nbytes // 16) * 16
+        self.ensure_pool(nbytes)
+        n4 = nbytes // 16
+        groups = max(1, -(-n4 // (256 * per_thread)))
+        pipe = dev.pipeline(kernels.build("bench_read", N4=n4, THREADS=groups * 256), "bench_read")
+        binds = [dev.bind(pipe, [w, self.sink]) for w in self.copies(nbytes)]
+        spread = kernels.spread(groups)
+        per, n = await self.per_dispatch(lambda n: [(pipe, binds[i % len(binds)], spread) for i in range(n)])
+        return {"bytes": nbytes, "us": round(per * 1e6, 3), "gbps": round(nbytes / per / 1e9, 2)}
+
+
+async def run(types, shapes, lanes_list=None, *, repeats=None, target_ms=None, rotate_mib=None, serial=None,
+              device=None) -> dict:
+    from .gpu.native import NativeDevice
+    dev = device or NativeDevice.create()
+    cpu = dev.is_cpu
+    lanes_list = lanes_list or ([32, 1] if cpu else [32])
+    bench = Bench(dev, repeats=repeats or (3 if cpu else 7), target_s=(target_ms or 20) / 1000,
+                  rotate_bytes=int((rotate_mib if rotate_mib is not None else (4 if cpu else 512)) * 2**20),
+                  serial=(not cpu) if serial is None else serial)
+    out = {"adapter": dev.name, "cpu_adapter": cpu, "rotate_mib": round(bench.rotate_bytes / 2**20, 1)}
+    if bench.rotate_bytes >= 64 << 20:   # the read kernel over the whole pool: the adapter's large-transfer ceiling
+        out["peak_read_gbps"] = (await bench.read(bench.rotate_bytes))["gbps"]
+    out["results"] = []
+    for N, K in shapes:
+        for fmt in types:
+            nbytes = N * row_bytes(fmt, K)
+            ceiling = await bench.read(nbytes)
+            for lanes in lanes_list:
+                r = await bench.matvec(fmt, N, K, lanes)
+                r["read_gbps"] = ceiling["gbps"]
+                r["of_read"] = round(r["gbps"] / ceiling["gbps"], 3)
+                out["results"].append(r)
+                print(f"{fmt.name:5s} {N}x{K} lanes {lanes:2d}: {r['gbps']:9.2f} GB/s "
+                      f"({100 * r['of_read']:.0f}% of read {ceiling['gbps']:.2f})"
+                      + (f", serial {r['serial_gbps']:.2f}" if "serial_gbps" in r else ""), file=sys.stderr)
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m cera_web.bench_kernels", description=__doc__.split("\n\n")[0])
+    p.add_argument("--types", help="comma-separated GGML types (default: every type with a GPU kernel)")
+    p.add_argument("--shapes", default="4096x4096,14336x4096", help="comma-separated NxK (rows x row length)")
+    p.add_argument("--lanes", help="comma-separated lanes per row (default 32; 32,1 on CPU adapters)")
+    p.add_argument("--repeats", type=int, help="timed runs per measurement, median taken (default 7; 3 on CPU)")
+    p.add_argument("--target-ms", type=float, help="wall time of the longer run of a measurement (default 20)")
+    p.add_argument("--rotate-mib", type=float,
+                   help="size of the pool the weights rotate through (default 512, well past a GPU's L2; 4 on CPU)")
+    p.add_argument("--serial", action=argparse.BooleanOptionalAction, default=None,
+                   help="also time dependent products (default: on for GPUs)")
+    args = p.parse_args(argv)
+    lanes = [int(v) for v in args.lanes.split(",")] if args.lanes else None
+    for v in lanes or []:
+        if v < 1 or v > 64 or v & (v - 1):
+            raise SystemExit(f"--lanes wants powers of two up to 64, got {v}")
+    result = asyncio.run(run(parse_types(args.types), parse_shapes(args.shapes), lanes, repeats=args.repeats,
+                             target_ms=args.target_ms, rotate_mib=args.rotate_mib, serial=args.serial))
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
