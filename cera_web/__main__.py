@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import json
 import sys
+from pathlib import Path
 
 from .errors import CeraError
 
@@ -45,8 +46,14 @@ async def _generate(args):
 async def _bench(args):
     from . import bench
     from .engine import Engine
-    engine = await Engine.load(_model_path(args.model), context_size=args.context, chunk=args.chunk)
+    path = args.model
+    if args.synthetic:
+        import tempfile
+        path = bench.synthetic_llama(Path(tempfile.mkdtemp()) / "synthetic.gguf")
+    engine = await Engine.load(_model_path(path), context_size=args.context, chunk=args.chunk)
     out = await bench.run(engine, args.prompt_tokens, args.decode_tokens, args.steps_per_read, args.repeats)
+    if args.profile:
+        out["profile"] = await bench.profile(engine, args.prompt_tokens)
     print(json.dumps(out))
 
 
@@ -91,6 +98,9 @@ def main(argv=None) -> int:
     b.add_argument("--chunk", type=int, default=64, help="prefill chunk size in tokens")
     b.add_argument("--context", type=int, default=2048)
     b.add_argument("--repeats", type=int, default=1)
+    b.add_argument("--profile", action="store_true", help="also time each kind of dispatch alone")
+    b.add_argument("--synthetic", action="store_true",
+                   help="a random-weight model with SmolLM2-135M's shapes instead of a file (needs the gguf package)")
     i = sub.add_parser("info", help="describe a GGUF file")
     i.add_argument("path", nargs="?")
     i.add_argument("--tensors", action="store_true", help="list every tensor")

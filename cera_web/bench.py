@@ -60,3 +60,90 @@ async def run(engine, prompt_tokens: int = 512, decode_tokens: int = 128, steps_
         "chunk": engine.model.chunk,
         **best,
     }
+
+
+async def profile(engine, prompt_tokens: int = 512, repeats: int = 20) -> dict:
+    """GPU milliseconds of each kind of dispatch in one decode step and one prefill chunk: the plan's dispatches are
+    grouped by what they compute (e.g. "attn_q", "attention", "ffn_down") and each group is submitted alone,
+    ``repeats`` times, between two readbacks. Includes each dispatch's fixed cost, which is the point."""
+    import re
+    import time as _time
+    model, dev = engine.model, engine.dev
+    ids = prompt_ids(engine.tokenizer, prompt_tokens)
+    await engine.generate(ids[:model.chunk], max_tokens=2, stop_at_eos=False)
+    out = {}
+    for name, plan, n_tokens in (("decode", model.plan_decode, 1), ("prefill_chunk", model.plan_prefill, model.chunk)):
+        rec = plan.recorder
+        groups = {}
+        for d, label in zip(rec.dispatches, rec.labels):
+            groups.setdefault(re.sub(r"^blk\.\d+\.|\.weight$", "", label) or "?", []).append(d)
+        model.set_step(n_tokens, model.chunk, 0)
+        rows = {}
+        for label, ds in groups.items():
+            sub = dev.record(ds)
+            dev.submit([sub])
+            await dev.read(model.log, 0, 4)
+            t0 = _time.perf_counter()
+            for _ in range(repeats):
+                dev.submit([sub])
+            await dev.read(model.log, 0, 4)
+            ms = (_time.perf_counter() - t0) * 1000 / repeats
+            rows[label] = {"dispatches": len(ds), "ms": round(ms, 4), "us_per_dispatch": round(ms * 1000 / len(ds), 2)}
+        out[name] = dict(sorted(rows.items(), key=lambda kv: -kv[1]["ms"]))
+        out[name + "_total_ms"] = round(sum(r["ms"] for r in rows.values()), 3)
+    return out
+
+
+def synthetic_llama(path, *, layers=30, hidden=576, heads=9, kv_heads=3, ffn=1536, vocab=49152, seed=0):
+    """Write a random-weight llama GGUF with SmolLM2-135M's shapes and tensor types (Q4_1 projections, Q8_0
+    embedding, F32 norms) and a byte-level tokenizer padded to the vocabulary: for speed measurements where the real
+    file cannot travel. Needs the `gguf` package (a test dependency)."""
+    import gguf
+    import numpy as np
+
+    from .quants import quantize_q4_1, quantize_q8_0
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_name("synthetic-llama")
+    w.add_block_count(layers)
+    w.add_context_length(8192)
+    w.add_embedding_length(hidden)
+    w.add_feed_forward_length(ffn)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv_heads)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(100000.0)
+    byte_tokens = [bytes([b]).decode("latin-1") for b in range(256)]
+    tokens = byte_tokens + ["ab"] + [f"<t{i}>" for i in range(vocab - 257)]
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("gpt2")
+    w.add_token_list(tokens)
+    w.add_token_merges(["a b"])
+    w.add_token_types([1] * vocab)
+    w.add_eos_token_id(vocab - 1)
+
+    def q(name, rows, cols, quant):
+        data = (rng.standard_normal((rows, cols)) * 0.05).astype(np.float32)
+        raw = quant(data)
+        w.add_tensor(name, raw, raw_shape=raw.shape,
+                     raw_dtype=gguf.GGMLQuantizationType.Q4_1 if quant is quantize_q4_1 else gguf.GGMLQuantizationType.Q8_0)
+
+    q("token_embd.weight", vocab, hidden, quantize_q8_0)
+    w.add_tensor("output_norm.weight", np.ones(hidden, np.float32))
+    hd = hidden // heads
+    for i in range(layers):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", np.ones(hidden, np.float32))
+        w.add_tensor(p + "ffn_norm.weight", np.ones(hidden, np.float32))
+        q(p + "attn_q.weight", hidden, hidden, quantize_q4_1)
+        q(p + "attn_k.weight", kv_heads * hd, hidden, quantize_q4_1)
+        q(p + "attn_v.weight", kv_heads * hd, hidden, quantize_q4_1)
+        q(p + "attn_output.weight", hidden, hidden, quantize_q4_1)
+        q(p + "ffn_gate.weight", ffn, hidden, quantize_q4_1)
+        q(p + "ffn_up.weight", ffn, hidden, quantize_q4_1)
+        q(p + "ffn_down.weight", hidden, ffn, quantize_q4_1)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

@@ -22,10 +22,15 @@ class Device:
     calls: int = 0                     # host→GPU API calls made (the browser backend counts JS calls)
     dispatches: int = 0                # compute dispatches submitted
     submits: int = 0                   # queue submissions
+    live_buffers: object               # the buffers created and not yet released (for leak checks)
     is_cpu: bool = False               # a software adapter (SwiftShader, lavapipe): kernels pick CPU-friendly shapes
 
     def create_buffer(self, nbytes: int, *, kind: str = "storage", label: str = ""):
         """kind: "storage" (read/write, copy src/dst), "uniform" (uniform + copy dst)."""
+        raise NotImplementedError
+
+    def release(self, buf) -> None:
+        """Free a buffer now (rather than when the device goes)."""
         raise NotImplementedError
 
     def write_buffer(self, buf, data, offset: int = 0) -> None:
@@ -66,11 +71,12 @@ class Device:
 class Plan:
     """A recorded dispatch list: the backend's handle and how many dispatches it holds."""
 
-    __slots__ = ("handle", "size")
+    __slots__ = ("handle", "size", "recorder")
 
     def __init__(self, handle, size: int):
         self.handle = handle
         self.size = size
+        self.recorder = None      # the Recorder that made it (labels, for profiling)
 
 
 async def get_device(**kwargs) -> Device:

@@ -87,6 +87,7 @@ class BrowserDevice(Device):
         self._pipelines = {}
         self._staging = None
         self._staging_size = 0
+        self.live_buffers = []      # buffers created and not released (leak checks)
         self.js = run_js(_HELPER_JS)
         self.js.watch(device)
 
@@ -137,8 +138,15 @@ class BrowserDevice(Device):
         U = js.GPUBufferUsage
         usage = (U.UNIFORM | U.COPY_DST) if kind == "uniform" else (U.STORAGE | U.COPY_DST | U.COPY_SRC)
         self.calls += 2
-        return self.device.createBuffer(to_js({"size": max(16, (nbytes + 3) // 4 * 4), "usage": usage,
-                                               "label": label}, dict_converter=js.Object.fromEntries))
+        buf = self.device.createBuffer(to_js({"size": max(16, (nbytes + 3) // 4 * 4), "usage": usage,
+                                              "label": label}, dict_converter=js.Object.fromEntries))
+        self.live_buffers.append(buf)
+        return buf
+
+    def release(self, buf):
+        """Free a buffer now (rather than when the device goes)."""
+        self.live_buffers = [b for b in self.live_buffers if b is not buf]
+        buf.destroy()
 
     def write_buffer(self, buf, data, offset=0):
         from pyodide.ffi import to_js
@@ -219,4 +227,7 @@ class BrowserDevice(Device):
         return out.to_bytes()[:nbytes]
 
     def destroy(self):
+        for buf in self.live_buffers:
+            buf.destroy()
+        self.live_buffers = []
         self.device.destroy()

@@ -24,13 +24,17 @@ class Recorder:
     def __init__(self, dev):
         self.dev = dev
         self.dispatches = []
+        self.labels = []          # what each dispatch computes (tensor or kernel name), for profiling
 
     def add(self, wgsl: str, buffers: list, groups: tuple, label: str = ""):
         pipe = self.dev.pipeline(wgsl, label)
         self.dispatches.append((pipe, self.dev.bind(pipe, buffers), groups))
+        self.labels.append(label)
 
     def finish(self):
-        return self.dev.record(self.dispatches)
+        plan = self.dev.record(self.dispatches)
+        plan.recorder = self
+        return plan
 
 
 class GPUModel:

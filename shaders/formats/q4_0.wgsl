@@ -16,18 +16,17 @@ fn w8(row: u32, oct: u32) -> array<vec4<f32>, 2> {
 }
 
 // --- matmul only (kernels.build drops what follows when a kernel does not bind X) ---
-// Dot product of block b of a row (32 weights) with X[x .. x + 8] (vec4 index): d * sum_j (q_j - 8) x_j.
-const BLOCK: u32 = 32u;
+// Items of BLOCK = 8 weights, INTERLEAVED as in q4_1.wgsl: item b is qs bytes 4c .. 4c+4 (c = b % 4) of block b / 4,
+// weights 4c .. 4c+4 (low nibbles) and 16+4c .. (high); neighbouring lanes read neighbouring bytes of W.
+// d * sum_j (q_j - 8) x_j.
+const BLOCK: u32 = 8u;
 
 fn block_dot(row: u32, b: u32, x: u32) -> f32 {
-    let base = row * ROW_BYTES + b * 18u;
+    let c = b % 4u;
+    let base = row * ROW_BYTES + (b / 4u) * 18u;
     let d = read_f16(base);
-    var s = 0.0;
-    for (var j = 0u; j < 4u; j++) {
-        let q = read_u32(base + 2u + 4u * j);
-        let lo = vec4<f32>(vec4<u32>(q, q >> 8u, q >> 16u, q >> 24u) & vec4<u32>(15u)) - 8.0;
-        let hi = vec4<f32>(vec4<u32>(q >> 4u, q >> 12u, q >> 20u, q >> 28u) & vec4<u32>(15u)) - 8.0;
-        s += dot(lo, xin(x + j)) + dot(hi, xin(x + 4u + j));
-    }
-    return d * s;
+    let q = read_u32(base + 2u + 4u * c);
+    let lo = vec4<f32>(vec4<u32>(q, q >> 8u, q >> 16u, q >> 24u) & vec4<u32>(15u)) - 8.0;
+    let hi = vec4<f32>(vec4<u32>(q >> 4u, q >> 12u, q >> 20u, q >> 28u) & vec4<u32>(15u)) - 8.0;
+    return d * (dot(lo, xin(x - c)) + dot(hi, xin(x + 4u - c)));
 }

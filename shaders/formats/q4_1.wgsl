@@ -16,23 +16,21 @@ fn w8(row: u32, oct: u32) -> array<vec4<f32>, 2> {
 }
 
 // --- matmul only (kernels.build drops what follows when a kernel does not bind X) ---
-// Dot product of block b of a row (32 weights) with X[x .. x + 8] (vec4 index):
+// Items of BLOCK = 8 weights, INTERLEAVED: item b is qs word c = b % 4 of block b / 4, i.e. weights 4c .. 4c+4 (low
+// nibbles) and 16+4c .. 16+4c+4 (high nibbles). The 4 items of a block cover it exactly once, so a row's sum is
+// unchanged, but lanes sharing a row (neighbouring b) read neighbouring words of W: coalesced on a GPU.
+// x is the vec4 index item b would have if items were contiguous (t*K/4 + 2b); the block starts at x - 2c.
 // sum_j (d q_j + m) x_j = d * sum_j q_j x_j + m * sum_j x_j.
-const BLOCK: u32 = 32u;
+const BLOCK: u32 = 8u;
 
 fn block_dot(row: u32, b: u32, x: u32) -> f32 {
-    let base = row * ROW_WORDS + b * 5u;
+    let c = b % 4u;
+    let base = row * ROW_WORDS + (b / 4u) * 5u;
     let dm = unpack2x16float(W[base]);
-    var s = 0.0;
-    var xs = vec4<f32>(0.0);
-    for (var j = 0u; j < 4u; j++) {
-        let q = W[base + 1u + j];                       // qs[4j .. 4j+4]: weights 4j.. (low) and 16+4j.. (high)
-        let lo = vec4<f32>(vec4<u32>(q, q >> 8u, q >> 16u, q >> 24u) & vec4<u32>(15u));
-        let hi = vec4<f32>(vec4<u32>(q >> 4u, q >> 12u, q >> 20u, q >> 28u) & vec4<u32>(15u));
-        let xl = xin(x + j);
-        let xh = xin(x + 4u + j);
-        s += dot(lo, xl) + dot(hi, xh);
-        xs += xl + xh;
-    }
-    return dm.x * s + dm.y * (xs.x + xs.y + xs.z + xs.w);
+    let q = W[base + 1u + c];
+    let lo = vec4<f32>(vec4<u32>(q, q >> 8u, q >> 16u, q >> 24u) & vec4<u32>(15u));
+    let hi = vec4<f32>(vec4<u32>(q >> 4u, q >> 12u, q >> 20u, q >> 28u) & vec4<u32>(15u));
+    let xl = xin(x - c);          // x - 2c + c: weights 4c ..
+    let xh = xin(x + 4u - c);     // weights 16 + 4c ..
+    return dm.x * (dot(lo, xl) + dot(hi, xh)) + dm.y * dot(xl + xh, vec4<f32>(1.0));
 }

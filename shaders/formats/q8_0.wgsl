@@ -11,15 +11,12 @@ fn w8(row: u32, oct: u32) -> array<vec4<f32>, 2> {
 }
 
 // --- matmul only (kernels.build drops what follows when a kernel does not bind X) ---
-// Dot product of block b of a row (32 weights) with X[x .. x + 8] (vec4 index): d * sum_j qs_j x_j.
-const BLOCK: u32 = 32u;
+// Items of BLOCK = 8 consecutive weights: item b is weights 8c .. 8c+8 (c = b % 4) of block b / 4, so neighbouring
+// lanes read neighbouring bytes of W. d * sum_j qs_j x_j.
+const BLOCK: u32 = 8u;
 
 fn block_dot(row: u32, b: u32, x: u32) -> f32 {
-    let base = row * ROW_BYTES + b * 34u;
-    let d = read_f16(base);
-    var s = 0.0;
-    for (var j = 0u; j < 8u; j++) {
-        s += dot(unpack_i8x4(read_u32(base + 2u + 4u * j)), xin(x + j));
-    }
-    return d * s;
+    let base = row * ROW_BYTES + (b / 4u) * 34u + 2u + (b % 4u) * 8u;
+    let d = read_f16(row * ROW_BYTES + (b / 4u) * 34u);
+    return d * (dot(unpack_i8x4(read_u32(base)), xin(x)) + dot(unpack_i8x4(read_u32(base + 4u)), xin(x + 1u)));
 }
