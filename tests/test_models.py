@@ -258,3 +258,54 @@ def test_numpy_reference_matches_transformers(stem):
     steps = [m.forward([t])[0] for t in greedy[:-1]]
     assert_logits(np.array(steps), ref(stem, "decode_logits"), f"{stem} numpy, decode")
     assert m.generate_greedy(ids, len(greedy)) == greedy
+
+
+# -- text in, text out: the engine natively and the page in the browser ---------------------------------------------
+
+@gpu
+@pytest.mark.parametrize("stem", STEMS)
+def test_generate_text(engines, stem):
+    """Engine.generate from text: the prompt's ids (with BOS where the GGUF adds it), transformers' greedy tokens
+    and the text the HF tokenizer decodes them to."""
+    case, eng = INFO["files"][stem]["text_case"], engines(stem)
+    assert eng.encode_prompt(case["prompt"]) == case["prompt_ids"]
+    res = run(eng.generate(case["prompt"], max_tokens=len(case["greedy_ids"])))
+    assert (res.tokens, res.text, res.stop_reason) == (case["greedy_ids"], case["text"], "max_tokens")
+
+
+def _serve(body: bytes):
+    def handler(route):
+        route.fulfill(status=200, body=body, headers={"Content-Type": "application/octet-stream"})
+    return handler
+
+
+@pytest.mark.browser
+def test_page_generates_with_each_family(browser, server_url):
+    """The real page (Pyodide + WebGPU in a worker) opened on the LFM2 file, then loading Qwen2 and Qwen3 through the
+    Model URL box: each generates transformers' greedy continuation of its text prompt."""
+    import re
+
+    from playwright.sync_api import expect
+    context = browser.new_context()
+    page = context.new_page()
+    try:
+        for family in ("lfm2", "qwen2", "qwen3"):
+            page.route(f"{server_url}/fake/{family}.gguf", _serve((SMALL / f"{family}-q8_0.gguf").read_bytes()))
+        page.goto(f"{server_url}/?model=/fake/lfm2.gguf")
+        status = page.get_by_role("status")
+        for family in ("lfm2", "qwen2", "qwen3"):
+            if family != "lfm2":
+                page.get_by_label("Model URL").fill(f"/fake/{family}.gguf")
+                page.get_by_role("button", name="Load").click()
+                expect(page.locator("#model-name")).to_have_text(f"tiny random {family}", timeout=300_000)
+            expect(status).to_have_text(re.compile(r"Ready"), timeout=300_000)
+            expect(page.locator("#model-name")).to_have_text(f"tiny random {family}")
+            case = INFO["files"][f"{family}-q8_0"]["text_case"]
+            page.get_by_label("Prompt").fill(case["prompt"])
+            page.get_by_label("Max tokens").fill(str(len(case["greedy_ids"])))
+            page.get_by_label("Chat template").set_checked(False)
+            page.get_by_role("button", name="Generate").click()
+            expect(status).to_have_text(re.compile(r"^Ready \("), timeout=300_000)
+            assert page.get_by_role("region", name="Output").text_content() == case["text"], family
+    finally:
+        context.close()
