@@ -68,7 +68,7 @@ def build(kernel: str, *, fmt=None, **consts) -> str:
         if byte_reads:
             parts.append(_read("formats/bytes.wgsl"))
         text = _read(f"formats/{name}.wgsl")
-        if "var<storage, read> X:" not in body:    # block_dot reads X: only kernels that bind it get it
+        if "fn xin(" not in body:    # block_dot reads the input through xin(): only kernels that define it get it
             text = text.split(MATMUL_ONLY)[0]
         parts.append(text)
     return "\n".join(parts)
@@ -81,6 +81,12 @@ def matmul(fmt, K: int, N: int, *, norm=False, eps=0.0, accum=False, glu=False, 
     return build("matmul", fmt=fmt, K=K, N=N, NORM=norm, EPS=float(eps), ACCUM=accum, GLU=glu,
                  LAST_ONLY=last_only, YSTRIDE=N if ystride is None else ystride, YOFF=yoff,
                  TB=1 if last_only else tokens, LANES=lanes)
+
+
+def matmul_tiled(fmt, K: int, N: int, *, norm=False, eps=0.0, accum=False, glu=False, ystride=None, yoff=0) -> str:
+    """See matmul_tiled.wgsl: the prefill form of matmul (K a multiple of 32)."""
+    return build("matmul_tiled", fmt=fmt, K=K, N=N, NORM=norm, EPS=float(eps), ACCUM=accum, GLU=glu,
+                 YSTRIDE=N if ystride is None else ystride, YOFF=yoff)
 
 
 def block_elems(fmt) -> int:

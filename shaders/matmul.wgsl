@@ -9,7 +9,7 @@
 // Compile-time constants (prepended by cera_web/kernels.py):
 //   K           row length (a multiple of the format's BLOCK)
 //   N           output rows per token (with GLU: W holds 2N rows)
-//   NORM, EPS   normalise each token's X row (RMSNorm with epsilon EPS) before use; the gain G applies either way
+//   NORM, EPS   normalise each token's X row (RMSNorm with epsilon EPS, gain G) before use
 //   ACCUM       Y += result (a residual add); otherwise Y = result
 //   GLU         see above
 //   LAST_ONLY   only the last token of the pass, written to row 0 (the LM head)
@@ -23,7 +23,7 @@
 //   1 X: array<vec4<f32>>        [n_tokens, K]
 //   2 Y: array<f32>              [n_tokens, YSTRIDE]  ([1, YSTRIDE] with LAST_ONLY)
 //   3 step: uniform Step
-//   4 G: array<vec4<f32>>        [K] gain applied to X (the norm's weight; ones when there is no norm)
+//   4 G: array<vec4<f32>>        [K] the norm's gain (read only with NORM; bind any buffer otherwise)
 // Dispatch: ceil(N / (64 / LANES)) workgroups of 64 threads, spread over x and y (flat_group); LANES threads a row,
 // each striding over the row's blocks; partial sums meet in workgroup memory.
 @group(0) @binding(0) var<storage, read> W: array<u32>;
@@ -37,12 +37,14 @@ const NB: u32 = K / BLOCK;       // blocks per row
 const K4: u32 = K / 4u;
 
 var<workgroup> partial: array<array<f32, TB>, 64>;
-var<private> xscale: array<f32, TB>;   // 1 / rms of each token of the current batch (1 without NORM)
-var<private> xt0: u32;                 // first token of the current batch
 
-// The (normalised, gained) input as the format's block_dot sees it: vec4 i of X.
+// The input as the format's block_dot sees it: vec4 i of X, times the norm's gain. The norm's per-token scale
+// 1/rms is a common factor of each output, applied once at the end.
 fn xin(i: u32) -> vec4<f32> {
-    return X[i] * G[i % K4] * xscale[i / K4 - xt0];
+    if (NORM) {
+        return X[i] * G[i % K4];
+    }
+    return X[i];
 }
 
 // Sum over the workgroup of each thread's `v`, for every token of the batch (all 64 threads must call it).
@@ -74,8 +76,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         t_begin = t_end - 1u;
     }
     for (var t0 = t_begin; t0 < t_end; t0 += TB) {
-        xt0 = t0;
-        // RMSNorm scales of this batch's tokens, computed by the whole workgroup
+        // RMSNorm scales of this batch's tokens
+        var xscale: array<f32, TB>;
         for (var i = 0u; i < TB; i++) { xscale[i] = 1.0; }
         if (NORM) {
             // on GPUs the workgroup shares the sum of squares; on CPU adapters (LANES = 1) each thread sums the
@@ -145,9 +147,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                     var out_row = t;
                     if (LAST_ONLY) { out_row = 0u; }
                     let y = out_row * YSTRIDE + YOFF + row;
-                    var v = acc[i];
+                    var v = acc[i] * xscale[i];
                     if (GLU) {
-                        v = v / (1.0 + exp(-v)) * acc2[i];
+                        v = v / (1.0 + exp(-v)) * acc2[i] * xscale[i];
                     }
                     if (ACCUM) {
                         Y[y] += v;

@@ -112,6 +112,32 @@ def test_matmul_norm_glu(dev, fmt, T, lanes, tokens):
     np.testing.assert_allclose(read(dev, Y, T * stride).reshape(T, stride), want, rtol=2e-4, atol=2e-4)
 
 
+@pytest.mark.parametrize("fmt", FMTS, ids=lambda f: f.name)
+@pytest.mark.parametrize("T,norm,glu", [(40, True, True), (7, False, False), (33, True, False)])
+def test_matmul_tiled(dev, fmt, T, norm, glu):
+    """The prefill GEMM equals the matrix-vector kernel's result: tiles of 32 rows x 32 tokens, edges included."""
+    K, N, eps, stride, yoff = 96, 45, 1e-5, 60, 3
+    rng = np.random.default_rng(T)
+    rows = 2 * N if glu else N
+    w = rng.standard_normal((rows, K)).astype(np.float32)
+    raw, wq = quantize(fmt, w)
+    x = (rng.standard_normal((T, K)) * 2).astype(np.float32)
+    g = rng.standard_normal(K).astype(np.float32) if norm else np.ones(K, np.float32)
+    y0 = rng.standard_normal((T, stride)).astype(np.float32)
+    W = dev.create_buffer(len(raw)); dev.write_buffer(W, raw)
+    X, G, Y = f32_buffer(dev, x), f32_buffer(dev, g), f32_buffer(dev, y0)
+    run(dev, kernels.matmul_tiled(fmt, K, N, norm=norm, eps=eps, accum=not glu, glu=glu, ystride=stride, yoff=yoff),
+        [W, X, Y, step_buffer(dev, T), G], (-(-N // 32), -(-T // 32) + 1, 1))
+    xn = rmsnorm_ref(x, g, eps) if norm else x
+    want = y0.copy()
+    if glu:
+        a, b = xn @ wq[:N].T, xn @ wq[N:].T
+        want[:, yoff:yoff + N] = a / (1 + np.exp(-a)) * b
+    else:
+        want[:, yoff:yoff + N] += xn @ wq.T
+    np.testing.assert_allclose(read(dev, Y, T * stride).reshape(T, stride), want, rtol=2e-4, atol=2e-4)
+
+
 def test_matmul_last_only(dev):
     K, N, T, eps = 64, 9, 5, 1e-6
     rng = np.random.default_rng(1)

@@ -63,6 +63,7 @@ class LlamaArgs:
 
 class LlamaModel(GPUModel):
     NEOX = False
+    TILED_PREFILL = True
 
     def __init__(self, dev, gguf, source, *, context_size=2048, chunk=64, on_progress=None):
         super().__init__(dev, gguf, source, context_size=context_size, chunk=chunk, on_progress=on_progress)
@@ -100,14 +101,20 @@ class LlamaModel(GPUModel):
     def linear(self, rec, T, name, x, y, *, gain=None, weight=None, rows=None, **kw):
         """y (+)= W[name] · x for every token of a pass of up to T tokens.
         gain: a norm weight buffer (the input is RMS-normalised first); weight/rows: a stacked weight buffer and its
-        row count; kw: accum / glu / last_only / ystride / yoff (see matmul.wgsl)."""
+        row count; kw: accum / glu / last_only / ystride / yoff (see matmul.wgsl).
+        Prefill passes (T > 1) use the tiled matrix-matrix kernel; decode and the LM head the matrix-vector one."""
         n, k = self.shape(name)
         n = rows or n
-        lanes = kernels.lanes_for(k // kernels.block_elems(self.gguf.tensor(name).type), self.dev.is_cpu)
-        wgsl = kernels.matmul(self.gguf.tensor(name).type, k, n, norm=gain is not None, eps=self.args.eps,
+        fmt = self.gguf.tensor(name).type
+        buffers = [weight or self.weight(name), x, y, self.step, gain or self.ones]
+        if T > 1 and not kw.get("last_only") and k % 32 == 0 and self.TILED_PREFILL:
+            rec.add(kernels.matmul_tiled(fmt, k, n, norm=gain is not None, eps=self.args.eps, **kw), buffers,
+                    (-(-n // 32), -(-T // 32), 1), name)
+            return
+        lanes = kernels.lanes_for(k // kernels.block_elems(fmt), self.dev.is_cpu)
+        wgsl = kernels.matmul(fmt, k, n, norm=gain is not None, eps=self.args.eps,
                               tokens=1 if self.dev.is_cpu else min(T, 8), lanes=lanes, **kw)
-        rec.add(wgsl, [weight or self.weight(name), x, y, self.step, gain or self.ones],
-                kernels.spread(kernels.matmul_groups(n, lanes)), name)
+        rec.add(wgsl, buffers, kernels.spread(kernels.matmul_groups(n, lanes)), name)
 
     def attention_block(self, rec, T, i):
         """x += Wo · attention(norm(x)): Q/K/V in one projection when they share a type, then RoPE into the cache."""
