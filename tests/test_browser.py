@@ -99,12 +99,18 @@ class App:
         self.chat.set_checked(chat)
         self.generate_button.click()
 
-    def wait_done(self, timeout=GENERATE_MS) -> str:
-        """Wait for the run to finish; returns the stop reason the status shows."""
+    def wait_for(self, locator, timeout):
+        """Wait until `locator` is visible, failing at once (with the message) if an error shows up instead."""
         try:
-            expect(self.status).to_have_text(re.compile(r"^Ready \("), timeout=timeout)
+            expect(locator.or_(self.alert).first).to_be_visible(timeout=timeout)
         except AssertionError as e:
             raise AssertionError(f"{e}\n{self.diagnostics()}") from None
+        if self.alert.count() and not locator.count():
+            raise AssertionError(f"the page shows an error: {self.alert.text_content()!r}\n{self.diagnostics()}")
+
+    def wait_done(self, timeout=GENERATE_MS) -> str:
+        """Wait for the run to finish; returns the stop reason the status shows."""
+        self.wait_for(self.status.filter(has_text=re.compile(r"^Ready \(")), timeout)
         expect(self.stop_button).to_be_disabled()
         expect(self.generate_button).to_be_enabled()
         return re.match(r"^Ready \((.*)\)$", self.status.text_content()).group(1)
@@ -159,11 +165,15 @@ def app(browser, server_url, bad_models):
     context.close()
 
 
-def _reference_case(reference):
-    """The first raw-mode case of the reference fixture: (prompt text, prompt ids, greedy ids, greedy text)."""
-    cases = reference["cases"] if isinstance(reference, dict) and "cases" in reference else reference
-    case = cases[0]
-    return case["prompt"], case["prompt_ids"], case["greedy_ids"], case["greedy_text"]
+def _case(reference, name):
+    """One prompt of the reference fixture (see tests/fixtures/make_reference.py for its format)."""
+    return next(p for p in reference["prompts"] if p["name"] == name)
+
+
+# A raw prompt whose 32 greedy tokens have no EOS and keep newlines and indentation, so the text must match exactly.
+RAW_CASE = "raw_fibonacci"
+# A chat prompt whose greedy answer ends with EOS (the engine stops there and does not show it).
+CHAT_CASE = "chat_capital"
 
 
 # -- (a) loading ------------------------------------------------------------------------------------------------
@@ -196,28 +206,39 @@ def test_page_loads_default_model_and_shows_adapter(app, smollm2_gguf):
 
 
 def test_raw_greedy_generation_matches_reference(app, reference):
-    prompt, prompt_ids, greedy_ids, greedy_text = _reference_case(reference)
-    n = min(32, len(greedy_ids))
-    app.generate(prompt, max_tokens=n, chat=False)
+    case = _case(reference, RAW_CASE)
+    assert case["eos_position"] is None and len(case["greedy_ids"]) == 32
+    app.generate(case["prompt"], max_tokens=32, chat=False)
     expect(app.stop_button).to_be_enabled()     # Stop is live while generating
-    reason = app.wait_done()
+    assert app.wait_done() == "max tokens reached"
     expect(app.alert).to_have_count(0)   # the (empty) alert area is hidden
-    # The reference continuation is exactly n tokens long (or ends at EOS); the page shows its text.
-    expected_reason = "max tokens reached" if n == len(greedy_ids) and n == 32 else reason
-    assert reason == expected_reason
-    expect(app.output).to_have_text(greedy_text if n == len(greedy_ids) else greedy_text, use_inner_text=False)
+    assert app.output.text_content() == case["greedy_text"]
     stats = app.stats.text_content()
-    assert re.search(rf"Prefill: [\d.]+ tok/s \({len(prompt_ids)} tokens", stats), stats
-    assert re.search(rf"Decode: [\d.]+ tok/s \({n} tokens", stats), stats
+    assert re.search(rf"Prefill: [\d.]+ tok/s \({len(case['prompt_ids'])} tokens, \d+ ms\)", stats), stats
+    assert re.search(r"Decode: [\d.]+ tok/s \(32 tokens, \d+ ms\)", stats), stats
+
+
+def test_chat_generation_matches_reference(app, reference):
+    """The Chat template box wraps the prompt as one user turn of the model's template (with its system prompt)."""
+    case = _case(reference, CHAT_CASE)
+    assert [m["role"] for m in case["messages"]] == ["user"] and case["eos_position"] is not None
+    app.generate(case["messages"][0]["content"], max_tokens=32, chat=True)
+    assert app.wait_done() == "end of text"
+    # The reference text runs on past EOS; the page shows the answer up to it.
+    answer = case["greedy_text"].split("<|im_end|>")[0]
+    assert app.output.text_content() == answer
+    stats = app.stats.text_content()
+    assert re.search(rf"Prefill: [\d.]+ tok/s \({len(case['prompt_ids'])} tokens", stats), stats
+    assert re.search(rf"Decode: [\d.]+ tok/s \({case['eos_position']} tokens", stats), stats
 
 
 # -- (c) Stop -----------------------------------------------------------------------------------------------------
 
 
 def test_stop_ends_a_long_generation_and_the_page_generates_again(app, reference):
-    app.generate("Write a very long story about a dragon who learns to paint.", max_tokens=4000, chat=True)
+    app.generate(_case(reference, "raw_story")["prompt"], max_tokens=4000, chat=False)
     # Tokens stream in while the run goes on.
-    expect(app.output).not_to_have_text("", timeout=GENERATE_MS)
+    app.wait_for(app.output.filter(has_text=re.compile(r"\S")), GENERATE_MS)
     expect(app.stop_button).to_be_enabled()
     # The page stays responsive while the worker generates.
     t0 = time.monotonic()
@@ -232,11 +253,18 @@ def test_stop_ends_a_long_generation_and_the_page_generates_again(app, reference
     assert app.output.text_content() == stopped_text, "tokens kept arriving after Stop"
 
     # A new run works and is not cancelled at once by the earlier Stop.
-    prompt, _, greedy_ids, greedy_text = _reference_case(reference)
-    app.generate(prompt, max_tokens=4, chat=False)
-    assert app.wait_done() in ("max tokens reached", "end of text")
+    _generate_reference_prefix(app, reference)
+
+
+def _generate_reference_prefix(app, reference, n=4):
+    """A short raw run of the reference prompt: its text is the start of the reference continuation."""
+    case = _case(reference, RAW_CASE)
+    app.generate(case["prompt"], max_tokens=n, chat=False)
+    assert app.wait_done() == "max tokens reached"
+    expect(app.alert).to_have_count(0)
     out = app.output.text_content()
-    assert out and greedy_text.startswith(out), (out, greedy_text)
+    assert out.strip() and case["greedy_text"].startswith(out), (out, case["greedy_text"])
+    assert re.search(rf"Decode: .*\({n} tokens", app.stats.text_content()), app.stats.text_content()
 
 
 # -- (d, e) bad model files ----------------------------------------------------------------------------------------
@@ -256,12 +284,7 @@ def _load_bad_model_then_generate(app, reference, url, *needles):
     expect(app.status).to_contain_text("still using")
     expect(app.generate_button).to_be_enabled()
     expect(app.load_button).to_be_enabled()
-    prompt, _, _, greedy_text = _reference_case(reference)
-    app.generate(prompt, max_tokens=4, chat=False)
-    app.wait_done()
-    expect(app.alert).to_have_count(0)   # the (empty) alert area is hidden
-    out = app.output.text_content()
-    assert out and greedy_text.startswith(out), (out, greedy_text)
+    _generate_reference_prefix(app, reference)
 
 
 def test_corrupt_gguf_shows_error_and_keeps_the_model(app, reference):
