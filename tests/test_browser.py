@@ -3,8 +3,13 @@
 What a person sees: the model loads with progress, generation streams into the "Output" region and matches the
 reference greedy continuation, Stop stops, bad model files give clear errors while the loaded model keeps working.
 
-One page (in its own context of conftest's ``browser``) is shared by the whole module (loading the model takes tens of seconds on a CPU-only WebGPU); every test
-leaves it idle with the default model loaded. The fixtures ``browser``, ``server_url`` and ``smollm2_gguf`` come from conftest.py.
+One page (in its own context of conftest's ``browser``) is shared by the whole module, since loading the model takes
+tens of seconds on a CPU-only WebGPU; every test leaves it idle with the default model loaded. The fixtures
+``browser``, ``server_url`` and ``smollm2_gguf`` come from conftest.py; the reference continuations from
+tests/fixtures/smollm2_reference.json (transformers, float32).
+
+Every wait is generous (SwiftShader on two cores decodes about one token a second) but fails at once, with the
+page's message and console, when the page shows an error instead.
 """
 from __future__ import annotations
 
@@ -62,9 +67,8 @@ def _fulfil_with(body: bytes):
 class App:
     """The loaded page and its controls, found by their accessible names."""
 
-    def __init__(self, page, url):
+    def __init__(self, page):
         self.page = page
-        self.url = url
         self.console: list[str] = []
         page.on("console", lambda m: self.console.append(f"{m.type}: {m.text}"))
         page.on("pageerror", lambda e: self.console.append(f"pageerror: {e}"))
@@ -83,7 +87,8 @@ class App:
         self.stats = page.locator("#stats")
 
     def diagnostics(self) -> str:
-        return (f"status={self.status.text_content()!r} alert={self.alert.text_content()!r}\n"
+        error = self.page.locator("#error").text_content()   # the alert role is absent while it is empty
+        return (f"status={self.status.text_content()!r} error={error!r}\n"
                 + "\n".join(self.console[-40:]))
 
     def wait_ready(self, timeout=LOAD_MS):
@@ -147,9 +152,16 @@ def app(browser, server_url, bad_models):
     page = context.new_page()
     for path, body in bad_models.items():
         page.route(server_url + path, _fulfil_with(body))
-    a = App(page, server_url)
-    # Record every text the progress line and the status show, to check what loading displayed.
+    a = App(page)
+    # Record every text the progress line and the status show (to check what loading displayed), and the type of
+    # every message the page sends its worker (to check that nothing is sent when it should not be).
     page.add_init_script("""
+        window.__sent = [];
+        const post = Worker.prototype.postMessage;
+        Worker.prototype.postMessage = function (msg, ...rest) {
+          window.__sent.push(msg && msg.type);
+          return post.call(this, msg, ...rest);
+        };
         window.__seen = [];
         document.addEventListener('DOMContentLoaded', () => {
           for (const id of ['progress-text', 'status']) {
@@ -181,6 +193,7 @@ CHAT_CASE = "chat_capital"
 
 def test_page_loads_default_model_and_shows_adapter(app, smollm2_gguf):
     page = app.page
+    assert page.evaluate("window.__sent")[0] == "load"   # the default model loads on open, unasked
     expect(page).to_have_title(re.compile("cera_web"))
     expect(app.model_name).to_have_text(_gguf_general_name(Path(smollm2_gguf)))
     # The backend names the WebGPU adapter the page's browser offers (asked independently, from the page).
@@ -308,13 +321,16 @@ def test_missing_model_url_shows_download_error(app):
 
 def test_empty_prompt_shows_a_message_and_sends_nothing(app):
     before = app.output.text_content()
+    sent = app.page.evaluate("window.__sent.length")
     app.prompt.fill("   \n ")
     app.generate_button.click()
     expect(app.alert).to_contain_text("prompt is empty")
-    # Nothing was started: the output was not cleared and the status never left Ready.
+    # Nothing was sent to the worker or started: the output is as it was and the status never left Ready.
+    assert app.page.evaluate("(n) => window.__sent.slice(n)", sent) == []
     expect(app.status).to_have_text(re.compile(r"^Ready"))
     assert app.output.text_content() == before
     expect(app.stop_button).to_be_disabled()
+    expect(app.prompt).to_be_focused()
 
 
 # -- no WebGPU ----------------------------------------------------------------------------------------------------
