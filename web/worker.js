@@ -122,13 +122,23 @@ function ensureBooted() {
   return booting;
 }
 
+function allocate(n) {
+  try {
+    return new Uint8Array(n);
+  } catch (e) {   // RangeError: the browser would not give this much memory to one buffer
+    throw new WorkerError('DownloadError',
+      `The model file is ${(n / 1e9).toFixed(2)} GB, more than this browser can hold in memory (${e.message}). ` +
+      'Try a smaller model, or a browser or device with more memory.');
+  }
+}
+
 // Stream `url` into one ArrayBuffer, reporting {stage: 'download', done, total} as bytes arrive.
 async function download(url) {
   const resp = await fetchBytes(url, 'the model');
   const total = Number(resp.headers.get('Content-Length')) || 0;
   const reader = resp.body.getReader();
   // Preallocate when the length is known; otherwise keep chunks and join them at the end.
-  let buf = total ? new Uint8Array(total) : null;
+  let buf = total ? allocate(total) : null;
   const chunks = [];
   let done = 0;
   let lastPost = 0;
@@ -152,7 +162,7 @@ async function download(url) {
   if (buf) {
     return done === buf.length ? buf.buffer : buf.slice(0, done).buffer;   // a short body is passed on as it is
   }
-  const joined = new Uint8Array(done);
+  const joined = allocate(done);
   let at = 0;
   for (const c of chunks) { joined.set(c, at); at += c.length; }
   return joined.buffer;
