@@ -114,6 +114,12 @@ def rope_store(q_heads: int, kv_heads: int, head_dim: int, neox: bool, qk_norm: 
     return build("rope_store", QH=q_heads, KVH=kv_heads, HD=head_dim, NEOX=neox, QK_NORM=qk_norm, EPS=float(eps))
 
 
+def attention_decode(q_heads: int, kv_heads: int, head_dim: int, neox: bool, scale: float, qk_norm: bool = False,
+                     eps: float = 1e-6) -> str:
+    return build("attention_decode", QH=q_heads, KVH=kv_heads, HD=head_dim, NEOX=neox, QK_NORM=qk_norm,
+                 EPS=float(eps), SCALE=float(scale))
+
+
 def embed(fmt, K: int, N: int) -> str:
     return build("embed", fmt=fmt, K=K, N=N)
 

@@ -230,6 +230,34 @@ def test_rope_store(dev, neox, qk_norm):
     assert not kc[:pos0].any() and not kc[pos0 + T:].any() and not vc[pos0 + T:].any()
 
 
+@pytest.mark.parametrize("QH,KVH,D,pos,neox,qk_norm", [(9, 3, 64, 0, False, False), (4, 2, 32, 300, True, True),
+                                                        (2, 1, 128, 5, False, False)])
+def test_attention_decode_equals_rope_store_then_attention(dev, QH, KVH, D, pos, neox, qk_norm):
+    ctx, eps = pos + 3, 1e-6
+    rng = np.random.default_rng(pos + D)
+    qkv = rng.standard_normal((1, QH + 2 * KVH, D)).astype(np.float32)
+    bias = rng.standard_normal((QH + 2 * KVH, D)).astype(np.float32)
+    ng = rng.standard_normal((2, D)).astype(np.float32)
+    freq = (10000.0 ** (-np.arange(0, D, 2) / D)).astype(np.float32)
+    cache_k = rng.standard_normal((ctx, KVH, D)).astype(np.float32)
+    cache_v = rng.standard_normal((ctx, KVH, D)).astype(np.float32)
+    scale = 1 / math.sqrt(D)
+    step = step_buffer(dev, 1, pos)
+    ins = [f32_buffer(dev, a) for a in (qkv, bias, ng, freq)]
+    # reference path: rope_store, then attention
+    Q, Kc, Vc, O = dev.create_buffer(QH * D * 4), f32_buffer(dev, cache_k), f32_buffer(dev, cache_v), \
+        dev.create_buffer(QH * D * 4)
+    run(dev, kernels.rope_store(QH, KVH, D, neox, qk_norm, eps), ins + [Q, Kc, Vc, step], (QH + 2 * KVH, 1, 1))
+    run(dev, kernels.attention(QH, KVH, D, scale), [Q, Kc, Vc, O, step], (QH, 1, 1))
+    # fused path, on its own copy of the cache
+    Kc2, Vc2, O2 = f32_buffer(dev, cache_k), f32_buffer(dev, cache_v), dev.create_buffer(QH * D * 4)
+    run(dev, kernels.attention_decode(QH, KVH, D, neox, scale, qk_norm, eps), ins + [Kc2, Vc2, O2, step],
+        (QH, 1, 1))
+    np.testing.assert_allclose(read(dev, O2, QH * D), read(dev, O, QH * D), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(read(dev, Kc2, ctx * KVH * D), read(dev, Kc, ctx * KVH * D), atol=1e-5)
+    np.testing.assert_allclose(read(dev, Vc2, ctx * KVH * D), read(dev, Vc, ctx * KVH * D), atol=1e-6)
+
+
 @pytest.mark.parametrize("H,KV,D,pos0,T", [(9, 3, 64, 0, 5), (4, 1, 32, 300, 3), (2, 2, 128, 0, 1)])
 def test_attention(dev, H, KV, D, pos0, T):
     ctx = pos0 + T + 4

@@ -1,7 +1,7 @@
 """Llama-family decoder (GGUF arch "llama"; SmolLM2, Llama 2/3, Mistral-style GQA models) on WebGPU.
 
-Per layer:  h = x + Wo · attention(rope(Wq · norm(x)), rope(Wk · norm(x)), Wv · norm(x))   (5 dispatches a layer:
-            x = h + Wdown · (silu(Wgate · norm(h)) * Wup · norm(h))      qkv, rope, attention, gate/up, down;
+Per layer:  h = x + Wo · attention(rope(Wq · norm(x)), rope(Wk · norm(x)), Wv · norm(x))   (5 dispatches a layer
+            x = h + Wdown · (silu(Wgate · norm(h)) * Wup · norm(h))      when decoding: qkv, attention, o, gate/up, down;
             the norms, SwiGLU and residual adds are fused into the projections, see matmul.wgsl)
 then logits = Wout · norm(x) for the last token (Wout = the embedding table when the file ties them).
 
@@ -129,11 +129,17 @@ class LlamaModel(GPUModel):
             for name in names:
                 self.linear(rec, T, name, self.x, self.qkv, gain=gain, ystride=self.qkv_dim, yoff=col)
                 col += self.shape(name)[0]
-        rec.add(kernels.rope_store(a.heads, a.kv_heads, a.head_dim, self.NEOX),
-                [self.qkv, self.bias, self.ones, self.freq, self.q, self.k_cache[i], self.v_cache[i], self.step],
-                (a.heads + 2 * a.kv_heads, T, 1), "rope")
-        rec.add(kernels.attention(a.heads, a.kv_heads, a.head_dim, 1.0 / math.sqrt(a.head_dim)),
-                [self.q, self.k_cache[i], self.v_cache[i], self.att, self.step], (a.heads, T, 1), "attention")
+        scale = 1.0 / math.sqrt(a.head_dim)
+        if T == 1:   # decoding: RoPE, the cache store and attention in one dispatch
+            rec.add(kernels.attention_decode(a.heads, a.kv_heads, a.head_dim, self.NEOX, scale),
+                    [self.qkv, self.bias, self.ones, self.freq, self.k_cache[i], self.v_cache[i], self.att,
+                     self.step], (a.heads, 1, 1), "attention")
+        else:
+            rec.add(kernels.rope_store(a.heads, a.kv_heads, a.head_dim, self.NEOX),
+                    [self.qkv, self.bias, self.ones, self.freq, self.q, self.k_cache[i], self.v_cache[i], self.step],
+                    (a.heads + 2 * a.kv_heads, T, 1), "rope")
+            rec.add(kernels.attention(a.heads, a.kv_heads, a.head_dim, scale),
+                    [self.q, self.k_cache[i], self.v_cache[i], self.att, self.step], (a.heads, T, 1), "attention")
         self.linear(rec, T, p + "attn_output.weight", self.att, self.x, accum=True)
 
     def ffn_block(self, rec, T, i):
