@@ -3,8 +3,8 @@
 //   GLU: Y[t, YOFF + n] = silu(W[n, :] · xin[t]) * (W[N + n, :] · xin[t])
 // Each workgroup computes a tile of 32 rows x 32 tokens. It walks K in steps of 32: the weights of the step are
 // dequantized once into workgroup memory (the format's w8(row, oct) gives 8 at a time) and the inputs of the step
-// loaded (normalised) beside them; each thread then accumulates 4 rows x 4 tokens from workgroup memory. So each
-// weight is read and dequantized once per 32 tokens instead of once per token.
+// loaded (normalised) beside them; each of the 256 threads then accumulates 2 rows x 2 tokens from workgroup memory.
+// So each weight is read and dequantized once per 32 tokens instead of once per token.
 //
 // Constants: K (a multiple of 32 and of the format's block), N, NORM, EPS, ACCUM, GLU, YSTRIDE, YOFF.
 // Bindings:
@@ -13,7 +13,7 @@
 //   2 Y: array<f32>              [n_tokens, YSTRIDE]
 //   3 step: uniform Step
 //   4 G: array<vec4<f32>>        [K] the norm's gain (read only with NORM; bind any buffer otherwise)
-// Dispatch: (ceil(N / 32), ceil(n_tokens_max / 32)) workgroups of 64 threads; token tiles past the pass's end
+// Dispatch: (ceil(N / 32), ceil(n_tokens_max / 32)) workgroups of 256 threads; token tiles past the pass's end
 // return at once.
 @group(0) @binding(0) var<storage, read> W: array<u32>;
 @group(0) @binding(1) var<storage, read> X: array<vec4<f32>>;
@@ -26,16 +26,18 @@ const TT: u32 = 32u;          // tokens per tile
 const KT: u32 = 32u;          // K per step
 const K4: u32 = K / 4u;
 const PAD: u32 = KT + 1u;     // row pitch in workgroup memory (odd: no bank conflicts)
+const WG: u32 = 256u;         // threads
+const SPLIT: u32 = WG / TT;   // threads sharing a token's sum of squares
 
 var<workgroup> ws: array<f32, TR * PAD>;       // weights of the step, [row][k]
 var<workgroup> us: array<f32, TR * PAD>;       // GLU: the up rows
 var<workgroup> xs: array<f32, TT * PAD>;       // inputs of the step, [token][k]
 var<workgroup> scale: array<f32, TT>;          // per-token 1/rms (1 without NORM)
-var<workgroup> half_ss: array<f32, 64>;
+var<workgroup> part_ss: array<f32, WG>;
 
 // Dequantize weights [row0 + r][k0 .. k0 + KT] of the stacked matrix into dst (r < TR): 4 octets a row.
 fn load_weights(row0: u32, k0: u32, tid: u32, up: bool) {
-    for (var i = tid; i < TR * (KT / 8u); i += 64u) {
+    for (var i = tid; i < TR * (KT / 8u); i += WG) {
         let r = i / (KT / 8u);
         let o = i % (KT / 8u);
         var w = array<vec4<f32>, 2>(vec4<f32>(0.0), vec4<f32>(0.0));
@@ -54,7 +56,7 @@ fn load_weights(row0: u32, k0: u32, tid: u32, up: bool) {
     }
 }
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
     let row0 = wid.x * TR;
     let tok0 = wid.y * TT;
@@ -62,27 +64,28 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     if (tok0 >= n_tokens) {
         return;
     }
-    // per-token RMSNorm scales: two threads a token, each summing half the row
-    let st = tid / 2u;
+    // per-token RMSNorm scales: SPLIT threads a token, each summing a strided part of the row
+    let st = tid / SPLIT;
     var ss = 0.0;
     if (NORM && tok0 + st < n_tokens) {
-        let t = tok0 + st;
-        for (var k = (tid % 2u) * (K4 / 2u); k < select(K4 / 2u, K4, tid % 2u == 1u); k++) {
-            let v = X[t * K4 + k];
+        for (var k = tid % SPLIT; k < K4; k += SPLIT) {
+            let v = X[(tok0 + st) * K4 + k];
             ss += dot(v, v);
         }
     }
-    half_ss[tid] = ss;
+    part_ss[tid] = ss;
     workgroupBarrier();
     if (tid < TT) {
-        scale[tid] = select(1.0, 1.0 / sqrt((half_ss[2u * tid] + half_ss[2u * tid + 1u]) / f32(K) + EPS), NORM);
+        var total = 0.0;
+        for (var i = 0u; i < SPLIT; i++) { total += part_ss[tid * SPLIT + i]; }
+        scale[tid] = select(1.0, 1.0 / sqrt(total / f32(K) + EPS), NORM);
     }
 
-    let rg = tid % 8u;        // this thread's rows: rg*4 .. +4
-    let tg = tid / 8u;        // this thread's tokens: tg*4 .. +4
-    var acc: array<vec4<f32>, 4>;      // acc[token i][row j]
-    var acc2: array<vec4<f32>, 4>;
-    for (var i = 0u; i < 4u; i++) { acc[i] = vec4<f32>(0.0); acc2[i] = vec4<f32>(0.0); }
+    let rg = tid % 16u;       // this thread's rows: rg*2 .. +2
+    let tg = tid / 16u;       // this thread's tokens: tg*2 .. +2
+    var acc: array<vec2<f32>, 2>;      // acc[token i][row j]
+    var acc2: array<vec2<f32>, 2>;
+    for (var i = 0u; i < 2u; i++) { acc[i] = vec2<f32>(0.0); acc2[i] = vec2<f32>(0.0); }
 
     for (var k0 = 0u; k0 < K; k0 += KT) {
         workgroupBarrier();
@@ -90,7 +93,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         if (GLU) {
             load_weights(row0, k0, tid, true);
         }
-        for (var i = tid; i < TT * (KT / 4u); i += 64u) {     // inputs: one vec4 each
+        for (var i = tid; i < TT * (KT / 4u); i += WG) {     // inputs: one vec4 each
             let tt = i / (KT / 4u);
             let k4 = i % (KT / 4u);
             var v = vec4<f32>(0.0);
@@ -106,15 +109,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         workgroupBarrier();
         for (var k = 0u; k < KT; k++) {
-            let w = vec4<f32>(ws[(rg * 4u) * PAD + k], ws[(rg * 4u + 1u) * PAD + k],
-                              ws[(rg * 4u + 2u) * PAD + k], ws[(rg * 4u + 3u) * PAD + k]);
-            var u = vec4<f32>(0.0);
+            let w = vec2<f32>(ws[(rg * 2u) * PAD + k], ws[(rg * 2u + 1u) * PAD + k]);
+            var u = vec2<f32>(0.0);
             if (GLU) {
-                u = vec4<f32>(us[(rg * 4u) * PAD + k], us[(rg * 4u + 1u) * PAD + k],
-                              us[(rg * 4u + 2u) * PAD + k], us[(rg * 4u + 3u) * PAD + k]);
+                u = vec2<f32>(us[(rg * 2u) * PAD + k], us[(rg * 2u + 1u) * PAD + k]);
             }
-            for (var i = 0u; i < 4u; i++) {
-                let x = xs[(tg * 4u + i) * PAD + k];
+            for (var i = 0u; i < 2u; i++) {
+                let x = xs[(tg * 2u + i) * PAD + k];
                 acc[i] += w * x;
                 if (GLU) {
                     acc2[i] += u * x;
@@ -122,13 +123,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             }
         }
     }
-    for (var i = 0u; i < 4u; i++) {
-        let t = tok0 + tg * 4u + i;
+    for (var i = 0u; i < 2u; i++) {
+        let t = tok0 + tg * 2u + i;
         if (t >= n_tokens) {
             continue;
         }
-        for (var j = 0u; j < 4u; j++) {
-            let n = row0 + rg * 4u + j;
+        for (var j = 0u; j < 2u; j++) {
+            let n = row0 + rg * 2u + j;
             if (n < N) {
                 var v = acc[i][j];
                 if (GLU) {

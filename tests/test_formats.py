@@ -323,3 +323,23 @@ def test_bench_kernels_reports_every_type_and_lane_count(dev):
         parse_shapes("4096")
     with pytest.raises(SystemExit):
         main(["--types", "IQ2_XXS"])
+
+
+@pytest.mark.parametrize("fmt", NEW, ids=lambda f: f.name)
+def test_matmul_tiled(dev, fmt):
+    """The prefill GEMM (weights through w8, normalised inputs, SwiGLU over stacked rows) for every new type."""
+    N, T, eps = 37, 40, 1e-6
+    K = row_len(fmt, 2)
+    rng = np.random.default_rng(int(fmt) + 7)
+    raw, wq = random_weights(fmt, 2 * N, K, rng)
+    x = rng.standard_normal((T, K)).astype(np.float32)
+    g = rng.uniform(0.5, 1.5, K).astype(np.float32)
+    W, X, G = upload(dev, raw), upload(dev, x), upload(dev, g)
+    Y = dev.create_buffer(T * N * 4)
+    run(dev, kernels.matmul_tiled(fmt, K, N, norm=True, eps=eps, glu=True), [W, X, Y, step_buffer(dev, T), G],
+        (-(-N // 32), -(-T // 32), 1))
+    xn = (x / np.sqrt((x.astype(np.float64) ** 2).mean(-1, keepdims=True) + eps) * g)
+    a, b = xn @ wq[:N].astype(np.float64).T, xn @ wq[N:].astype(np.float64).T
+    want = a * np.exp(-np.logaddexp(0, -a)) * b     # silu(a) * b, without overflow for large |a|
+    got = read(dev, Y, T * N).reshape(T, N)
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3 * np.abs(want).max())
