@@ -95,7 +95,7 @@ def main(argv=None) -> int:
     b.add_argument("--prompt-tokens", type=int, default=512)
     b.add_argument("--decode-tokens", type=int, default=128)
     b.add_argument("--steps-per-read", type=int, default=4)
-    b.add_argument("--chunk", type=int, default=64, help="prefill chunk size in tokens")
+    b.add_argument("--chunk", type=int, default=512, help="prefill chunk size in tokens")
     b.add_argument("--context", type=int, default=2048)
     b.add_argument("--repeats", type=int, default=1)
     b.add_argument("--profile", action="store_true", help="also time each kind of dispatch alone")
