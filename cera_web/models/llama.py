@@ -63,7 +63,6 @@ class LlamaArgs:
 
 class LlamaModel(GPUModel):
     NEOX = False
-    TILED_PREFILL = True
 
     def __init__(self, dev, gguf, source, *, context_size=2048, chunk=64, on_progress=None):
         super().__init__(dev, gguf, source, context_size=context_size, chunk=chunk, on_progress=on_progress)
@@ -102,12 +101,14 @@ class LlamaModel(GPUModel):
         """y (+)= W[name] · x for every token of a pass of up to T tokens.
         gain: a norm weight buffer (the input is RMS-normalised first); weight/rows: a stacked weight buffer and its
         row count; kw: accum / glu / last_only / ystride / yoff (see matmul.wgsl).
-        Prefill passes (T > 1) use the tiled matrix-matrix kernel; decode and the LM head the matrix-vector one."""
+        On GPUs prefill passes (T > 1) use the tiled matrix-matrix kernel; decode, the LM head and CPU adapters
+        (where the tiles' barriers and padding to 32 tokens cost more than they save on short prompts) use the
+        matrix-vector one."""
         n, k = self.shape(name)
         n = rows or n
         fmt = self.gguf.tensor(name).type
         buffers = [weight or self.weight(name), x, y, self.step, gain or self.ones]
-        if T > 1 and not kw.get("last_only") and k % 32 == 0 and self.TILED_PREFILL:
+        if T > 1 and not kw.get("last_only") and k % 32 == 0 and not self.dev.is_cpu:
             rec.add(kernels.matmul_tiled(fmt, k, n, norm=gain is not None, eps=self.args.eps, **kw), buffers,
                     (-(-n // 32), -(-T // 32), 1), name)
             return
