@@ -1,6 +1,7 @@
 """Byte-level BPE tokenizer built from GGUF metadata (`tokenizer.ggml.model == "gpt2"`).
 
-Encoding a string, in order:
+Encoding a string, in order (lone UTF-16 surrogates, which UTF-8 cannot carry, first become U+FFFD, as a
+browser's TextEncoder does):
 1. split out special tokens written in the text (control tokens only when `parse_special`;
    user-defined tokens always), leftmost match first and, among matches starting at the same place,
    the longest one;
@@ -9,6 +10,9 @@ Encoding a string, in order:
 3. map each piece's UTF-8 bytes to the GPT-2 "byte-level" alphabet (256 printable characters);
 4. apply BPE merges to each piece: repeatedly merge the adjacent pair with the lowest merge rank
    (leftmost on ties), then look the symbols up in the vocabulary. Results are cached per piece.
+
+Metadata of the wrong kind (a token that is not a string, an id that is not an integer, ...) is a GGUFFormatError
+naming the key; ids passed to decode() that are not integers in the vocabulary are an InputError.
 
 Decoding maps normal tokens back through the byte-level alphabet to bytes and then to UTF-8 text;
 control / user-defined tokens decode to their own text (control ones can be skipped).
@@ -38,6 +42,7 @@ from __future__ import annotations
 import codecs
 import functools
 import heapq
+import operator
 import re
 
 from .errors import GGUFFormatError, InputError, UnsupportedModelError
@@ -129,14 +134,58 @@ def _special_regex(texts: tuple[str, ...]):
     return re.compile("|".join(re.escape(t) for t in sorted(texts, key=len, reverse=True)))
 
 
-def _meta_list(value) -> list:
+def _meta_list(value, key: str = "tokenizer metadata") -> list:
     if hasattr(value, "tolist"):  # numpy array
         value = value.tolist()
+    if not isinstance(value, (list, tuple)):
+        raise GGUFFormatError(f"{key} should be an array, found {_describe(value)}; the model file is corrupt")
     return [v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in value]
 
 
 def _meta_str(value):
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def _describe(value) -> str:
+    """A short description of a metadata value of the wrong kind, for error messages."""
+    text = repr(value)
+    return f"{type(value).__name__} {text[:60] + '...' if len(text) > 60 else text}"
+
+
+def _check_items(items: list, kind: type, key: str) -> list:
+    """`items` if every one is a `kind` (bool never counts as int); GGUFFormatError naming the first that is not."""
+    for k, v in enumerate(items):
+        if type(v) is not kind and not (isinstance(v, kind) and not isinstance(v, bool)):
+            raise GGUFFormatError(f"{key}[{k}] should be {'a string' if kind is str else 'an integer'}, found "
+                                  f"{_describe(v)}; the model file is corrupt")
+    return items
+
+
+def _meta_id(value, key: str):
+    """A token id from metadata: None, or an int (GGUF stores ids as integers, never as bools or floats)."""
+    if value is None:
+        return None
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        return operator.index(value)
+    except TypeError:
+        raise GGUFFormatError(f"{key} should be an integer token id, found {_describe(value)}; the model file is "
+                              f"corrupt") from None
+
+
+def _meta_flag(value, key: str):
+    """A boolean flag from metadata: None, a bool, or the integers 0 and 1."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    raise GGUFFormatError(f"{key} should be a bool, found {_describe(value)}; the model file is corrupt")
+
+
+# Lone UTF-16 surrogates (a str can hold them, UTF-8 cannot): replaced by U+FFFD before encoding, as a browser's
+# TextEncoder does with the same strings.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class Tokenizer:
@@ -163,13 +212,13 @@ class Tokenizer:
         self._stages = [_compile(p, regex_engine) for p in spec.stages]
         self._ignore_merges = spec.ignore_merges
 
-        self._tokens = list(tokens)
+        self._tokens = _check_items(list(tokens), str, "tokenizer.ggml.tokens")
         n = len(self._tokens)
         if n == 0:
             raise GGUFFormatError("tokenizer.ggml.tokens is empty; the model file has no vocabulary")
         if token_types is None:
             token_types = [NORMAL] * n
-        self._types = list(token_types)
+        self._types = _check_items(list(token_types), int, "tokenizer.ggml.token_type")
         if len(self._types) != n:
             raise GGUFFormatError(
                 f"tokenizer.ggml.token_type has {len(self._types)} entries but tokenizer.ggml.tokens "
@@ -180,15 +229,19 @@ class Tokenizer:
         self._ranks: dict[tuple[str, str], int] = {}
         for rank, m in enumerate(merges):
             m = _meta_str(m)
+            if not isinstance(m, str):
+                raise GGUFFormatError(f"tokenizer.ggml.merges[{rank}] should be a string 'left right', found "
+                                      f"{_describe(m)}; the model file is corrupt")
             cut = m.find(" ", 1)  # a left part may itself start with a space, never be empty
             if cut < 0:
                 raise GGUFFormatError(f"tokenizer.ggml.merges[{rank}] = {m!r} is not 'left right'")
             self._ranks.setdefault((m[:cut], m[cut + 1:]), rank)
 
         def check(name, value):
-            if value is not None and not 0 <= int(value) < n:
+            value = _meta_id(value, name)
+            if value is not None and not 0 <= value < n:
                 raise GGUFFormatError(f"{name} = {value} is outside the vocabulary (size {n})")
-            return None if value is None else int(value)
+            return value
 
         self.bos_id = check("bos_token_id", bos_id)
         self.eos_id = check("eos_token_id", eos_id)
@@ -232,6 +285,10 @@ class Tokenizer:
             raise UnsupportedModelError(
                 "this GGUF file has no tokenizer metadata (tokenizer.ggml.model / tokenizer.ggml.tokens); "
                 "use a GGUF converted with its tokenizer included")
+        for key in ("tokenizer.ggml.model", "tokenizer.ggml.pre"):
+            if key in md and not isinstance(_meta_str(md[key]), str):
+                raise GGUFFormatError(f"{key} should be a string, found {_describe(md[key])}; the model file is "
+                                      f"corrupt")
         if model != "gpt2":
             kinds = {"llama": "SentencePiece", "bert": "WordPiece", "t5": "Unigram", "rwkv": "RWKV"}
             kind = kinds.get(model, "this")
@@ -244,16 +301,16 @@ class Tokenizer:
         types = md.get("tokenizer.ggml.token_type")
         eog = [md[k] for k in ("tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id") if k in md]
         return cls(
-            _meta_list(md["tokenizer.ggml.tokens"]),
-            _meta_list(md["tokenizer.ggml.merges"]),
-            None if types is None else _meta_list(types),
+            _meta_list(md["tokenizer.ggml.tokens"], "tokenizer.ggml.tokens"),
+            _meta_list(md["tokenizer.ggml.merges"], "tokenizer.ggml.merges"),
+            None if types is None else _meta_list(types, "tokenizer.ggml.token_type"),
             pre=_meta_str(md.get("tokenizer.ggml.pre", "default")),
             bos_id=md.get("tokenizer.ggml.bos_token_id"),
             eos_id=md.get("tokenizer.ggml.eos_token_id"),
             unk_id=md.get("tokenizer.ggml.unknown_token_id"),
             pad_id=md.get("tokenizer.ggml.padding_token_id"),
-            add_bos=md.get("tokenizer.ggml.add_bos_token"),
-            add_eos=bool(md.get("tokenizer.ggml.add_eos_token", False)),
+            add_bos=_meta_flag(md.get("tokenizer.ggml.add_bos_token"), "tokenizer.ggml.add_bos_token"),
+            add_eos=bool(_meta_flag(md.get("tokenizer.ggml.add_eos_token"), "tokenizer.ggml.add_eos_token")),
             eog_ids=eog,
             chat_template=_meta_str(md.get("tokenizer.chat_template")),
             regex_engine=regex_engine,
@@ -281,6 +338,10 @@ class Tokenizer:
         return self._types[self._check_id(token_id)] in (CONTROL, UNKNOWN)
 
     def _check_id(self, token_id) -> int:
+        try:
+            token_id = operator.index(token_id)   # ints and numpy integers; not floats, strings, None
+        except TypeError:
+            raise InputError(f"token ids are integers, not {_describe(token_id)}") from None
         if not 0 <= token_id < len(self._tokens):
             raise InputError(f"token id {token_id} is outside the vocabulary (size {len(self._tokens)})")
         return token_id
@@ -292,6 +353,10 @@ class Tokenizer:
         tokens written in the text (e.g. "<|im_start|>") become their single ids."""
         if not isinstance(text, str):
             raise InputError(f"encode() takes a str, not {type(text).__name__}")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = _SURROGATE.sub("\ufffd", text)
         ids: list[int] = []
         if add_special and self.add_bos:
             ids.append(self.bos_id)
@@ -354,7 +419,8 @@ class Tokenizer:
 
     def token_bytes(self, token_id: int) -> bytes:
         """The bytes a token stands for (control / user-defined tokens: their text in UTF-8)."""
-        b = self._bytes[self._check_id(token_id)]
+        token_id = self._check_id(token_id)
+        b = self._bytes[token_id]
         if b is None:
             text = self._tokens[token_id]
             if self._types[token_id] in (CONTROL, UNKNOWN, USER_DEFINED):
@@ -367,6 +433,8 @@ class Tokenizer:
 
     def decode(self, ids, skip_special: bool = False) -> str:
         """Text of `ids`; invalid UTF-8 (e.g. a cut multi-byte character) becomes U+FFFD."""
+        if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+            raise InputError(f"decode() takes a list of token ids, not {_describe(ids)}")
         return b"".join(self._bytes_iter(ids, skip_special)).decode("utf-8", "replace")
 
     def _bytes_iter(self, ids, skip_special):
