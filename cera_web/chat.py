@@ -14,9 +14,14 @@ as untrusted code and rendered in a sandbox that
     Operations whose result can be far larger than their inputs are checked *before* they run: ``*`` (repeat),
     ``+``/``~`` (concatenation), ``%``/``format`` (field widths), ``replace``, ``join``, ``indent``, ``wordwrap``,
     ``expandtabs``; every integer argument of a call or filter must be at most ``max_chars``;
+  * ``max_built_chars`` [64,000,000]: the total size of all values that calls, filters, operators, ``~`` and
+    slices build in one render, counted as they are made. A template can keep every value it builds (one variable
+    per ``{% set %}``, items of a list literal), so this bounds the memory it can fill, which ``max_chars`` alone
+    does not (a value returned unchanged by a call, e.g. ``.get()``, is counted too: the bound is conservative);
   * ``max_range`` [100,000]: items in one ``range()``; ``max_depth`` [50]: nested calls (macros, recursive loops);
     integers are kept under 65,536 bits;
-  * ``timeout_s`` [10]: wall-clock time, a backstop for single operations that are slow without being large.
+  * ``timeout_s`` [10]: wall-clock time, checked at every step, a backstop for operations that are slow without
+    being large (one such operation can still overrun it by its own duration, a few seconds at most).
 
 What a template sees matches Hugging Face ``transformers``' ``apply_chat_template`` (checked against its output
 in tests/test_chat.py): ``trim_blocks`` and ``lstrip_blocks`` on, the trailing newline of the source dropped,
@@ -75,6 +80,7 @@ class TemplateLimits:
     max_range: int = 100_000
     max_depth: int = 50
     timeout_s: float = 10.0
+    max_built_chars: int = 64_000_000
 
 
 _MAX_INT_BITS = 65_536
@@ -103,6 +109,7 @@ class _Budget:
         self.limits = limits
         self.steps = 0
         self.emitted = 0
+        self.built = 0
         self.depth = 0
         self.deadline = time.monotonic() + limits.timeout_s
 
@@ -111,8 +118,13 @@ class _Budget:
         if self.steps > self.limits.max_steps:
             raise _refuse(f"took more than {self.limits.max_steps:,} steps (loop iterations, calls, lookups); "
                           f"it probably loops without end")
-        if self.steps & 1023 == 0 and time.monotonic() > self.deadline:
+        if time.monotonic() > self.deadline:
             raise _refuse(f"ran for more than {self.limits.timeout_s:g} seconds")
+
+    def build(self, n: int) -> None:
+        self.built += n
+        if self.built > self.limits.max_built_chars:
+            raise _refuse(f"built values totalling more than {self.limits.max_built_chars:,} characters")
 
     def emit(self, n: int) -> None:
         self.emitted += n
@@ -155,8 +167,11 @@ _SCALARS = (int, float, bool, type(None))
 
 
 def _check_size(value, b: _Budget, what: str):
-    if type(value) not in _SCALARS and _weight(value, b.limits.max_chars) > b.limits.max_chars:
-        raise _refuse(f"built {what} larger than {b.limits.max_chars:,} characters")
+    if type(value) not in _SCALARS:
+        size = _weight(value, b.limits.max_chars)
+        if size > b.limits.max_chars:
+            raise _refuse(f"built {what} larger than {b.limits.max_chars:,} characters")
+        b.build(size)
     return value
 
 
@@ -262,7 +277,7 @@ def _tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=F
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
-# The three filters below are inserted by _Harden and cannot be named by a template (their names are not
+# The filters below are inserted by _Harden and cannot be named by a template (their names are not
 # identifiers). They are pass_context so Jinja never runs them while compiling.
 
 @jinja2.pass_context
@@ -284,25 +299,35 @@ def _counted(context, iterable):
 
 
 @jinja2.pass_context
+def _slice(context, value, start, stop, step):
+    """`value[start:stop:step]` (Jinja compiles slices to plain Python, past the sandbox's getitem): a new value."""
+    b = _budget()
+    b.step()
+    return _check_size(value[start:stop:step], b, "a slice")
+
+
+@jinja2.pass_context
 def _concat(context, items):
     """The `~` operator, with its size checked before the string is built."""
     b = _budget()
     b.step()
     parts = [str(x) for x in items]
-    if sum(map(len, parts)) > b.limits.max_chars:
+    size = sum(map(len, parts))
+    if size > b.limits.max_chars:
         raise _refuse(f"would build a string larger than {b.limits.max_chars:,} characters with ~")
+    b.build(size)
     return "".join(parts)
 
 
-_EMIT, _COUNTED, _CONCAT = "cera emit", "cera counted", "cera concat"
+_EMIT, _COUNTED, _CONCAT, _SLICE = "cera emit", "cera counted", "cera concat", "cera slice"
 
 
 class _Harden(NodeTransformer):
-    """Rewrites a parsed template so that output, loops and `~` go through the counting filters above."""
+    """Rewrites a parsed template so that output, loops, `~` and slices go through the counting filters above."""
 
     @staticmethod
-    def _filter(name: str, node: nodes.Expr) -> nodes.Filter:
-        return nodes.Filter(node, name, [], [], None, None, lineno=node.lineno)
+    def _filter(name: str, node: nodes.Expr, args=()) -> nodes.Filter:
+        return nodes.Filter(node, name, list(args), [], None, None, lineno=node.lineno)
 
     def visit_Output(self, node: nodes.Output) -> nodes.Output:
         self.generic_visit(node)
@@ -318,6 +343,14 @@ class _Harden(NodeTransformer):
     def visit_Concat(self, node: nodes.Concat) -> nodes.Filter:
         self.generic_visit(node)
         return self._filter(_CONCAT, nodes.List(node.nodes, lineno=node.lineno))
+
+    def visit_Getitem(self, node: nodes.Getitem) -> nodes.Expr:
+        self.generic_visit(node)
+        if not isinstance(node.arg, nodes.Slice) or node.ctx != "load":
+            return node
+        bounds = [b if b is not None else nodes.Const(None, lineno=node.lineno)
+                  for b in (node.arg.start, node.arg.stop, node.arg.step)]
+        return self._filter(_SLICE, node.node, bounds)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -396,7 +429,7 @@ class _BoundedSandbox(ImmutableSandboxedEnvironment):
                             raise_exception=_raise_exception, strftime_now=_strftime_now)
         self.filters = {name: _guard_filter(name, f) for name, f in self.filters.items()}
         self.filters["tojson"] = _guard_filter("tojson", _tojson)
-        self.filters.update({_EMIT: _emit, _COUNTED: _counted, _CONCAT: _concat})
+        self.filters.update({_EMIT: _emit, _COUNTED: _counted, _CONCAT: _concat, _SLICE: _slice})
 
     def is_safe_attribute(self, obj, attr, value) -> bool:
         # Nothing on a class object is needed by chat templates (and `mro()` leads toward `object`).
@@ -472,9 +505,15 @@ def _compile(source: str) -> jinja2.Template:
                          f"your own template (or none, for ChatML) instead") from None
     except RecursionError:
         raise _refuse("is nested too deeply to parse") from None
-    tree = _Harden().visit(tree)
-    tree.set_environment(_ENV)
-    return _ENV.from_string(tree)
+    try:
+        tree = _Harden().visit(tree)
+        tree.set_environment(_ENV)
+        return _ENV.from_string(tree)
+    except RecursionError:
+        raise _refuse("is nested too deeply to compile") from None
+    except Exception as e:   # Jinja can emit Python that does not compile, e.g. SyntaxError for {% break %} outside a loop
+        raise InputError(f"the model's chat template is not valid Jinja ({type(e).__name__}: {e}); pass your own "
+                         f"template (or none, for ChatML) instead") from None
 
 
 # ---------------------------------------------------------------------------------------------------------------
