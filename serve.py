@@ -203,11 +203,15 @@ class Handler(BaseHTTPRequestHandler):
         folder = FOLDERS.get(parts[0])
         if folder is None or len(parts) < 2:
             return HTTPStatus.NOT_FOUND
-        base = (self.server.root / folder).resolve()
-        file = base.joinpath(*parts[1:]).resolve()
-        if not file.is_relative_to(base):
-            return HTTPStatus.FORBIDDEN  # a symlink leading out of the served folder
-        if not file.is_file():
+        try:
+            base = (self.server.root / folder).resolve()
+            file = base.joinpath(*parts[1:]).resolve()
+            if not file.is_relative_to(base):
+                return HTTPStatus.FORBIDDEN  # a symlink leading out of the served folder
+            if not file.is_file():
+                return HTTPStatus.NOT_FOUND
+        except (OSError, RuntimeError, ValueError):
+            # a name too long for the file system, a symlink loop (RuntimeError before Python 3.13): no such file
             return HTTPStatus.NOT_FOUND
         return file
 
