@@ -1,0 +1,373 @@
+"""Robustness: long and repeated runs of the engine (native wgpu; lavapipe on CI) on a tiny random llama, a lost
+device, model files whose metadata and tensors disagree, chat templates that are slow or fill memory, and server
+paths that used to crash the request handler. docs/robustness.md maps every fault tried to its test.
+
+The tiny model (1 layer, hidden 64, a byte-level BPE vocabulary) is written with the `gguf` package the way
+tests/test_formats.py writes its tiny llama, with knobs to make it inconsistent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import http.client
+import subprocess
+import sys
+import threading
+import time
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cera_web.chat import ChatTemplate, TemplateLimits, render_chat
+from cera_web.errors import CeraError, GGUFFormatError, InputError, UnsupportedModelError
+
+E, F, H, KV, CTX = 64, 128, 4, 2, 256
+MERGES = ["Ġ t", "h e", "Ġt he", "Ġ a", "i n", "Ġ c", "a t", "Ġc at", "Ġ s", "Ġs at", "o n", "Ġ on"]
+USER = [{"role": "user", "content": "hi"}]
+
+
+def byte_symbols():
+    """GPT-2's byte-level alphabet (printable Latin-1 bytes stand for themselves, the other 68 for U+0100..)."""
+    keep = [*range(33, 127), *range(161, 173), *range(174, 256)]
+    extra = iter(range(256, 512))
+    return [chr(b) if b in keep else chr(next(extra)) for b in range(256)]
+
+
+def write_llama(path, *, metadata=None, shapes=None, drop=(), seed=0) -> int:
+    """A 1-layer F32 llama with a byte-level BPE vocabulary; returns the vocabulary size.
+    metadata: key -> value replacing the default (None removes it; a (value, GGUFValueType) pair forces the type);
+    shapes: tensor name -> numpy shape (outermost first) replacing the right one; drop: tensors to leave out."""
+    import gguf
+    VT = gguf.GGUFValueType
+    rng = np.random.default_rng(seed)
+    tokens = byte_symbols() + [m.replace(" ", "") for m in MERGES] + ["<|endoftext|>"]
+    V = len(tokens)
+    md = {
+        "llama.block_count": (1, VT.UINT32), "llama.context_length": (CTX, VT.UINT32),
+        "llama.embedding_length": (E, VT.UINT32), "llama.feed_forward_length": (F, VT.UINT32),
+        "llama.attention.head_count": (H, VT.UINT32), "llama.attention.head_count_kv": (KV, VT.UINT32),
+        "llama.rope.freq_base": (10000.0, VT.FLOAT32), "llama.attention.layer_norm_rms_epsilon": (1e-5, VT.FLOAT32),
+        "tokenizer.ggml.model": ("gpt2", VT.STRING), "tokenizer.ggml.pre": ("gpt2", VT.STRING),
+        "tokenizer.ggml.tokens": (tokens, VT.ARRAY), "tokenizer.ggml.token_type": ([1] * (V - 1) + [3], VT.ARRAY),
+        "tokenizer.ggml.merges": (MERGES, VT.ARRAY), "tokenizer.ggml.eos_token_id": (V - 1, VT.UINT32),
+    }
+    for key, v in (metadata or {}).items():
+        if v is None:
+            md.pop(key, None)
+        else:
+            md[key] = v if isinstance(v, tuple) else (v, md[key][1])
+    arch = md.pop("general.architecture", ("llama",))[0]
+    w = gguf.GGUFWriter(str(path), arch)
+    for key, (v, vtype) in md.items():
+        w.add_key_value(key, v, vtype)
+    D = E // H
+    tensors = {"token_embd.weight": (V, E), "output_norm.weight": (E,), "blk.0.attn_norm.weight": (E,),
+               "blk.0.ffn_norm.weight": (E,), "blk.0.attn_q.weight": (E, E), "blk.0.attn_k.weight": (KV * D, E),
+               "blk.0.attn_v.weight": (KV * D, E), "blk.0.attn_output.weight": (E, E),
+               "blk.0.ffn_gate.weight": (F, E), "blk.0.ffn_up.weight": (F, E), "blk.0.ffn_down.weight": (E, F)}
+    tensors.update(shapes or {})
+    for name, shape in tensors.items():
+        if name in drop:
+            continue
+        if name.endswith("norm.weight"):
+            arr = 1 + 0.1 * rng.standard_normal(shape)
+        else:
+            arr = rng.standard_normal(shape) * (1.0 if name == "token_embd.weight" else shape[-1] ** -0.5)
+        w.add_tensor(name, arr.astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return V
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def native_counts() -> dict:
+    """wgpu-native's own count of live objects (buffers, bind groups, pipelines, devices...) in this process:
+    independent of cera_web's bookkeeping."""
+    from wgpu.backends.wgpu_native._helpers import generate_report
+    return {k: v["kept"] for k, v in generate_report()["hub"].items()}
+
+
+def rss_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096 / 2**20
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Engine: long and repeated runs
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("tiny") / "tiny-llama.gguf"
+    write_llama(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def engine(tiny):
+    from cera_web.engine import Engine
+    eng = run(Engine.load(tiny, context_size=64, chunk=8))
+    yield eng
+    eng.close()
+
+
+PROMPT = "the cat sat on the"
+
+
+@pytest.mark.gpu
+def test_generation_runs_to_the_context_limit(engine, tiny):
+    """Up to the last position of the context: stop reason "context", one token per free position plus the one
+    sampled from the last, and the same tokens as the numpy reference (cera_web.reference) up to the first step
+    where the reference's top-2 margin is too small to decide."""
+    from cera_web.reference import ReferenceModel
+    ids = engine.tokenizer.encode(PROMPT)
+    assert len(ids) == 6
+    res = run(engine.generate(ids, max_tokens=1000, stop_at_eos=False))
+    assert res.stop_reason == "context"
+    assert len(res.tokens) == engine.context_size - len(ids) + 1
+    ref = ReferenceModel.from_gguf(tiny)
+    want = ref.generate_greedy(ids, len(res.tokens))
+    logits = ref.forward(ids + want[:-1], 0)[len(ids) - 1:]
+    top2 = np.sort(logits, axis=1)[:, -2:]
+    clear = (top2[:, 1] - top2[:, 0]) > 1e-3 * np.abs(top2[:, 1]).clip(1)
+    n = len(res.tokens) if clear.all() else int(np.argmin(clear))
+    assert n >= 20, f"the reference has a near tie at step {n}; pick another seed"
+    assert res.tokens[:n] == want[:n]
+    # and the engine keeps working from a fresh prompt afterwards
+    again = run(engine.generate(ids, max_tokens=8, stop_at_eos=False))
+    assert again.tokens == res.tokens[:8]
+
+
+@pytest.mark.gpu
+def test_100_generations_do_not_grow_buffers_or_heap(engine):
+    # One event loop for the whole session, as in the browser's worker: asyncio.run() itself leaves ~50 bytes behind
+    # per call in CPython 3.11 (measured with a no-op coroutine), which would hide what the engine does.
+    loop = asyncio.new_event_loop()
+    try:
+        ids = engine.tokenizer.encode(PROMPT)
+        first = loop.run_until_complete(engine.generate(ids, max_tokens=3, stop_at_eos=False))
+        buffers, native = len(engine.dev.live_buffers), native_counts()
+        samples = []
+        tracemalloc.start()
+        try:
+            for i in range(100):
+                res = loop.run_until_complete(engine.generate(ids if i % 2 else PROMPT, max_tokens=3,
+                                                              stop_at_eos=False))
+                assert res.tokens == first.tokens, i
+                assert len(engine.dev.live_buffers) == buffers, i
+                if i % 20 == 19:
+                    gc.collect()
+                    samples.append(tracemalloc.get_traced_memory()[0])
+        finally:
+            tracemalloc.stop()
+    finally:
+        loop.close()
+    assert native_counts() == native
+    print("traced heap every 20 generations:", samples)
+    # no steady growth: the traced heap wanders by about a KiB; 80 generations leaking 50 bytes each would show
+    assert samples[-1] - samples[0] < 4 << 10 and max(samples) - min(samples) < 8 << 10, samples
+
+
+@pytest.mark.gpu
+def test_load_and_close_10_engines_release_everything(tiny):
+    """Each engine's close() destroys its buffers and device; once the engine is dropped, wgpu-native holds no
+    object of it and the process does not grow (on lavapipe GPU memory is process memory)."""
+    from cera_web.engine import Engine
+    gc.collect()
+    base = native_counts()
+    sizes = []
+    for i in range(10):
+        eng = run(Engine.load(tiny, context_size=64, chunk=8))
+        assert native_counts()["buffers"] > base["buffers"]
+        assert run(eng.generate(PROMPT, max_tokens=3, stop_at_eos=False)).tokens
+        dev = eng.dev
+        assert len(dev.live_buffers) > 10
+        eng.close()
+        assert eng.dev is None and len(dev.live_buffers) == 0
+        eng.close()                                  # a second close is harmless
+        del eng, dev
+        gc.collect()
+        assert native_counts() == base, i
+        sizes.append(rss_mib())
+    print("RSS after each load/close (MiB):", [round(s) for s in sizes])
+    # one leaked device costs ~25 MiB on lavapipe; allow allocator noise, not a leak per engine
+    assert sizes[-1] - sizes[2] < 20, sizes
+
+
+@pytest.mark.gpu
+def test_lost_device_fails_loudly_and_the_model_reloads(tiny):
+    from cera_web.engine import Engine
+    eng = run(Engine.load(tiny, context_size=64, chunk=8))
+    before = run(eng.generate(PROMPT, max_tokens=5, stop_at_eos=False)).tokens
+    eng.dev.device.destroy()                          # what a driver reset or the browser's device loss does
+    t0 = time.perf_counter()
+    with pytest.raises(Exception, match="(?i)lost") as info:
+        run(eng.generate(PROMPT, max_tokens=5, stop_at_eos=False))
+    assert time.perf_counter() - t0 < 10
+    print("after device loss:", type(info.value).__module__, type(info.value).__name__, info.value)
+    eng.close()                                       # closing an engine whose device is gone does not raise
+    fresh = run(Engine.load(tiny, context_size=64, chunk=8))
+    try:
+        assert run(fresh.generate(PROMPT, max_tokens=5, stop_at_eos=False)).tokens == before
+    finally:
+        fresh.close()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Engine: model files that are valid GGUF but inconsistent or unsupported (the cases that end in a CeraError today;
+# docs/robustness.md lists the ones that do not)
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kw, error, fragment", [
+    (dict(drop=("blk.0.attn_v.weight",)), UnsupportedModelError, "no tensor 'blk.0.attn_v.weight'"),
+    (dict(drop=("output_norm.weight",)), UnsupportedModelError, "no tensor 'output_norm.weight'"),
+    (dict(metadata={"llama.block_count": 2}), UnsupportedModelError, "no tensor 'blk.1.attn_norm.weight'"),
+    (dict(metadata={"llama.block_count": 10**6}), UnsupportedModelError, "no tensor 'blk.1."),
+    (dict(metadata={"llama.embedding_length": None}), UnsupportedModelError, "llama.embedding_length"),
+    (dict(metadata={"llama.attention.head_count": 3}), UnsupportedModelError, "3 query heads"),
+    (dict(shapes={"token_embd.weight": (2, 269, E)}), UnsupportedModelError, "should be 2-D"),
+    (dict(metadata={"tokenizer.ggml.tokens": None}), UnsupportedModelError, "no tokenizer metadata"),
+    (dict(metadata={"tokenizer.ggml.bos_token_id": (10**6, 4)}), GGUFFormatError, "outside the vocabulary"),
+    (dict(metadata={"general.architecture": ("mamba", 8)}), UnsupportedModelError, "architecture 'mamba'"),
+])
+def test_inconsistent_model_files_fail_at_load(tmp_path, kw, error, fragment):
+    from cera_web.engine import Engine
+    from cera_web.gpu.native import NativeDevice
+    path = tmp_path / "bad.gguf"
+    write_llama(path, **kw)
+    dev = NativeDevice.create()
+    try:
+        with pytest.raises(error, match=fragment.replace("(", r"\(")):
+            run(Engine.load(path, context_size=32, chunk=8, device=dev))
+    finally:
+        dev.destroy()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Chat templates: slow operations in a loop and templates that fill memory
+
+def test_timeout_stops_a_loop_of_slow_operations():
+    # Each sort of 100,000 characters takes ~0.1 s but is only two steps; the timeout used to be looked at every
+    # 1,024 steps, so 300 of them ran ~30 s past a 1 s timeout. It is now checked at every step.
+    template = "{% set s = 'x' * 100000 %}{% for i in range(300) %}{% set t = s | sort %}{% endfor %}"
+    t0 = time.monotonic()
+    with pytest.raises(InputError, match="more than 1 seconds"):
+        ChatTemplate(template, limits=TemplateLimits(timeout_s=1.0)).render(USER)
+    assert time.monotonic() - t0 < 3
+
+
+@pytest.mark.parametrize("template", [
+    # every variable keeps its own 3,999,999-character string
+    "{% set a = 'x' * 3999999 %}" + "".join(f"{{% set v{i} = a[{i}:] %}}" for i in range(1, 60)),
+    # every item of a list literal too
+    "{% set a = 'x' * 3999999 %}{% set l = [" + ", ".join(f"a[{i}:]" for i in range(1, 60)) + "] %}",
+    "{% set a = 'x' * 3999990 %}{% set l = [" + ", ".join(f"a ~ {i}" for i in range(60)) + "] %}",
+    "{% set a = 'x' * 1999999 %}{% set l = [" + ", ".join(f"(a + a[{i}:])" for i in range(1, 60)) + "] %}",
+])
+def test_templates_cannot_fill_memory(template):
+    # Each value is under max_chars, but a template can keep many: 60 of them would hold 240 MB. The total a render
+    # builds is bounded (max_built_chars, 64 M characters by default), measured here with tracemalloc.
+    tracemalloc.start()
+    try:
+        with pytest.raises(InputError, match="totalling more than 64,000,000 characters"):
+            render_chat(template, USER)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 80 << 20, f"{peak / 2**20:.0f} MiB"
+
+
+def test_built_limit_leaves_real_templates_alone():
+    # The longest conversation render() accepts (4 M characters) through a template that copies every message
+    # several times (+, ~, replace, trim, slices) stays under the default bound.
+    template = ("{% for m in messages %}{% set c = m['content'] | trim %}{% set c = c.replace('\\r', '') %}"
+                "{{ '<|im_start|>' + m['role'] + '\\n' + c[0:] ~ '<|im_end|>\\n' }}{% endfor %}")
+    messages = [{"role": "user", "content": "word " * 79_000} for _ in range(10)]
+    out = render_chat(template, messages, add_generation_prompt=False)
+    assert out.count("<|im_start|>user\n") == 10 and len(out) > 3_900_000
+    with pytest.raises(InputError, match="totalling more than 1,000 characters"):
+        ChatTemplate(template, limits=TemplateLimits(max_built_chars=1_000)).render(messages[:1])
+
+
+def test_break_outside_a_loop_is_input_error():
+    # Jinja turns {% break %} outside a loop into Python that does not compile (a SyntaxError, not its own error).
+    for template in ("{% break %}", "x{% continue %}", "{% if true %}{% break %}{% endif %}"):
+        with pytest.raises(InputError, match="not valid Jinja"):
+            render_chat(template, USER)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# serve.py: what tests/test_serve.py does not cover
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    import serve
+    root = tmp_path_factory.mktemp("site")
+    (root / "web").mkdir()
+    (root / "web/index.html").write_bytes(b"<!doctype html>index")
+    (root / "secret.txt").write_bytes(b"SECRET")
+    (root / "web/loop1").symlink_to(root / "web/loop2")
+    (root / "web/loop2").symlink_to(root / "web/loop1")
+    (root / ".assets/models").mkdir(parents=True)
+    (root / ".assets/models/out.gguf").symlink_to(root / "secret.txt")
+    server = serve.make_server("127.0.0.1", 0, root=root)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def get(port, path, host="127.0.0.1"):
+    conn = http.client.HTTPConnection(host, port, timeout=10)
+    try:
+        conn.putrequest("GET", path, skip_accept_encoding=True)
+        conn.endheaders()
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("path, status", [
+    ("/web/" + "a" * 300, 404),                 # a name too long for the file system: used to drop the connection
+    ("/web/" + "a/" * 3000 + "b", 404),         # a path too long for the file system
+    ("/web/loop1", 404),                        # a symlink loop: used to drop the connection (RuntimeError)
+    ("/models/out.gguf", 403),                  # a model symlinked out of the models folder
+    ("/web/%c0%ae%c0%ae/secret.txt", 400),      # overlong UTF-8 for '..': not valid UTF-8 at all
+    ("/web/%ef%bc%8e%ef%bc%8e/secret.txt", 404),  # fullwidth dots are just a name, not '..'
+    ("/web/..;/secret.txt", 404),
+    ("/web%2f..%2fsecret.txt", 403),
+    ("/web/index.html?/../../secret.txt", 200),  # a query is not part of the path
+    ("/web/index.html/..", 403),
+])
+def test_more_hostile_paths(site, path, status):
+    got, body = get(site, path)
+    assert got == status
+    assert b"SECRET" not in body
+
+
+def test_binds_elsewhere_only_when_told():
+    import serve
+    assert serve.parse_args([]).host == "127.0.0.1"
+    assert serve.parse_args(["--host", "127.0.0.2"]).host == "127.0.0.2"
+    proc = subprocess.Popen([sys.executable, serve.__file__, "--host", "127.0.0.2", "--port", "0", "--no-fetch"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = proc.stdout.readline()
+        while line.startswith("warning"):
+            line = proc.stdout.readline()
+        assert line.startswith("cera_web: serving http://127.0.0.2:"), line
+        port = int(line.split(":")[3].split("/")[0])
+        assert get(port, "/app/cera_web.zip", host="127.0.0.2")[0] == 200
+        with pytest.raises(OSError):                 # nothing listens on 127.0.0.1 at that port
+            get(port, "/")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
