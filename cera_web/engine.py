@@ -1,11 +1,19 @@
-"""The generation API: load a GGUF onto the GPU, then prefill a prompt and decode tokens.
+"""The generation API: load a GGUF onto the GPU, then generate text, or hold a multi-turn chat.
 
     engine = await Engine.load("model.gguf")
-    result = await engine.generate("The capital of France is", max_tokens=16, on_token=print_piece)
+    result = await engine.generate("The capital of France is", max_tokens=16, on_token=print_piece)  # greedy
+    result = await engine.generate("Once upon a time", SamplingParams(seed=7), max_tokens=32)         # sampled
 
-The same code runs in CPython (wgpu-py) and in Pyodide (the browser's WebGPU). Greedy decoding runs entirely on the
-GPU: the argmax kernel writes each token where the next step's embedding lookup reads it; the host reads back only
-the token ids, ``steps_per_read`` steps at a time.
+    chat = ChatSession(engine, system="You are a helpful assistant.")
+    reply = await chat.send("What is the capital of France?", on_token=show)   # SamplingParams() defaults
+    reply = await chat.send("And of Italy?")        # prefills only the new turn: the KV cache is kept
+    reply = await chat.regenerate(seed=3)           # another answer to the last message
+    chat.reset()
+
+The same code runs in CPython (wgpu-py) and in Pyodide (the browser's WebGPU). Decoding runs entirely on the GPU: the
+head's argmax (greedy) or the sampler (shaders/sample.wgsl) writes each token where the next step's embedding lookup
+reads it; the host reads back only the token ids, ``steps_per_read`` steps at a time. Stop strings, stop tokens and
+the stream are handled on the host as the ids arrive.
 """
 from __future__ import annotations
 
@@ -17,22 +25,29 @@ from .gguf import parse_gguf
 from .gpu import get_device
 from .models import model_class
 from .models.base import LOG_SIZE
+from .sampling import GREEDY, GPUSampler, SamplingParams, StopMatcher, random_seed
 from .source import FileSource
 
 
 @dataclass
 class GenerationResult:
+    """What one generation produced. ``text`` is exactly the concatenation of the pieces passed to on_token."""
+
     prompt_tokens: list[int]
-    tokens: list[int] = field(default_factory=list)
-    text: str = ""
-    stop_reason: str = ""            # "eos" | "max_tokens" | "context" | "cancelled"
+    tokens: list[int] = field(default_factory=list)   # generated ids (without an ending end-of-turn or stop token)
+    text: str = ""                   # the output text (never contains a stop string)
+    stop_reason: str = ""            # "eos" | "stop" | "max_tokens" | "context" | "cancelled"
+    stop_sequence: str | int | None = None   # the stop string or stop token id that ended it ("stop")
+    seed: int | None = None          # the seed the draws used (None when decoding was greedy)
+    reused_tokens: int = 0           # prompt tokens found in the KV cache (not prefilled again)
     prefill_ms: float = 0.0
     decode_ms: float = 0.0
     host_ms: float = 0.0             # decode time the host spent encoding/submitting (not waiting for the GPU)
 
     @property
     def prefill_tok_s(self) -> float:
-        return len(self.prompt_tokens) / (self.prefill_ms / 1000) if self.prefill_ms > 0 else 0.0
+        n = len(self.prompt_tokens) - self.reused_tokens
+        return n / (self.prefill_ms / 1000) if self.prefill_ms > 0 else 0.0
 
     @property
     def decode_tok_s(self) -> float:
@@ -42,9 +57,54 @@ class GenerationResult:
 
     def as_dict(self) -> dict:
         return {"prompt_tokens": self.prompt_tokens, "tokens": self.tokens, "text": self.text,
-                "stop_reason": self.stop_reason, "prefill_ms": round(self.prefill_ms, 3),
+                "stop_reason": self.stop_reason, "stop_sequence": self.stop_sequence, "seed": self.seed,
+                "reused_tokens": self.reused_tokens, "prefill_ms": round(self.prefill_ms, 3),
                 "decode_ms": round(self.decode_ms, 3), "prefill_tok_s": round(self.prefill_tok_s, 2),
                 "decode_tok_s": round(self.decode_tok_s, 2)}
+
+
+class _Output:
+    """The host side of one generation's output: UTF-8 assembly, stop strings held back, the stream callback."""
+
+    def __init__(self, engine, result, params, on_token):
+        from .tokenizer import StreamDecoder
+        self.result = result
+        self.decoder = StreamDecoder(engine.tokenizer)
+        self.matcher = StopMatcher(params.stop)
+        self.on_token = on_token
+        self.pieces = []
+
+    def emit(self, tok: int, text: str):
+        self.pieces.append(text)
+        if self.on_token:
+            self.on_token(tok, text)
+
+    def token(self, tok: int, final: bool) -> bool:
+        """Take a generated token; final: no token follows it. Returns whether it completed a stop string."""
+        self.result.tokens.append(tok)
+        piece = self.decoder.push(tok)
+        if final:
+            piece += self.decoder.flush()
+        text, hit = self.matcher.push(piece)
+        if final and not hit:
+            text += self.matcher.flush()
+        self.emit(tok, text)
+        if hit:
+            self.result.stop_sequence = self.matcher.matched
+        return hit
+
+    def end(self, tok: int):
+        """The stream ended at an end-of-turn or stop token ``tok`` (not part of the output): release the held text
+        with it."""
+        text, hit = self.matcher.push(self.decoder.flush())
+        if not hit:
+            text += self.matcher.flush()
+        if text:
+            self.emit(tok, text)
+
+    def finish(self):
+        self.result.text = "".join(self.pieces)
+        return self.result
 
 
 class Engine:
@@ -60,6 +120,11 @@ class Engine:
         self.steps_per_read = 4
         self._chat_template = None
         self._cancel = False
+        self._sampler = None
+        # what the KV cache holds: _cache[p] is the token whose K/V are at position p; valid while model.passes
+        # equals _cache_passes (a pass run by anyone else, e.g. a test calling model.prefill, invalidates it)
+        self._cache: list[int] = []
+        self._cache_passes = -1
 
     @classmethod
     async def load(cls, source, *, device=None, context_size: int = 2048, chunk: int = 64, on_progress=None):
@@ -87,7 +152,8 @@ class Engine:
             self.source.close()
 
     def cancel(self):
-        """Stop the running generate() after the step in flight; it returns with stop_reason "cancelled"."""
+        """Stop the running generation: prefill stops after the chunk in flight, decode after the steps in flight,
+        and no token read back after the request is emitted. It returns with stop_reason "cancelled"."""
         self._cancel = True
 
     @property
@@ -98,6 +164,11 @@ class Engine:
             self._chat_template = ChatTemplate.from_metadata(self.gguf.metadata)
         return self._chat_template
 
+    def encode_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
+        """Token ids of a conversation rendered by the model's chat template."""
+        text = self.chat_template.render(messages, add_generation_prompt=add_generation_prompt)
+        return self.tokenizer.encode(text, add_special=False, parse_special=True)
+
     def encode_prompt(self, prompt, chat: bool = False) -> list[int]:
         if isinstance(prompt, str):
             if not prompt.strip() and not chat:
@@ -105,8 +176,7 @@ class Engine:
             if chat:
                 if not prompt.strip():
                     raise InputError("the message is empty: type a question or instruction")
-                text = self.chat_template.render([{"role": "user", "content": prompt}], add_generation_prompt=True)
-                return self.tokenizer.encode(text, add_special=False, parse_special=True)
+                return self.encode_chat([{"role": "user", "content": prompt}])
             return self.tokenizer.encode(prompt)
         ids = [int(i) for i in prompt]
         if not ids:
@@ -116,79 +186,257 @@ class Engine:
             raise InputError(f"token id {bad[0]} is outside the vocabulary (0..{self.model.vocab - 1})")
         return ids
 
-    async def generate(self, prompt, *, max_tokens: int = 256, on_token=None, chat: bool = False,
-                       stop_at_eos: bool = True) -> GenerationResult:
-        """Greedy generation from ``prompt`` (text or token ids). ``on_token(id, text_piece)`` streams the output."""
-        from .tokenizer import StreamDecoder
-        self._cancel = False
+    @staticmethod
+    def settings(params=None, settings: dict | None = None, base: SamplingParams = GREEDY,
+                 dict_base: SamplingParams | None = None) -> SamplingParams:
+        """SamplingParams from a SamplingParams, a dict (missing keys from ``dict_base``, default SamplingParams())
+        or None (``base``), with ``settings`` (keyword arguments) applied on top."""
+        if params is None:
+            params = base
+        elif isinstance(params, dict):
+            params = SamplingParams.from_dict(params, dict_base)
+        elif not isinstance(params, SamplingParams):
+            raise InputError(f"params must be a SamplingParams or a dict of settings, not a {type(params).__name__}")
+        return params.replace(**settings) if settings else params
+
+    async def generate(self, prompt, params=None, *, on_token=None, chat: bool = False, reuse_cache: bool = False,
+                       stop_at_eos: bool | None = None, **settings) -> GenerationResult:
+        """Generate from ``prompt`` (text, or token ids). Settings: ``params`` (a SamplingParams or a dict) and/or
+        keyword arguments named like its fields (max_tokens=..., temperature=..., seed=..., stop=[...], ...).
+        With no settings at all decoding is greedy (cera_web.sampling.GREEDY) and stops after 256 tokens.
+
+        on_token(id, text) streams the output: ``text`` is the newly released text, "" while text that could start a
+        stop string is held back; after the last token one more call may release held text with the id of the
+        end-of-turn/stop token that ended the reply. The texts add up to result.text.
+        chat: wrap a text prompt as one user message in the model's chat template.
+        reuse_cache: skip prefilling the longest prefix that the KV cache already holds from the last generation.
+        stop_at_eos: the older spelling of ``ignore_eos=not stop_at_eos``."""
+        if stop_at_eos is not None:
+            settings["ignore_eos"] = not stop_at_eos
+        params = self.settings(params, settings)
         ids = self.encode_prompt(prompt, chat)
-        ctx = self.context_size
+        return await self.generate_ids(ids, params, on_token=on_token, reuse_cache=reuse_cache)
+
+    def _reusable(self, ids) -> int:
+        """How many leading tokens of ``ids`` the KV cache holds (leaving at least one to prefill for the logits)."""
+        if self.model.passes != self._cache_passes:
+            return 0
+        n = 0
+        for a, b in zip(self._cache, ids):
+            if a != b:
+                break
+            n += 1
+        if self.model.rewindable:
+            return min(n, len(ids) - 1)
+        # a running state (LFM2) holds everything processed: usable only when that is a strict prefix of ids
+        return n if n == len(self._cache) < len(ids) else 0
+
+    async def generate_ids(self, ids: list[int], params: SamplingParams, *, on_token=None,
+                           reuse_cache: bool = False) -> GenerationResult:
+        """generate() for a prompt already tokenized (validated ids) with validated settings."""
+        self._cancel = False
+        ctx, model = self.context_size, self.model
         if len(ids) >= ctx:
             raise ContextOverflowError(
                 f"the prompt has {len(ids)} tokens but the context holds {ctx}; shorten the prompt or load the "
                 f"model with a larger context size")
-        result = GenerationResult(prompt_tokens=ids)
-        if max_tokens <= 0:
+        bad = [t for t in params.stop_token_ids if t >= model.vocab]
+        if bad:
+            raise InputError(f"stop token id {bad[0]} is outside the vocabulary (0..{model.vocab - 1})")
+        result = GenerationResult(prompt_tokens=list(ids))
+        if params.max_tokens <= 0:
             result.stop_reason = "max_tokens"
             return result
-        model, eot = self.model, self.tokenizer.eot_ids if stop_at_eos else set()
-        decoder = StreamDecoder(self.tokenizer)
-        pieces = []
+        start = self._reusable(ids) if reuse_cache else 0
+        result.reused_tokens = start
+        if params.temperature > 0 or params.penalised:      # else the head's argmax is the answer
+            if self._sampler is None:
+                self._sampler = GPUSampler.for_model(model)
+            seed = params.seed if params.seed is not None else random_seed()
+            result.seed = None if params.greedy else seed
+            self._sampler.set_params(params, seed)
+            self._sampler.set_history(ids)
+            model.sampler_plan = self._sampler.plan
+        out = _Output(self, result, params, on_token)
+        ok = False
+        try:
+            await self._run(ids, start, params, result, out)
+            ok = True
+        finally:
+            model.sampler_plan = None
+            self._cache_passes = model.passes if ok else -1
+        return out.finish()
 
-        def emit(tok):
-            result.tokens.append(tok)
-            piece = decoder.push(tok)
-            pieces.append(piece)
-            if on_token:
-                on_token(tok, piece)
-
-        # prefill, chunk by chunk; the last chunk also samples the first new token
+    async def _run(self, ids, start, params, result, out):
+        model, ctx = self.model, self.context_size
+        eot = frozenset() if params.ignore_eos else self.tokenizer.eot_ids
+        stop_ids = frozenset(params.stop_token_ids)
+        # prefill from `start`, chunk by chunk; the last chunk also samples the first new token. Waiting for each
+        # chunk gives cancel() (and the browser's event loop) a point to come in.
         t0 = time.perf_counter()
-        for start in range(0, len(ids), model.chunk):
-            part = ids[start:start + model.chunk]
-            model.prefill(part, start, with_head=start + model.chunk >= len(ids))
-            if self._cancel:
-                break
+        self._cache = list(ids[:start])
+        pos = start
+        while pos < len(ids):
+            part = ids[pos:pos + model.chunk]
+            last = pos + len(part) >= len(ids)
+            model.prefill(part, pos, with_head=last)
+            pos += len(part)
+            self._cache = list(ids[:pos])
+            if not last:
+                await model.read_log(1)
+                if self._cancel:
+                    break
         first = None if self._cancel else (await model.read_log(1))[0]
         result.prefill_ms = (time.perf_counter() - t0) * 1000
         if first is None or self._cancel:
             result.stop_reason = "cancelled"
-            return self._finish(result, pieces, decoder)
-        pos = len(ids)          # position of the token just sampled
+            return
+
+        def accept(tok, pos):
+            """Take one sampled token (for position pos); return why to stop ("" to go on)."""
+            if tok in eot or tok in stop_ids:
+                out.end(tok)
+                if tok in eot:
+                    return "eos"
+                result.stop_sequence = tok
+                return "stop"
+            final = len(result.tokens) + 1 >= params.max_tokens or pos >= ctx
+            if out.token(tok, final):
+                return "stop"
+            if len(result.tokens) >= params.max_tokens:
+                return "max_tokens"
+            return "context" if pos >= ctx else ""
+
+        pos = len(ids)          # position of the token just sampled (the next step's input)
         t1 = time.perf_counter()
-        stop = self._accept(first, result, eot, max_tokens, pos, emit)
+        stop = accept(first, pos)
+        prev = first
         while not stop:
             # submit up to steps_per_read steps, then read their tokens back at once
-            n = max(1, min(self.steps_per_read, max_tokens - len(result.tokens), ctx - pos, LOG_SIZE))
+            n = max(1, min(self.steps_per_read, params.max_tokens - len(result.tokens), ctx - pos, LOG_SIZE))
             h = time.perf_counter()
             for i in range(n):
                 model.decode(pos + i, i)
             result.host_ms += (time.perf_counter() - h) * 1000
             new = await model.read_log(n)
+            self._cache += [prev] + new[:-1]        # the inputs of those steps now have their K/V in the cache
+            prev = new[-1]
             for tok in new:
                 pos += 1
-                stop = self._accept(tok, result, eot, max_tokens, pos, emit)
+                if self._cancel:
+                    stop = "cancelled"      # tokens read after the request are dropped
+                    break
+                stop = accept(tok, pos)
                 if stop:
                     break   # tokens after a stop are discarded; their cache rows are overwritten later
-            if not stop and self._cancel:
-                stop = "cancelled"
         result.decode_ms = (time.perf_counter() - t1) * 1000
         result.stop_reason = stop
-        return self._finish(result, pieces, decoder)
 
-    def _accept(self, tok, result, eot, max_tokens, pos, emit):
-        """Take one sampled token: emit it unless it ends the turn; return why to stop ("" to go on)."""
-        if tok in eot:
-            return "eos"
-        emit(tok)
-        if len(result.tokens) >= max_tokens:
-            return "max_tokens"
-        if pos >= self.context_size:
-            return "context"
-        return ""
 
-    @staticmethod
-    def _finish(result, pieces, decoder):
-        pieces.append(decoder.flush())
-        result.text = "".join(pieces)
+class ChatSession:
+    """A multi-turn conversation that keeps the model's KV cache between turns.
+
+    Each turn renders the whole conversation with the model's chat template, finds the longest token prefix the
+    cache already holds (the previous prompt and reply, as far as the re-rendered history matches what was
+    generated) and prefills only the rest. The tokens are the same as running the whole conversation from scratch.
+
+    - ``send(text)`` adds a user message and generates the reply; ``regenerate()`` replaces the last reply;
+      ``reset()`` forgets the conversation. All take settings like Engine.generate (``params`` and/or keyword
+      arguments); the session's ``params`` (default: SamplingParams()) are the base.
+    - Cancel (``cancel()`` or ``engine.cancel()``): a reply cancelled after some text was generated is kept, as far
+      as it got; a turn cancelled before any text (during prefill) is dropped, leaving the conversation as before.
+    - Context: a conversation whose prompt does not fit raises ContextOverflowError with the numbers (overflow=
+      "error", the default). overflow="truncate_oldest" drops whole oldest turns (user message and its replies;
+      the system message stays) until the prompt plus room for min(max_tokens, context/4) reply tokens fits;
+      ``dropped`` counts the messages removed so far. A reply that reaches the end of the context stops with
+      stop_reason "context".
+    """
+
+    OVERFLOW = ("error", "truncate_oldest")
+
+    def __init__(self, engine: Engine, *, system: str | None = None, messages: list[dict] | None = None,
+                 params=None, overflow: str = "error"):
+        if overflow not in self.OVERFLOW:
+            raise InputError(f"overflow must be one of {', '.join(self.OVERFLOW)}, got {overflow!r}")
+        self.engine = engine
+        self.overflow = overflow
+        self.params = Engine.settings(params, base=SamplingParams())     # the base of every turn's settings
+        self.messages: list[dict] = []
+        self.dropped = 0
+        self.last_result: GenerationResult | None = None
+        self.reset(system)
+        for m in messages or []:
+            if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+                raise InputError(f"messages must be dicts with string 'role' and 'content', got {m!r}")
+            self.messages.append({"role": m["role"], "content": m["content"]})
+
+    def reset(self, system: str | None = None):
+        """Forget the conversation (start a new chat); ``system``: the new chat's system message, if any."""
+        self.messages = [{"role": "system", "content": system}] if system else []
+        self.dropped = 0
+        self.last_result = None
+
+    def cancel(self):
+        self.engine.cancel()
+
+    async def send(self, text: str, *, on_token=None, params=None, **settings) -> GenerationResult:
+        """Add the user message ``text`` and generate the assistant's reply (appended to ``messages``)."""
+        if not isinstance(text, str) or not text.strip():
+            raise InputError("the message is empty: type a question or instruction")
+        return await self._reply(self.messages + [{"role": "user", "content": text}], on_token, params, settings)
+
+    async def regenerate(self, *, on_token=None, params=None, **settings) -> GenerationResult:
+        """Generate the last reply again (a fixed seed gives the same reply; pass another seed, or leave the seed
+        unset, for a different one). Replaces the last assistant message, or answers a trailing user message."""
+        msgs = list(self.messages)
+        if msgs and msgs[-1]["role"] == "assistant":
+            msgs.pop()
+        if not msgs or msgs[-1]["role"] != "user":
+            raise InputError("there is no user message to answer yet: send one first")
+        return await self._reply(msgs, on_token, params, settings)
+
+    async def _reply(self, msgs, on_token, params, settings) -> GenerationResult:
+        p = Engine.settings(params, settings, base=self.params, dict_base=self.params)
+        msgs, ids, dropped = self._fit(msgs, p)
+        result = await self.engine.generate_ids(ids, p, on_token=on_token, reuse_cache=True)
+        self.last_result = result
+        if result.stop_reason == "cancelled" and not result.tokens:
+            return result       # stopped before any reply: the turn is dropped
+        self.messages = msgs + [{"role": "assistant", "content": result.text}]
+        self.dropped += dropped
         return result
+
+    def _fit(self, msgs, p: SamplingParams):
+        """(messages, their prompt ids, messages dropped) under the overflow policy."""
+        ctx = self.engine.context_size
+        reserve = max(1, min(p.max_tokens, ctx // 4))
+        dropped = 0
+        while True:
+            ids = self.engine.encode_chat(msgs)
+            if self.overflow == "truncate_oldest" and len(ids) + reserve > ctx:
+                turn = _oldest_turn(msgs)
+                if turn is not None:
+                    msgs = msgs[:turn[0]] + msgs[turn[1]:]
+                    dropped += turn[1] - turn[0]
+                    continue
+                if len(ids) >= ctx:
+                    raise ContextOverflowError(
+                        f"the newest message needs a {len(ids)}-token prompt even with every older turn dropped, "
+                        f"but the context holds {ctx} tokens; shorten the message (or the system message) or load "
+                        f"the model with a larger context size")
+            if len(ids) >= ctx:
+                raise ContextOverflowError(
+                    f"the conversation needs {len(ids)} tokens but the context holds {ctx}; start a new chat, "
+                    f"shorten the message, load the model with a larger context size, or let the session drop the "
+                    f"oldest turns (overflow='truncate_oldest')")
+            return msgs, ids, dropped
+
+
+def _oldest_turn(msgs) -> tuple[int, int] | None:
+    """[start, end) of the oldest turn (a user message and what follows it up to the next user message, after any
+    system messages), or None when only the newest turn is left."""
+    i = 0
+    while i < len(msgs) and msgs[i]["role"] == "system":
+        i += 1
+    later_users = [j for j in range(i + 1, len(msgs)) if msgs[j]["role"] == "user"]
+    return (i, later_users[0]) if later_users else None

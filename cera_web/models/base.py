@@ -40,6 +40,9 @@ class Recorder:
 class GPUModel:
     """Base class: weights on the GPU, the step uniform, the token buffers, and running passes."""
 
+    sampler_plan = None     # set by the engine: a plan submitted right after the head (sampling; cera_web.sampling)
+    passes = 0              # forward passes set up so far (the engine notices passes it did not run itself)
+
     def __init__(self, dev, gguf, source, *, context_size: int, chunk: int, on_progress=None):
         self.dev = dev
         self.gguf = gguf
@@ -132,19 +135,33 @@ class GPUModel:
 
     # -- running -------------------------------------------------------------------------------------------------
     def set_step(self, n_tokens: int, pos0: int, out_index: int = 0):
+        self.passes += 1
         self.dev.write_buffer(self.step, struct.pack("<4I", n_tokens, pos0, out_index, pos0 + n_tokens))
+
+    @property
+    def rewindable(self) -> bool:
+        """Whether a pass may restart at any cached position (pure attention: a pass only reads the KV rows
+        before it). Models with a running state (LFM2's convolution state, cleared by reset_state) are not."""
+        return not callable(getattr(self, "reset_state", None))
+
+    def _head(self, head):
+        return [head, self.sampler_plan] if self.sampler_plan is not None else [head]
 
     def prefill(self, ids, pos0: int, with_head: bool):
         """Submit one prompt chunk (len(ids) <= chunk) at positions pos0...; with_head: also sample its next token
         into tokens[0] and log[0]."""
         self.dev.write_buffer(self.tokens, np.asarray(ids, np.uint32))
         self.set_step(len(ids), pos0, 0)
-        self.dev.submit([self.plan_prefill, self.plan_head_prefill] if with_head else [self.plan_prefill])
+        one = len(ids) == 1     # a single token (e.g. a chat turn's reused prompt): the decode plan computes the same
+        plans = [self.plan_decode if one else self.plan_prefill]
+        if with_head:
+            plans += self._head(self.plan_head_decode if one else self.plan_head_prefill)
+        self.dev.submit(plans)
 
     def decode(self, pos: int, out_index: int):
         """Submit one decode step: the token in tokens[0] at position pos; its successor goes to log[out_index]."""
         self.set_step(1, pos, out_index)
-        self.dev.submit([self.plan_decode, self.plan_head_decode])
+        self.dev.submit([self.plan_decode, *self._head(self.plan_head_decode)])
 
     async def read_log(self, n: int) -> list[int]:
         raw = await self.dev.read(self.log, 0, 4 * n)
