@@ -94,3 +94,11 @@ def page(browser):
         yield context.new_page()
     finally:
         context.close()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Run the browser tests last. Fast tests fail first; and while the session's Playwright (sync API) is running it
+    keeps an asyncio loop in the main thread, so tests that call asyncio.run() must not come after it starts."""
+    uses_browser = [i for i in items if "browser" in getattr(i, "fixturenames", ())]
+    others = [i for i in items if "browser" not in getattr(i, "fixturenames", ())]
+    items[:] = others + uses_browser
