@@ -11,6 +11,8 @@ First makes sure the assets in assets.json are fetched (see cera_web/assets.py),
     /models/...          .assets/models/    (GGUF files; Range requests, ETag, Last-Modified)
     /pyscript/...        .assets/pyscript/  (only when that optional asset was fetched)
     /app/cera_web.zip    cera_web/**/*.py|json and shaders/**/*.wgsl, zipped in memory per request
+    /pyodide/wheels/index.json   {"wheels": [file names]}: the wheels the worker installs, listed per request
+                         (unless such a file exists; a static host serves a written copy)
 
 and nothing else: no listings, no dot files, nothing outside those folders (symlinks included).
 
@@ -28,6 +30,7 @@ import email.utils
 import hashlib
 import importlib
 import io
+import json
 import socketserver
 import sys
 import types
@@ -48,6 +51,7 @@ FOLDERS = {
 }
 INDEX = ("web", "index.html")
 APP_ZIP = "/app/cera_web.zip"
+WHEELS_INDEX = "/pyodide/wheels/index.json"
 
 MIME = {
     ".html": "text/html; charset=utf-8",
@@ -114,6 +118,13 @@ def build_app_zip(root: Path = ROOT) -> bytes:
     return buf.getvalue()
 
 
+def wheels_index(root: Path = ROOT) -> bytes:
+    """The JSON list of the pure-Python wheels in .assets/pyodide/wheels, which the page's worker installs."""
+    folder = root / FOLDERS["pyodide"] / "wheels"
+    names = sorted(p.name for p in folder.glob("*.whl") if p.is_file()) if folder.is_dir() else []
+    return json.dumps({"wheels": names}).encode()
+
+
 def parse_range(header: str | None, size: int):
     """A single `bytes=` range -> (first, last) inclusive; None = send the whole file; False = 416.
 
@@ -176,11 +187,13 @@ class Handler(BaseHTTPRequestHandler):
             self.send_error(target)
         elif target == "zip":
             self._send_bytes(build_app_zip(self.server.root), "application/octet-stream", head)
+        elif target == "wheels":
+            self._send_bytes(wheels_index(self.server.root), MIME[".json"], head)
         else:
             self._send_file(target, head)
 
     def _resolve(self):
-        """The file a request path names, "zip", or an HTTP status to refuse with."""
+        """The file a request path names, "zip", "wheels" (the index), or an HTTP status to refuse with."""
         raw = self.path.split("?", 1)[0].split("#", 1)[0]
         if not raw.startswith("/"):
             return HTTPStatus.BAD_REQUEST  # absolute-form or junk request target
@@ -194,6 +207,8 @@ class Handler(BaseHTTPRequestHandler):
         if any(c in path for c in "%\\\x00"):
             return HTTPStatus.FORBIDDEN
         parts = path[1:].split("/")
+        if path == WHEELS_INDEX and not (self.server.root / FOLDERS["pyodide"] / "wheels" / "index.json").exists():
+            return "wheels"
         if parts == [""]:
             parts = list(INDEX)
         if any(p in (".", "..") for p in parts):

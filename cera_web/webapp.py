@@ -1,31 +1,53 @@
-"""The Python side of the page's Web Worker (web/worker.js): adapts worker messages to the engine API.
+"""The Python side of the web pages: the page's Web Worker (web/worker.js) and the notebook (web/notebook.html).
 
-The worker calls, in order:
+Worker glue. The worker calls, in order (message shapes: the header of web/worker.js):
 
     init(post)                          post(json_text) sends one message object to the page
+    await prepare(limits_json)          make the GPU device the next load uses (limits_json: "" or a JSON object of
+                                        limits to lower, e.g. {"max-storage-buffer-binding-size": 16000000}, to
+                                        simulate a smaller GPU)
+    check_header(prefix, total, name)   the model store calls this as a download's first bytes arrive; returns JSON
+                                        text: {"need": n} (show me n bytes), {"ok": fit} or {"error": {kind, message}}
     await load(array_buffer, name)      load a model from a JS ArrayBuffer holding the whole GGUF file
+    await load_blob(blob, name)         ... from a JS Blob/File (read a slice at a time; never wholly in memory)
     await generate(prompt, max_tokens, chat)
     stop()                              called from the worker's onmessage while generate() is suspended
 
-Nothing here raises: every failure becomes an ``{"type": "error", "kind", "message", "during"}`` message and the
-worker stays usable. A failed load keeps the model that was loaded before. The message shapes are documented at the
-top of web/worker.js.
+Nothing there raises: every failure becomes an ``{"type": "error", "kind", "message", "during"}`` message and the
+worker stays usable. A failed load keeps the model that was loaded before. :func:`load_source` takes any model
+source (see cera_web.source), so the same glue runs in CPython too.
 
-Only :func:`load` is browser-specific (it wraps the ArrayBuffer); :func:`load_source` takes any model source, so the
-same glue runs in CPython too.
+Checks (any Python): :func:`fit_report` says whether a model's buffers fit the device's limits before anything is
+uploaded (UnsupportedModelError with needed vs available when not); :func:`memory_summary` says what a loaded engine
+holds on the GPU (weights, KV cache, other buffers).
+
+Notebook helpers (PyScript cells, web/notebook.html; they need a browser, and a worker for cached models):
+
+    engine = await open_model()                     # the default model: cached in the browser, progress shown
+    result = await stream(engine, "Once upon a time", max_tokens=32, temperature=0.8, seed=1)
+
+Output goes to the running py-editor cell's output area (or ``output=``: an element or its id), else to stdout.
 """
 from __future__ import annotations
 
 import json
 import math
 import sys
+import time
 import traceback
 
-from .errors import CeraError, InputError
+from .errors import CeraError, GGUFFormatError, InputError, UnsupportedModelError
+from .gguf import parse_gguf
+
+CONTEXT_SIZE = 2048                     # tokens of KV cache the pages load models with
+DEFAULT_MODEL_URL = "/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+MODEL_STORE_JS = "/web/modelstore.js"   # the browser cache of models (web/modelstore.js), for the notebook helpers
 
 _post = None          # the worker's post(json_text)
 _engine = None        # the loaded Engine, replaced only by a successful load
 _generating = False   # True while generate() is running, so stop() never cancels a later run
+_device = None        # the device made by prepare() for the next load
+_device_limits = None   # the limits override it was made with
 
 
 def init(post) -> None:
@@ -44,37 +66,190 @@ def _send(**message) -> None:
     _post(json.dumps(message))
 
 
-def _report(exc: BaseException, during: str) -> None:
-    """Post an error message. CeraErrors carry their own advice; anything else is a bug, so log the traceback."""
+def _describe(exc: BaseException) -> dict:
+    """{kind, message} of an error. CeraErrors carry their own advice; anything else is a bug: log the traceback."""
     if isinstance(exc, CeraError):
         message = str(exc)
     else:
         traceback.print_exception(exc, file=sys.stderr)   # to the browser console
         message = traceback.format_exception_only(exc)[-1].strip()
-    _send(type="error", kind=type(exc).__name__, message=message, during=during)
+    return {"kind": type(exc).__name__, "message": message}
 
 
-async def load(array_buffer, name: str) -> bool:
-    """Load a model from a JS ArrayBuffer (in the browser). Returns whether it succeeded."""
+def _report(exc: BaseException, during: str) -> None:
+    _send(type="error", during=during, **_describe(exc))
+
+
+# -- will it fit? ----------------------------------------------------------------------------------------------------
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+def _kv_estimate(gguf, context_size: int) -> tuple[int, int]:
+    """(bytes of the largest KV cache buffer, bytes of all of them) for ``context_size`` tokens: float32 K and V,
+    one [context, kv_heads * head_dim] buffer each per attention layer (a layer with 0 KV heads has none: LFM2's
+    convolution layers). (0, 0) when the metadata does not say; the model then reports what is missing."""
+    try:
+        n_layers = int(gguf.arch_get("block_count"))
+        heads = gguf.arch_get("attention.head_count")
+        kv = gguf.arch_get("attention.head_count_kv", heads)
+        per_layer = lambda v: [int(x) for x in v] if isinstance(v, list) else [int(v)] * n_layers  # noqa: E731
+        heads, kv = per_layer(heads), per_layer(kv)
+        head_dim = int(gguf.arch_get("attention.key_length", int(gguf.arch_get("embedding_length")) // max(heads)))
+    except (UnsupportedModelError, TypeError, ValueError, ZeroDivisionError):
+        return 0, 0
+    sizes = [4 * context_size * k * head_dim for k in kv if k > 0]
+    return max(sizes, default=0), 2 * sum(sizes)
+
+
+def fit_report(gguf, limits: dict, context_size: int = CONTEXT_SIZE) -> dict:
+    """What a model needs on the GPU, checked against the device's limits before anything is uploaded.
+
+    Every tensor is uploaded into one GPU buffer and bound whole, so the largest tensor (usually the token
+    embedding or the LM head) must fit both maxBufferSize and maxStorageBufferBindingSize; so must one layer's K or
+    V cache. Raises UnsupportedModelError naming the tensor, with the bytes needed and available; else returns
+    {weights, kv_cache, largest_tensor, largest_bytes, buffer_limit} (bytes). WebGPU does not say how much memory
+    a GPU has in all, so the total is reported, not checked: the browser reports a failed allocation at upload."""
+    binding = int(limits.get("max-storage-buffer-binding-size", 1 << 27))
+    max_buffer = int(limits.get("max-buffer-size", 1 << 28))
+    cap = min(binding, max_buffer)
+    limit_name = "maxStorageBufferBindingSize" if binding <= max_buffer else "maxBufferSize"
+    tensors = list(gguf.tensors.values())
+    largest = max(tensors, key=lambda t: t.nbytes, default=None)
+    kv_layer, kv_total = _kv_estimate(gguf, context_size)
+    report = {"weights": sum(t.nbytes for t in tensors), "kv_cache": kv_total,
+              "largest_tensor": largest.name if largest else None, "largest_bytes": largest.nbytes if largest else 0,
+              "buffer_limit": cap}
+    if largest is not None and largest.nbytes > cap:
+        raise UnsupportedModelError(
+            f"tensor {largest.name!r} ({largest.type.name}, shape {list(largest.shape)}) needs one GPU buffer of "
+            f"{_mib(largest.nbytes)}, but this GPU binds at most {_mib(cap)} at once ({limit_name} = {cap} bytes): "
+            f"needed {largest.nbytes} bytes, available {cap}. cera_web keeps each tensor in one buffer, so this model "
+            f"cannot run here; use a smaller model (a smaller vocabulary or hidden size), or a browser or GPU with a "
+            f"larger {limit_name}")
+    if kv_layer > cap:
+        raise UnsupportedModelError(
+            f"one layer's KV cache for {context_size} tokens needs a GPU buffer of {_mib(kv_layer)}, but this GPU "
+            f"binds at most {_mib(cap)} at once ({limit_name} = {cap} bytes): load it with a smaller context size")
+    return report
+
+
+class _NeedMore(Exception):
+    """The header parser wants bytes past the prefix received so far."""
+
+    def __init__(self, end: int):
+        super().__init__(end)
+        self.end = end
+
+
+def _parse_prefix(data: bytes, total: int, name: str):
+    """Parse a GGUF header from the first bytes of a file of ``total`` bytes (0: unknown); _NeedMore if short."""
+    size = total or (1 << 62)
+
+    def read(offset: int, n: int) -> bytes:
+        end = min(offset + n, size)
+        if end > len(data):
+            raise _NeedMore(end)
+        return data[offset:end]
+
+    return parse_gguf(read, size, name=name)
+
+
+def check_header(prefix, total, name: str) -> str:
+    """Check a model from the first bytes of its download (a JS Uint8Array or bytes) before the rest arrives: the
+    header must parse, the architecture must be supported, and its tensors must fit this device's buffers. Returns
+    JSON text: {"need": n} when the header runs past the bytes given, {"ok": fit_report} or {"error": {kind,
+    message}} (the download is then cancelled)."""
+    data = prefix.to_bytes() if hasattr(prefix, "to_bytes") else bytes(prefix)
+    try:
+        gguf = _parse_prefix(data, int(total), name)
+        from .models import model_class
+        model_class(gguf.architecture)
+        fit = fit_report(gguf, _device.limits) if _device is not None else None
+    except _NeedMore as more:
+        return json.dumps({"need": more.end})
+    except Exception as exc:
+        return json.dumps({"error": _describe(exc)})
+    return json.dumps({"ok": fit})
+
+
+# -- loading ---------------------------------------------------------------------------------------------------------
+
+async def prepare(limits_json: str = "") -> bool:
+    """Make the device the next load uses (reusing one made before with the same limits). limits_json: a JSON object
+    of device limits to lower (kebab-case WebGPU names), to simulate a smaller GPU; "" for none."""
+    global _device, _device_limits
+    try:
+        override = json.loads(limits_json) if limits_json else None
+        if override is not None and (not isinstance(override, dict)
+                                     or not all(isinstance(v, int) and v > 0 for v in override.values())):
+            raise InputError(f"limits must be a JSON object of positive integers, got {limits_json!r}")
+        if _device is None or override != _device_limits:
+            if _device is not None:
+                _device.destroy()
+                _device = None
+            from .gpu import get_device
+            _device = await get_device(limits_override=override)
+            _device_limits = override
+    except Exception as exc:
+        _report(exc, "load")
+        return False
+    return True
+
+
+async def load(array_buffer, name: str, origin: str = "download") -> bool:
+    """Load a model from a JS ArrayBuffer (in the browser). Returns whether it succeeded. origin: where the bytes
+    came from ('download', 'cache', 'file'), passed on in the 'ready' message."""
     try:
         from .gpu.browser import ArrayBufferSource
         source = ArrayBufferSource(array_buffer, name)
     except Exception as exc:
         _report(exc, "load")
         return False
-    return await load_source(source)
+    return await load_source(source, origin)
 
 
-async def load_source(source) -> bool:
+async def load_blob(blob, name: str, origin: str = "file") -> bool:
+    """Load a model from a JS Blob or File (in a worker), read a slice at a time. Returns whether it succeeded."""
+    try:
+        from .gpu.browser import BlobSource
+        source = BlobSource(blob, name)
+    except Exception as exc:
+        _report(exc, "load")
+        return False
+    return await load_source(source, origin)
+
+
+async def _load_engine(source, device, on_progress, context_size: int = CONTEXT_SIZE):
+    """Parse and check ``source`` (bad files fail here, before a GPU is needed), then load it onto ``device`` (an
+    awaitable making one when None). Returns (engine, fit_report); the device is destroyed when loading fails."""
+    gguf = parse_gguf(source.read, source.size, name=getattr(source, "name", None))
+    from .models import model_class
+    model_class(gguf.architecture)
+    if device is None:
+        from .gpu import get_device
+        device = await get_device()
+    try:
+        fit = fit_report(gguf, device.limits, context_size)
+        from .engine import Engine
+        engine = await Engine.load(source, device=device, context_size=context_size, on_progress=on_progress)
+    except BaseException:
+        device.destroy()
+        raise
+    return engine, fit
+
+
+async def load_source(source, origin: str | None = None) -> bool:
     """Load a model from any source (see cera_web.source); posts progress, then 'ready' or 'error'."""
-    global _engine
+    global _engine, _device
 
     def on_progress(stage: str, done: int, total: int) -> None:
         _send(type="progress", stage=stage, done=int(done), total=int(total))
 
     try:
-        from .engine import Engine
-        engine = await Engine.load(source, on_progress=on_progress)
+        device, _device = _device, None    # the load owns the prepared device from here on
+        engine, _fit = await _load_engine(source, device, on_progress)
     except Exception as exc:
         _report(exc, "load")
         return False
@@ -84,9 +259,27 @@ async def load_source(source) -> bool:
             previous.close()   # release its GPU buffers
         except Exception as exc:
             traceback.print_exception(exc, file=sys.stderr)
-    _send(type="ready", model=engine.name, backend=engine.backend)
+    _send(type="ready", model=engine.name, backend=engine.backend, memory=memory_summary(engine), origin=origin)
     return True
 
+
+def memory_summary(engine) -> dict:
+    """Bytes of GPU memory a loaded engine holds: {weights, kv_cache, other, total, buffers}. Weights are the
+    model's packed tensors, kv_cache its K/V buffers, other the rest (activations, logits, norms, sampling)."""
+    model, dev = engine.model, engine.dev
+
+    def values(x):
+        return list(x.values()) if isinstance(x, dict) else list(x or ())
+
+    weights = {id(b): int(b.size) for b in values(model.weights)}
+    kv = {id(b): int(b.size) for b in values(getattr(model, "k_cache", None)) + values(getattr(model, "v_cache", None))}
+    live = list(dev.live_buffers)
+    other = sum(int(b.size) for b in live if id(b) not in weights and id(b) not in kv)
+    w, k = sum(weights.values()), sum(kv.values())
+    return {"weights": w, "kv_cache": k, "other": other, "total": w + k + other, "buffers": len(live)}
+
+
+# -- generating ------------------------------------------------------------------------------------------------------
 
 async def generate(prompt: str, max_tokens: int, chat: bool) -> bool:
     """Run one generation, posting each token, then 'done' (or 'error'). Returns whether it succeeded."""
@@ -117,3 +310,203 @@ def stop() -> None:
     """Ask the running generation to stop after its current step (no effect when nothing is running)."""
     if _generating and _engine is not None:
         _engine.cancel()
+
+
+# -- notebook helpers (PyScript) -------------------------------------------------------------------------------------
+
+def _document():
+    """The page's document: PyScript's (which also works from its workers), Pyodide's on the main thread, or None."""
+    try:
+        from pyscript import document
+        return document
+    except Exception:
+        pass
+    import js
+    return getattr(js, "document", None)
+
+
+def _page_url() -> str:
+    """The page's address (in a PyScript worker, the page's, not the worker's blob: address)."""
+    try:
+        from pyscript import window
+        return str(window.location.href)
+    except Exception:
+        import js
+        return str(js.location.href)
+
+
+def _absolute(url: str) -> str:
+    import js
+    return str(js.URL.new(url, _page_url()).href)
+
+
+class _View:
+    """Where the notebook helpers show progress and text: a DOM element (by default the output area of the running
+    py-editor cell), or stdout when there is no page to write to."""
+
+    INTERVAL = 0.1    # seconds between two updates of a progress line (each is a round trip from a worker)
+    BYTE_STAGES = ("download", "verify", "upload")
+
+    def __init__(self, output=None):
+        doc = _document()
+        self.doc, self.el = doc, None
+        if doc is not None:
+            if isinstance(output, str):
+                self.el = doc.getElementById(output)
+                if self.el is None:
+                    raise InputError(f"no element with id {output!r} on the page to write the output to")
+            elif output is not None:
+                self.el = output
+            else:
+                button = doc.querySelector(".py-editor-run-button.running")
+                box = button.closest(".py-editor-box") if button else None
+                self.el = box.querySelector(".py-editor-output") if box else None
+        self.text = None
+        self.stages = {}      # stage -> its progress line's state
+
+    def _add(self, tag: str, cls: str, parent=None):
+        node = self.doc.createElement(tag)
+        node.className = cls
+        (parent or self.el).append(node)
+        return node
+
+    def progress(self, stage: str, done: int, total: int):
+        """One progress line per stage: a bar, bytes, percent and rate."""
+        now = time.monotonic()
+        st = self.stages.setdefault(stage, {"t0": now, "done0": done, "shown": 0.0, "row": None})
+        st.update(done=done, total=total, pending=True)
+        if now - st["shown"] >= self.INTERVAL or (total and done >= total):
+            self._show(stage, st, now)
+
+    def _show(self, stage: str, st: dict, now: float):
+        done, total, dt = st["done"], st["total"], now - st["t0"]
+        pct = f" ({100 * done // total}%)" if total else ""
+        if stage in self.BYTE_STAGES:
+            line = f"{stage}: {done / 1e6:.1f} MB" + (f" of {total / 1e6:.1f} MB{pct}" if total else "")
+            if dt > 0.2 and done > st["done0"]:
+                line += f", {(done - st['done0']) / 1e6 / dt:.1f} MB/s"
+        else:
+            line = f"{stage}: {done} of {total}{pct}" if total else f"{stage}…"
+        st["shown"], st["pending"] = now, False
+        if self.el is None:
+            if total and done >= total:
+                print(line)
+            return
+        if st["row"] is None:
+            row = self._add("div", "cera-progress-row")
+            st["row"] = (self._add("progress", "cera-progress", row), self._add("span", "cera-progress-text", row))
+        bar, label = st["row"]
+        if total:
+            bar.max = total
+            bar.value = min(done, total)
+        label.textContent = " " + line
+
+    def finish(self):
+        """Show the last state of every progress line (updates skipped by the interval)."""
+        now = time.monotonic()
+        for stage, st in self.stages.items():
+            if st["pending"]:
+                self._show(stage, st, now)
+
+    def note(self, text: str):
+        if self.el is None:
+            print(text)
+        else:
+            self._add("div", "cera-note").textContent = text
+
+    def piece(self, text: str):
+        if self.el is None:
+            print(text, end="", flush=True)
+            return
+        if self.text is None:
+            self.text = self._add("pre", "cera-stream")
+        if text:
+            self.text.append(self.doc.createTextNode(text))
+
+
+async def _model_store():
+    """The JS CeraModelStore (web/modelstore.js), imported into this JS realm on first use."""
+    import js
+    if not hasattr(js, "CeraModelStore"):
+        from pyodide.code import run_js
+        await run_js(f"import({json.dumps(_absolute(MODEL_STORE_JS))})")
+    return js.CeraModelStore
+
+
+async def open_model(url: str | None = None, *, output=None, cache: bool = True,
+                     context_size: int = CONTEXT_SIZE, limits: dict | None = None):
+    """Load a model for a notebook cell and return its Engine: the default model when ``url`` is None.
+
+    The download is kept in the browser's cache (web/modelstore.js; ``cache=False`` skips it) and checked before most
+    of it arrives (header, architecture, buffer limits); progress (bytes, percent, rate) and a memory summary are
+    shown in the cell's output (``output``: an element or its id). ``limits``: device limits to lower (simulating a
+    smaller GPU), e.g. {"max-storage-buffer-binding-size": 16_000_000}."""
+    import js
+    from pyodide.ffi import JsException, create_proxy, to_js
+
+    from .gpu import get_device
+    from .gpu.browser import ArrayBufferSource, BlobSource
+
+    view = _View(output)
+    url = _absolute(url or DEFAULT_MODEL_URL)
+    store = await _model_store()
+    device = await get_device(limits_override=limits)
+    refused = []
+
+    def check(prefix, total):
+        reply = json.loads(check_header_for(device, prefix, total, url))
+        if "error" in reply:
+            refused.append(reply["error"])
+            raise InputError(reply["error"]["message"])
+        return reply.get("need", 0)
+
+    proxies = [create_proxy(view.progress), create_proxy(view.note), create_proxy(check)]
+    options = to_js({"onProgress": proxies[0], "onStatus": proxies[1], "checkHeader": proxies[2], "cache": cache},
+                    dict_converter=js.Object.fromEntries)
+    try:
+        got = await store.open(url, options)
+        view.finish()
+    except JsException as exc:
+        device.destroy()
+        if refused:
+            kind = {"GGUFFormatError": GGUFFormatError}.get(refused[0]["kind"], UnsupportedModelError)
+            raise kind(refused[0]["message"]) from None
+        raise InputError(f"could not get the model: {exc}") from None
+    finally:
+        for p in proxies:
+            p.destroy()
+    view.note(str(got.note))
+    if got.blob is not None and hasattr(js, "FileReaderSync"):
+        source = BlobSource(got.blob, str(got.name))
+    else:   # the main thread cannot read a Blob synchronously: take its bytes into (JS) memory
+        buffer = got.buffer if got.buffer is not None else await got.blob.arrayBuffer()
+        source = ArrayBufferSource(buffer, str(got.name))
+    try:
+        engine, _fit = await _load_engine(source, device, view.progress, context_size)
+    finally:
+        view.finish()
+    mem = memory_summary(engine)
+    view.note(f"{engine.name} on {engine.backend}: GPU memory {mem['total'] / 1e6:.1f} MB (weights "
+              f"{mem['weights'] / 1e6:.1f} MB, KV cache {mem['kv_cache'] / 1e6:.1f} MB, other {mem['other'] / 1e6:.1f} MB)")
+    return engine
+
+
+def check_header_for(device, prefix, total, name: str) -> str:
+    """check_header() against a given device's limits (the notebook helpers make their own devices)."""
+    global _device
+    saved, _device = _device, device
+    try:
+        return check_header(prefix, total, name)
+    finally:
+        _device = saved
+
+
+async def stream(engine, prompt, *, output=None, chat: bool = False, **settings):
+    """Generate from ``prompt`` with ``engine``, streaming the text into the cell's output (``output``: an element
+    or its id) as it is produced; settings as Engine.generate (max_tokens=..., temperature=..., seed=..., ...).
+    Returns the GenerationResult."""
+    view = _View(output)
+    result = await engine.generate(prompt, on_token=lambda _id, text: view.piece(text), chat=chat, **settings)
+    view.note(f"{len(result.tokens)} tokens, {result.stop_reason}; prefill {result.prefill_tok_s:.1f} tok/s, "
+              f"decode {result.decode_tok_s:.1f} tok/s")
+    return result

@@ -426,7 +426,7 @@ def test_second_ensure_is_instant_and_runs_nothing(monkeypatch):
     t = time.perf_counter()
     paths = assets.ensure_assets(quiet=True)
     assert time.perf_counter() - t < 0.5
-    assert set(paths) == {"pyodide", "numpy", "jinja2", "markupsafe", "smollm2"}
+    assert set(paths) == {"pyodide", "numpy", "jinja2", "markupsafe", "smollm2", "pyscript"}
 
 
 def test_unknown_asset_name_is_an_error():

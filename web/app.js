@@ -7,7 +7,9 @@ const $ = (id) => document.getElementById(id);
 const ui = {
   modelName: $('model-name'), backend: $('backend'), status: $('status'),
   progress: $('progress'), progressText: $('progress-text'),
-  loadForm: $('load-form'), modelUrl: $('model-url'), load: $('load'),
+  loadForm: $('load-form'), modelUrl: $('model-url'), load: $('load'), modelFile: $('model-file'),
+  notice: $('notice'), memory: $('memory'), cacheList: $('cache-list'), cacheUsage: $('cache-usage'),
+  dropOverlay: $('drop-overlay'),
   generateForm: $('generate-form'), prompt: $('prompt'), chat: $('chat'), maxTokens: $('max-tokens'),
   generate: $('generate'), stop: $('stop'),
   error: $('error'), output: $('output'), stats: $('stats'),
@@ -20,19 +22,32 @@ function refreshControls() {
   ui.stop.disabled = !state.generating;
   ui.load.disabled = state.loading || state.generating;
   ui.modelUrl.disabled = state.loading || state.generating;
+  ui.modelFile.disabled = state.loading || state.generating;
+  for (const b of ui.cacheList.querySelectorAll('button')) b.disabled = state.loading || state.generating;
 }
 
 function showError(text) { ui.error.textContent = text; }
 function clearError() { ui.error.textContent = ''; }
 
 function formatBytes(n) {
+  if (n >= 1e9) return `${(n / 1e9).toFixed(2)} GB`;
   return n >= 1e6 ? `${(n / 1e6).toFixed(1)} MB` : `${(n / 1e3).toFixed(1)} kB`;
 }
 
-// Progress stages (from the worker and the engine); these two count bytes.
-const STAGE_LABELS = {download: 'Downloading', parse: 'Reading the model header', upload: 'Uploading weights to the GPU',
-                      compile: 'Compiling GPU kernels'};
-const BYTE_STAGES = new Set(['download', 'upload']);
+// Progress stages (from the worker and the engine); these count bytes.
+const STAGE_LABELS = {download: 'Downloading', verify: 'Checking the cached copy', parse: 'Reading the model header',
+                      upload: 'Uploading weights to the GPU', compile: 'Compiling GPU kernels'};
+const BYTE_STAGES = new Set(['download', 'verify', 'upload']);
+
+// The rate of a byte stage: bytes since its first message over the time since then.
+const rate = {stage: null, t0: 0, done0: 0};
+
+function rateText(stage, done) {
+  const now = performance.now();
+  if (stage !== rate.stage || done < rate.done0) Object.assign(rate, {stage, t0: now, done0: done});
+  const seconds = (now - rate.t0) / 1000;
+  return seconds >= 0.2 && done > rate.done0 ? ` · ${formatBytes((done - rate.done0) / seconds)}/s` : '';
+}
 
 function showProgress(stage, done, total) {
   if (total > 0) {
@@ -44,9 +59,9 @@ function showProgress(stage, done, total) {
   const pct = total > 0 ? ` (${Math.floor((100 * done) / total)}%)` : '';
   const label = STAGE_LABELS[stage] || stage;
   if (BYTE_STAGES.has(stage)) {
-    ui.progressText.textContent = total > 0
+    ui.progressText.textContent = (total > 0
       ? `${label}: ${formatBytes(done)} of ${formatBytes(total)}${pct}`
-      : `${label}: ${formatBytes(done)}`;
+      : `${label}: ${formatBytes(done)}`) + rateText(stage, done);
   } else {
     ui.progressText.textContent = total > 0 ? `${label}: ${done} of ${total}${pct}` : `${label}…`;
   }
@@ -78,11 +93,18 @@ worker.onmessage = (event) => {
     case 'progress':
       showProgress(msg.stage, msg.done, msg.total);
       break;
+    case 'notice':
+      ui.notice.textContent = msg.text;
+      break;
+    case 'cache':
+      showCache(msg);
+      break;
     case 'ready':
       state.modelLoaded = true;
       state.loading = false;
       ui.modelName.textContent = msg.model;
       ui.backend.textContent = msg.backend;
+      ui.memory.textContent = formatMemory(msg.memory);
       ui.status.textContent = 'Ready';
       hideProgress(true);
       break;
@@ -120,13 +142,99 @@ worker.onerror = (event) => {
   refreshControls();
 };
 
-function loadModel(url) {
-  clearError();
-  state.loading = true;
-  ui.status.textContent = `Loading ${url}…`;
-  refreshControls();
-  worker.postMessage({type: 'load', url});
+function formatMemory(m) {
+  if (!m) return '—';
+  return `${formatBytes(m.total)}: weights ${formatBytes(m.weights)}, KV cache ${formatBytes(m.kv_cache)}, ` +
+         `other ${formatBytes(m.other)} (${m.buffers} buffers)`;
 }
+
+function showCache({entries, usage, quota}) {
+  ui.cacheList.textContent = '';
+  for (const e of entries) {
+    const li = document.createElement('li');
+    const name = document.createElement('span');
+    name.className = 'name';
+    name.textContent = e.name;
+    name.title = e.url;
+    const size = document.createElement('span');
+    size.className = 'size';
+    size.textContent = formatBytes(e.size);
+    const load = document.createElement('button');
+    load.type = 'button';
+    load.textContent = 'Load';
+    load.setAttribute('aria-label', `Load ${e.name}`);
+    load.addEventListener('click', () => { ui.modelUrl.value = e.url; loadModel(e.url); });
+    const del = document.createElement('button');
+    del.type = 'button';
+    del.textContent = 'Delete';
+    del.setAttribute('aria-label', `Delete ${e.name}`);
+    del.addEventListener('click', () => worker.postMessage({type: 'cache-delete', url: e.url}));
+    li.append(name, size, load, del);
+    ui.cacheList.append(li);
+  }
+  ui.cacheUsage.textContent = usage != null && quota != null
+    ? `This site uses ${formatBytes(usage)} of the ${formatBytes(quota)} the browser allows it.` : '';
+  refreshControls();
+}
+
+// ?max_binding=BYTES lowers the device's storage-binding limit: what a smaller GPU would allow (for testing).
+const params = new URLSearchParams(location.search);
+const LIMITS = params.get('max_binding') ? {'max-storage-buffer-binding-size': Number(params.get('max_binding'))} : null;
+
+function startLoading(what) {
+  clearError();
+  ui.notice.textContent = '';
+  state.loading = true;
+  ui.status.textContent = `Loading ${what}…`;
+  refreshControls();
+}
+
+function loadModel(url) {
+  startLoading(url);
+  worker.postMessage({type: 'load', url, limits: LIMITS});
+}
+
+function loadFile(file) {
+  if (state.loading || state.generating) {
+    showError('Wait for the current load or generation to finish before loading another model.');
+    return;
+  }
+  if (!/\.gguf$/i.test(file.name)) {
+    showError(`${file.name} is not a .gguf file: pick or drop a GGUF model file.`);
+    return;
+  }
+  startLoading(file.name);
+  ui.modelUrl.value = '';
+  worker.postMessage({type: 'load', file, limits: LIMITS});
+}
+
+ui.modelFile.addEventListener('change', () => {
+  const file = ui.modelFile.files[0];
+  if (file) loadFile(file);
+  ui.modelFile.value = '';   // picking the same file again loads it again
+});
+
+// Drag-and-drop a file anywhere on the page.
+let dragDepth = 0;
+const hasFiles = (event) => event.dataTransfer && Array.from(event.dataTransfer.types).includes('Files');
+document.addEventListener('dragenter', (event) => {
+  if (!hasFiles(event)) return;
+  dragDepth += 1;
+  ui.dropOverlay.hidden = false;
+});
+document.addEventListener('dragleave', () => {
+  dragDepth = Math.max(0, dragDepth - 1);
+  if (!dragDepth) ui.dropOverlay.hidden = true;
+});
+document.addEventListener('dragover', (event) => { if (hasFiles(event)) event.preventDefault(); });
+document.addEventListener('drop', (event) => {
+  if (!hasFiles(event)) return;
+  event.preventDefault();
+  dragDepth = 0;
+  ui.dropOverlay.hidden = true;
+  const file = event.dataTransfer.files[0];
+  if (file) loadFile(file);
+});
 
 ui.loadForm.addEventListener('submit', (event) => {
   event.preventDefault();
@@ -172,6 +280,7 @@ ui.stop.addEventListener('click', () => {
 });
 
 // ?model=URL picks another model to load on open.
-const initialUrl = new URLSearchParams(location.search).get('model') || DEFAULT_MODEL_URL;
+const initialUrl = params.get('model') || DEFAULT_MODEL_URL;
 ui.modelUrl.value = initialUrl;
 loadModel(initialUrl);
+worker.postMessage({type: 'cache-list'});

@@ -1,29 +1,54 @@
 // cera_web page worker: runs Pyodide and the cera_web engine off the main thread, so the page never freezes.
 //
-// A classic (non-module) dedicated worker: `new Worker('/web/worker.js')`. It pulls Pyodide in with importScripts,
-// which works in every browser that has WebGPU in workers, with no bundler or module-worker support needed.
+// A classic (non-module) dedicated worker: `new Worker('/web/worker.js')`. It pulls Pyodide and the model store in
+// with importScripts, which works in every browser that has WebGPU in workers, with no bundler or module-worker
+// support needed.
 //
 // Assets it fetches (all same-origin, served by serve.py):
-//   /pyodide/            Pyodide core (indexURL); numpy comes from its lock file via loadPackage
-//   /pyodide/wheels/...  pure-Python wheels (jinja2, markupsafe), unpacked into site-packages
-//   /app/cera_web.zip    the cera_web package and its shaders, unpacked into the working directory
-//   the model URL        any GGUF URL the page asks for, streamed into one ArrayBuffer
+//   /pyodide/                    Pyodide core (indexURL); numpy comes from its lock file via loadPackage
+//   /pyodide/wheels/index.json   {"wheels": [names]}: the pure-Python wheels (jinja2, markupsafe) to unpack into
+//                                site-packages, from the same folder
+//   /app/cera_web.zip            the cera_web package and its shaders, unpacked into the working directory
+//   /web/modelstore.js           downloads with progress, and the browser cache of models (OPFS + SHA-256 sidecar)
+//   the model URL                any GGUF URL the page asks for (same origin, or a site that allows it by CORS)
+//
+// Where model bytes go: a download is streamed into the browser's origin-private file system (the cache), checked
+// as its first bytes arrive (header, architecture, the device's buffer limits: a model that cannot run is refused
+// before most of it is downloaded), and then uploaded to GPU buffers a slice at a time straight from that file
+// (cera_web.gpu.browser.BlobSource): neither the wasm heap nor the JS heap ever holds the whole model. A picked or
+// dropped file is uploaded the same way from the File. Only when the cache is unavailable (no OPFS, storage full)
+// is a download held in one ArrayBuffer in JS memory (not the wasm heap) while it is uploaded.
 //
 // Protocol. Every message is a plain object with a `type`.
 //
 // page → worker
-//   {type: 'load', url}                         load the model at `url` (the first one also boots Pyodide). If the
-//                                               load fails, the model loaded before (if any) stays in use.
+//   {type: 'load', url, limits}                 load the model at `url` (the first load also boots Pyodide): from the
+//                                               browser cache when it holds a good copy, else downloaded (and kept).
+//                                               If the load fails, the model loaded before (if any) stays in use.
+//   {type: 'load', file, limits}                load a model from a File (file picker, drag-and-drop); not cached.
+//                                               limits (optional): device limits to lower, {kebab-case name: bytes},
+//                                               e.g. {'max-storage-buffer-binding-size': 16e6}, to simulate a GPU.
 //   {type: 'generate', prompt, maxTokens, chat} run one generation; `chat` wraps the prompt in the chat template.
 //   {type: 'stop'}                              cancel the running generation (handled at once, not queued: the
 //                                               engine stops within one decode step and still sends 'done').
-//   'load' and 'generate' are queued and run one at a time, in order.
+//   {type: 'cache-list'}                        answer with a 'cache' message (at once, not queued)
+//   {type: 'cache-delete', url}                 delete a cached model, then answer with a 'cache' message
+//   'load', 'generate' and 'cache-delete' are queued and run one at a time, in order.
 //
 // worker → page
 //   {type: 'status', text}                      a human-readable step ("Loading Pyodide…")
-//   {type: 'progress', stage, done, total}      stage: 'download' (bytes; total 0 when the size is unknown) or an
-//                                               engine stage: 'parse', 'upload' (bytes), 'compile', ... (its units)
-//   {type: 'ready', model, backend}             a model is loaded and usable; backend describes the GPU adapter
+//   {type: 'notice', text}                      something worth keeping on screen about the last load ("Loaded X
+//                                               from the browser cache", "the cached copy was damaged: downloading
+//                                               it again", "not cached: ...")
+//   {type: 'progress', stage, done, total}      stage: 'download' or 'verify' (the cache check) in bytes (total 0
+//                                               when the size is unknown), or an engine stage: 'parse', 'upload'
+//                                               (bytes), 'compile', ... (its units)
+//   {type: 'ready', model, backend, memory, origin}
+//                                               a model is loaded and usable; backend describes the GPU adapter;
+//                                               memory: {weights, kv_cache, other, total, buffers} GPU bytes;
+//                                               origin: 'cache', 'download' or 'file'
+//   {type: 'cache', entries, usage, quota}      the cached models [{url, name, size, stored}], newest first, and the
+//                                               origin's storage use and quota in bytes (null when unknown)
 //   {type: 'token', id, text}                   one generated token and its new text ('' while a UTF-8 character
 //                                               is still incomplete)
 //   {type: 'done', text, stop_reason, prompt_tokens, tokens, prefill_tok_s, decode_tok_s, prefill_ms, decode_ms}
@@ -32,17 +57,15 @@
 //                                               tokens are lists of token ids; rates and times may be null
 //   {type: 'error', kind, message, during}      something failed; kind is the error class name (e.g.
 //                                               'GGUFFormatError', 'GPUUnavailableError', 'DownloadError');
-//                                               during is 'load' or 'generate'. The worker stays usable.
+//                                               during is the message type that failed. The worker stays usable.
 'use strict';
 
 const PYODIDE_URL = '/pyodide/';
 const WHEELS_URL = '/pyodide/wheels/';
-// Pure-Python wheels the package needs in Pyodide (jinja2 renders chat templates); the names are pinned in assets.json.
-const WHEELS = ['markupsafe-2.1.5-py3-none-any.whl', 'jinja2-3.1.6-py3-none-any.whl'];
 const APP_ZIP_URL = '/app/cera_web.zip';
-const PROGRESS_INTERVAL_MS = 100;   // at most one download progress message per interval
 
 importScripts(PYODIDE_URL + 'pyodide.js');   // defines self.loadPyodide
+importScripts('/web/modelstore.js');         // defines self.CeraModelStore
 
 const post = (msg) => self.postMessage(msg);
 const status = (text) => post({type: 'status', text});
@@ -78,7 +101,7 @@ async function checkWebGPU() {
   return [info.vendor, info.architecture, info.description].filter(Boolean).join(' ') || 'unknown adapter';
 }
 
-async function fetchBytes(url, what) {
+async function fetchOk(url, what) {
   let resp;
   try {
     resp = await fetch(url);
@@ -104,11 +127,12 @@ async function boot() {
   await pyodide.loadPackage('numpy', {messageCallback: () => {}});
   status('Installing Python packages…');
   const sitePackages = pyodide.runPython("import sysconfig; sysconfig.get_paths()['purelib']");
-  for (const wheel of WHEELS) {
-    const resp = await fetchBytes(WHEELS_URL + wheel, 'a Python wheel');
+  const {wheels} = await (await fetchOk(WHEELS_URL + 'index.json', 'the list of Python wheels')).json();
+  for (const wheel of wheels) {
+    const resp = await fetchOk(WHEELS_URL + wheel, 'a Python wheel');
     pyodide.unpackArchive(await resp.arrayBuffer(), 'wheel', {extractDir: sitePackages});
   }
-  const app = await fetchBytes(APP_ZIP_URL, 'the cera_web package');
+  const app = await fetchOk(APP_ZIP_URL, 'the cera_web package');
   pyodide.unpackArchive(await app.arrayBuffer(), 'zip');   // into the working directory, which is on sys.path
   const module = pyodide.pyimport('cera_web.webapp');
   module.init((json) => post(JSON.parse(json)));
@@ -122,73 +146,63 @@ function ensureBooted() {
   return booting;
 }
 
-function allocate(n) {
-  try {
-    return new Uint8Array(n);
-  } catch (e) {   // RangeError: the browser would not give this much memory to one buffer
-    throw new WorkerError('DownloadError',
-      `The model file is ${(n / 1e9).toFixed(2)} GB, more than this browser can hold in memory (${e.message}). ` +
-      'Try a smaller model, or a browser or device with more memory.');
-  }
+async function postCache() {
+  const [entries, estimate] = await Promise.all([CeraModelStore.list(), CeraModelStore.estimate()]);
+  post({type: 'cache', entries, usage: estimate ? estimate.usage : null, quota: estimate ? estimate.quota : null});
 }
 
-// Stream `url` into one ArrayBuffer, reporting {stage: 'download', done, total} as bytes arrive.
-async function download(url) {
-  const resp = await fetchBytes(url, 'the model');
-  const total = Number(resp.headers.get('Content-Length')) || 0;
-  const reader = resp.body.getReader();
-  // Preallocate when the length is known; otherwise keep chunks and join them at the end.
-  let buf = total ? allocate(total) : null;
-  const chunks = [];
-  let done = 0;
-  let lastPost = 0;
-  post({type: 'progress', stage: 'download', done: 0, total});
-  for (;;) {
-    const {done: finished, value} = await reader.read();
-    if (finished) break;
-    if (buf && done + value.length > buf.length) {   // the server sent more than it announced: fall back to chunks
-      chunks.push(buf.subarray(0, done));
-      buf = null;
-    }
-    if (buf) buf.set(value, done); else chunks.push(value);
-    done += value.length;
-    const now = performance.now();
-    if (now - lastPost >= PROGRESS_INTERVAL_MS) {
-      post({type: 'progress', stage: 'download', done, total});
-      lastPost = now;
-    }
+// The model at msg.url (cache or download) or msg.file, loaded into the engine. webapp posts 'progress' and then
+// 'ready' or 'error'; it returns whether the load succeeded.
+async function load(msg) {
+  await ensureBooted();
+  if (!await webapp.prepare(msg.limits ? JSON.stringify(msg.limits) : '')) return;   // it posted the error
+  if (msg.file) {
+    status(`Reading ${msg.file.name}…`);
+    post({type: 'notice', text: `Loading ${msg.file.name} from this computer (${msg.file.size} bytes; not cached).`});
+    await webapp.load_blob(msg.file, msg.file.name, 'file');
+    return;
   }
-  post({type: 'progress', stage: 'download', done, total: total || done});
-  if (buf) {
-    return done === buf.length ? buf.buffer : buf.slice(0, done).buffer;   // a short body is passed on as it is
-  }
-  const joined = allocate(done);
-  let at = 0;
-  for (const c of chunks) { joined.set(c, at); at += c.length; }
-  return joined.buffer;
-}
-
-function modelName(url) {
-  const path = new URL(url, self.location.href).pathname;
-  return decodeURIComponent(path.slice(path.lastIndexOf('/') + 1)) || 'model.gguf';
+  const name = new URL(msg.url, self.location.href).pathname.split('/').pop() || msg.url;
+  status(`Getting ${name}…`);
+  const checkHeader = (prefix, total) => {
+    const reply = JSON.parse(webapp.check_header(prefix, total, name));
+    if (reply.error) throw new WorkerError(reply.error.kind, reply.error.message);
+    return reply.need || 0;
+  };
+  const got = await CeraModelStore.open(msg.url, {
+    onProgress: (stage, done, total) => post({type: 'progress', stage, done, total}),
+    onStatus: (text) => post({type: 'notice', text}),
+    checkHeader,
+  });
+  post({type: 'notice', text: got.note});
+  status('Loading the model onto the GPU…');
+  const origin = got.fromCache ? 'cache' : 'download';
+  const ok = got.blob ? await webapp.load_blob(got.blob, got.name, origin)
+                      : await webapp.load(got.buffer, got.name, origin);
+  if (got.cached) await postCache();   // a new entry (or a checked one) to list
+  return ok;
 }
 
 async function handle(msg) {
   if (msg.type === 'load') {
-    await ensureBooted();
-    status(`Downloading ${modelName(msg.url)}…`);
-    const buffer = await download(msg.url);
-    status('Loading the model onto the GPU…');
-    await webapp.load(buffer, modelName(msg.url));   // posts 'progress', then 'ready' or 'error'
+    await load(msg);
   } else if (msg.type === 'generate') {
     if (!webapp) {
       throw new WorkerError('InputError', 'No model is loaded yet: wait for loading to finish, or load a model URL.');
     }
     await webapp.generate(msg.prompt, msg.maxTokens, !!msg.chat);   // posts 'token's, then 'done' or 'error'
+  } else if (msg.type === 'cache-delete') {
+    await CeraModelStore.remove(msg.url);
+    await postCache();
   } else {
     throw new WorkerError('ProtocolError', `Unknown message type ${JSON.stringify(msg.type)}.`);
   }
 }
+
+const reportError = (during) => (e) => {
+  console.error(e);
+  post({type: 'error', kind: e.kind || e.name || 'Error', message: e.message || String(e), during});
+};
 
 let queue = Promise.resolve();
 
@@ -199,8 +213,9 @@ self.onmessage = (event) => {
     if (webapp) webapp.stop();
     return;
   }
-  queue = queue.then(() => handle(msg)).catch((e) => {
-    console.error(e);
-    post({type: 'error', kind: e.kind || e.name || 'Error', message: e.message || String(e), during: msg.type});
-  });
+  if (msg.type === 'cache-list') {
+    postCache().catch(reportError('cache-list'));
+    return;
+  }
+  queue = queue.then(() => handle(msg)).catch(reportError(msg.type));
 };

@@ -74,6 +74,39 @@ class ArrayBufferSource:
         self.buffer = None
 
 
+class BlobSource:
+    """A model file held in a JS Blob: a File from a file picker or drag-and-drop, or a file in the browser's
+    origin-private file system (the page's model cache). The bytes stay on disk (or wherever the browser keeps the
+    Blob) and are read a slice at a time, so neither the wasm heap nor the JS heap ever holds the whole file:
+    ``read`` (the header) and the device's ``copy_into`` (tensor data, in ``CHUNK``-byte slices) read synchronously
+    through ``FileReaderSync``, which exists only in workers (the page's worker, PyScript's workers). On the main
+    thread, read the Blob into an ArrayBuffer and use :class:`ArrayBufferSource` instead."""
+
+    CHUNK = 16 << 20     # bytes per slice read for upload: the most JS memory a copy holds at once
+
+    def __init__(self, blob, name: str = "model.gguf"):
+        import js
+        if not hasattr(js, "FileReaderSync"):
+            raise TypeError("BlobSource needs FileReaderSync, which only workers have; on the main thread read the "
+                            "Blob into an ArrayBuffer (await blob.arrayBuffer()) and use ArrayBufferSource")
+        self.blob = blob
+        self.name = name
+        self.size = int(blob.size)
+        self._reader = js.FileReaderSync.new()
+
+    def array_buffer(self, offset: int, n: int):
+        """A JS ArrayBuffer with bytes [offset, offset + n) (shorter at the end of the file)."""
+        return self._reader.readAsArrayBuffer(self.blob.slice(offset, offset + n))
+
+    def read(self, offset: int, n: int) -> bytes:
+        from js import Uint8Array
+        n = max(0, min(n, self.size - offset))
+        return Uint8Array.new(self.array_buffer(offset, n)).to_bytes() if n else b""
+
+    def close(self):
+        self.blob = None
+
+
 class BrowserDevice(Device):
     def __init__(self, adapter, device, info: str, limits: dict, features: set, is_cpu: bool = False):
         from pyodide.code import run_js
@@ -161,6 +194,19 @@ class BrowserDevice(Device):
         if isinstance(source, ArrayBufferSource) and offset % 4 == 0 and offset + size <= source.size:
             self.calls += 1
             self.device.queue.writeBuffer(buf, at, source.buffer, offset, size)   # JS → GPU, no wasm heap
+        elif isinstance(source, BlobSource):
+            # slice by slice, Blob → JS ArrayBuffer → GPU: the wasm heap is not involved and at most one slice is
+            # held in JS memory (writeBuffer copies it at once)
+            from js import Uint8Array
+            for start in range(0, size, source.CHUNK):
+                n = min(source.CHUNK, size - start)
+                data = source.array_buffer(offset + start, n)
+                if data.byteLength < n:      # the last tensor's padding to 4 bytes runs past the end of the file
+                    padded = Uint8Array.new(n)
+                    padded.set(Uint8Array.new(data))
+                    data = padded.buffer
+                self.calls += 2
+                self.device.queue.writeBuffer(buf, at + start, data, 0, n)
         else:
             chunk = 16 << 20
             for start in range(0, nbytes, chunk):
