@@ -20,6 +20,8 @@ as untrusted code and rendered in a sandbox that
     does not (a value returned unchanged by a call, e.g. ``.get()``, is counted too: the bound is conservative);
   * ``max_range`` [100,000]: items in one ``range()``; ``max_depth`` [50]: nested calls (macros, recursive loops);
     integers are kept under 65,536 bits;
+  * ``max_source_chars`` [256,000]: the template's own length (compiling costs about 5 µs a character and is not
+    covered by the timeout; real templates take a few thousand characters);
   * ``timeout_s`` [10]: wall-clock time, checked at every step, a backstop for operations that are slow without
     being large (one such operation can still overrun it by its own duration, a few seconds at most).
 
@@ -81,6 +83,7 @@ class TemplateLimits:
     max_depth: int = 50
     timeout_s: float = 10.0
     max_built_chars: int = 64_000_000
+    max_source_chars: int = 256_000
 
 
 _MAX_INT_BITS = 65_536
@@ -569,6 +572,9 @@ class ChatTemplate:
             template = CHATML_TEMPLATE
         if not isinstance(template, str):
             raise InputError(f"a chat template must be a string, not a {type(template).__name__}")
+        if len(template) > limits.max_source_chars:
+            raise _refuse(f"is {len(template):,} characters long, more than the {limits.max_source_chars:,} allowed "
+                          f"(real templates take a few thousand; compiling one costs about 5 µs a character)")
         self.source = template
         self.bos_token = bos_token or ""
         self.eos_token = eos_token or ""

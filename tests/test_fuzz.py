@@ -26,7 +26,7 @@ import tracemalloc
 
 import gguf
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from cera_web import gguf as cg
@@ -269,7 +269,7 @@ def outcome(data: bytes, *, tiny: bool = False):
 def same(a, b) -> bool:
     if isinstance(a, Exception) or isinstance(b, Exception):
         return type(a) is type(b) and str(a) == str(b)
-    return as_tuple(a) == as_tuple(b)
+    return repr(as_tuple(a)) == repr(as_tuple(b))      # repr: a NaN in the metadata equals itself
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -671,6 +671,11 @@ MIXED_TEXT = st.lists(st.one_of(
 @given(MIXED_TEXT)
 def test_smollm2_matches_hf_tokenizers_on_random_text(smollm2_pair, text):
     ours, hf = smollm2_pair
+    # SmolLM2 has no token for 20 of the 256 bytes (0x04, 0x06, 0x13, 0x14, 0x16, 0x1D, 0xC0, 0xC1, 0xF1, 0xF2,
+    # 0xF5-0xFF). Both drop them, but HF drops them before merging, so its merges join their neighbours
+    # (' \x16\x80': HF 'ĠÂ' 'Ģ', cera_web 'Ġ' 'Â' 'Ģ'), while cera_web keeps them in place while merging, as
+    # llama.cpp's BPE does. Text with such bytes is left to test_tokenizer.py's llama.cpp golden ids.
+    assume(not any(ours.token_to_id(BYTE_TO_CHAR[b]) is None for b in text.encode("utf-8")))
     assert ours.encode(text, add_special=False, parse_special=False) == hf.encode(text, add_special_tokens=False).ids
 
 
@@ -769,9 +774,13 @@ def statements():
 @given(st.lists(statements(), min_size=1, max_size=4).map("".join))
 def test_random_templates_end_in_text_or_input_error(source):
     source = "{% set x = messages[0] %}{% set ns = namespace(v='ab') %}" + source
+    chat, _ = timed(ChatTemplate, source, "<s>", "</s>", limits=SMALL)   # compiling: bounded by the source length
+    if isinstance(chat, InputError):
+        event(kind(chat))
+        return
     t0 = time.perf_counter()
     try:
-        out = ChatTemplate(source, "<s>", "</s>", limits=SMALL).render([{"role": "user", "content": "hi"}])
+        out = chat.render([{"role": "user", "content": "hi"}])
     except InputError as e:
         out = e
     elapsed = time.perf_counter() - t0

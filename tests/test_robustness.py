@@ -296,6 +296,17 @@ def test_built_limit_leaves_real_templates_alone():
         ChatTemplate(template, limits=TemplateLimits(max_built_chars=1_000)).render(messages[:1])
 
 
+def test_huge_template_source_is_refused_before_compiling():
+    # Compiling costs ~5 µs a character outside the render's timeout: a 3 MB template took 16 s. Real templates are
+    # a few thousand characters; the source is capped (max_source_chars, 256,000 by default).
+    source = "{% if messages %}{{ messages[0].content | upper }}{% endif %}" * 20_000     # 1.2 M characters
+    t0 = time.monotonic()
+    with pytest.raises(InputError, match="1,220,000 characters long, more than the 256,000 allowed"):
+        ChatTemplate(source)
+    assert time.monotonic() - t0 < 0.5
+    assert ChatTemplate(source[:61 * 3000]).render(USER) == "HI" * 3000          # 183,000 characters: fine
+
+
 def test_break_outside_a_loop_is_input_error():
     # Jinja turns {% break %} outside a loop into Python that does not compile (a SyntaxError, not its own error).
     for template in ("{% break %}", "x{% continue %}", "{% if true %}{% break %}{% endif %}"):
