@@ -232,6 +232,7 @@
     const reader = resp.body.getReader();
     let head = checkHeader ? new Uint8Array(0) : null;   // the first bytes, until checkHeader is satisfied
     let need = HEADER_FIRST;
+    let seen = null;      // the bytes checkHeader was satisfied with
     let done = 0;
     progress('download', 0, total, true);
     try {
@@ -249,13 +250,14 @@
         progress('download', done, total);
         if (head && (head.length >= need || (total && head.length >= total))) {
           need = checkHeader(head, total || 0);   // throws to refuse the model
-          if (!need) head = null;
+          if (!need) [seen, head] = [head, null];
           else if (need <= head.length) throw new StoreError('CacheError', `checkHeader asked for ${need} bytes it has`);
         }
       }
-      if (head) {   // the whole file was shorter than what checkHeader asked for: let it see all of it
-        checkHeader(head, done);
-      }
+      // The file was shorter than what checkHeader asked for, or its size was not announced: check it again with
+      // the size it has (a file cut short is refused here, before it is kept).
+      if (head) checkHeader(head, done);
+      else if (seen && done !== total) checkHeader(seen, done);
     } catch (e) {
       try { await reader.cancel(); } catch (e2) { /* already closed */ }
       throw e;

@@ -1,0 +1,509 @@
+"""Models delivered the way the web expects: URL downloads with progress, the browser cache (OPFS + SHA-256 sidecar),
+local files (picker, drag-and-drop), refusal of models that cannot fit before they are downloaded, the memory
+summary, and the PyScript notebook.
+
+Browser tests (mark ``browser``) use their own instance of serve.py's server that also serves the tiny models of
+tests/fixtures/small under /testmodels/ and counts what it sends, so a test can tell whether the page downloaded a
+model again. Each test opens a fresh browser context (empty cache) from conftest's ``browser``. Generations check
+their text against the references: transformers' greedy continuations (tests/fixtures/small/reference.json for the
+tiny models, tests/fixtures/smollm2_reference.json for the default model).
+
+The CPython tests check the Python side (cera_web.webapp) against the ``gguf`` package's reading of the same files.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import re
+import threading
+from collections import Counter
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import serve
+
+gguf = pytest.importorskip("gguf")
+
+ROOT = Path(__file__).resolve().parent.parent
+SMALL = ROOT / "tests" / "fixtures" / "small"
+SMALL_INFO = json.loads((SMALL / "reference.json").read_text())
+SMOL_REFERENCE = ROOT / "tests" / "fixtures" / "smollm2_reference.json"
+
+LOAD_MS = 300_000
+GENERATE_MS = 300_000
+
+
+def _tensors(path: Path):
+    return gguf.GGUFReader(str(path)).tensors
+
+
+def _field(path: Path, key: str):
+    return gguf.GGUFReader(str(path)).fields[key].contents()
+
+
+# -- a server that counts ----------------------------------------------------------------------------------------------
+
+
+class _CountingHandler(serve.Handler):
+    """serve.py's handler, plus /testmodels/NAME (tests/fixtures/small/NAME), counting GETs and body bytes per path."""
+
+    def _resolve(self):
+        path = self.path.split("?", 1)[0]
+        if path.startswith("/testmodels/"):
+            file = SMALL / path.rsplit("/", 1)[1]
+            return file if file.is_file() and file.parent == SMALL else 404
+        return super()._resolve()
+
+    def do_GET(self):
+        self.server.gets[self.path.split("?", 1)[0]] += 1
+        super().do_GET()
+
+    def _send_body(self, fh, size, ctype, etag, mtime, head):
+        server, path = self.server, self.path.split("?", 1)[0]
+
+        class Counted:       # counts the bytes read from the file to be sent
+            def seek(self, n):
+                fh.seek(n)
+
+            def read(self, n):
+                data = fh.read(n)
+                server.sent[path] += len(data)
+                return data
+
+        super()._send_body(Counted(), size, ctype, etag, mtime, head)
+
+
+@pytest.fixture(scope="module")
+def site():
+    from cera_web.assets import ensure_assets
+    ensure_assets()
+    server = serve.AppServer(("127.0.0.1", 0), serve.ROOT, False)
+    server.RequestHandlerClass = _CountingHandler
+    server.gets, server.sent = Counter(), Counter()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield SimpleNamespace(url=f"http://127.0.0.1:{server.server_address[1]}", gets=server.gets, sent=server.sent)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+# -- the page ----------------------------------------------------------------------------------------------------------
+
+# Records every text the progress line, status, notice and error show, and every request made (the worker's too).
+RECORDER = """
+    window.__seen = [];
+    document.addEventListener('DOMContentLoaded', () => {
+      for (const id of ['progress-text', 'status', 'notice', 'error']) {
+        const el = document.getElementById(id);
+        if (el) new MutationObserver(() => window.__seen.push(`${id}: ${el.textContent}`))
+          .observe(el, {childList: true, characterData: true, subtree: true});
+      }
+    });
+"""
+
+
+class Page:
+    def __init__(self, browser, site):
+        from playwright.sync_api import expect
+        self.expect = expect
+        self.context = browser.new_context()
+        self.page = self.context.new_page()
+        self.site = site
+        self.console: list[str] = []
+        self.requests: list[str] = []
+        self.page.on("console", lambda m: self.console.append(f"{m.type}: {m.text}"))
+        self.page.on("pageerror", lambda e: self.console.append(f"pageerror: {e}"))
+        self.context.on("request", lambda r: self.requests.append(r.url))
+        self.page.add_init_script(RECORDER)
+        p = self.page
+        self.status, self.alert = p.get_by_role("status"), p.get_by_role("alert")
+        self.output = p.get_by_role("region", name="Output")
+        self.cache_items = p.get_by_role("list", name="Cached models").get_by_role("listitem")
+
+    def close(self):
+        self.context.close()
+
+    def diagnostics(self) -> str:
+        p = self.page
+        return (f"status={p.locator('#status').text_content()!r} error={p.locator('#error').text_content()!r}\n"
+                + "\n".join(self.console[-30:]))
+
+    def seen(self) -> list[str]:
+        return self.page.evaluate("window.__seen")
+
+    def open(self, query: str = ""):
+        self.page.goto(f"{self.site.url}/{query}")
+
+    def wait_ready(self, timeout=LOAD_MS):
+        try:
+            self.expect(self.status).to_have_text(re.compile(r"^Ready"), timeout=timeout)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{self.diagnostics()}") from None
+        self.expect(self.alert).to_have_count(0)
+
+    def generate(self, prompt: str, max_tokens: int) -> str:
+        p = self.page
+        p.get_by_label("Prompt").fill(prompt)
+        p.get_by_label("Max tokens").fill(str(max_tokens))
+        p.get_by_label("Chat template").set_checked(False)
+        p.get_by_role("button", name="Generate").click()
+        try:
+            self.expect(self.status).to_have_text(re.compile(r"^Ready \("), timeout=GENERATE_MS)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{self.diagnostics()}") from None
+        self.expect(self.alert).to_have_count(0)
+        return self.output.text_content()
+
+    def opfs_files(self) -> dict:
+        """{name: size} of the files in the page's model cache directory (read independently of the page's code)."""
+        return self.page.evaluate("""async () => {
+            const root = await navigator.storage.getDirectory();
+            let dir;
+            try { dir = await root.getDirectoryHandle('cera_web-models'); } catch (e) { return {}; }
+            const out = {};
+            for await (const [name, handle] of dir.entries()) out[name] = (await handle.getFile()).size;
+            return out;
+        }""")
+
+    def assert_offline(self):
+        """Every request went to the test server (or stayed in the browser)."""
+        away = [u for u in self.requests if not u.startswith((self.site.url, "blob:", "data:"))]
+        assert not away, away
+
+
+@pytest.fixture
+def tab(browser, site):
+    p = Page(browser, site)
+    try:
+        yield p
+    finally:
+        p.close()
+
+
+def _small_case(stem: str) -> dict:
+    return SMALL_INFO["files"][stem]["text_case"]
+
+
+# -- CPython: the checks behind the page ----------------------------------------------------------------------------
+
+
+def test_fit_report_counts_weights_and_kv_cache(smollm2_gguf):
+    from cera_web import webapp
+    from cera_web.gguf import open_gguf
+    report = webapp.fit_report(open_gguf(smollm2_gguf), {"max-storage-buffer-binding-size": 1 << 30,
+                                                          "max-buffer-size": 1 << 30}, context_size=2048)
+    tensors = _tensors(smollm2_gguf)
+    largest = max(tensors, key=lambda t: int(t.n_bytes))
+    layers, kv_heads = _field(smollm2_gguf, "llama.block_count"), _field(smollm2_gguf, "llama.attention.head_count_kv")
+    head_dim = _field(smollm2_gguf, "llama.embedding_length") // _field(smollm2_gguf, "llama.attention.head_count")
+    assert report == {"weights": sum(int(t.n_bytes) for t in tensors), "kv_cache": 2 * layers * 2048 * kv_heads *
+                      head_dim * 4, "largest_tensor": largest.name, "largest_bytes": int(largest.n_bytes),
+                      "buffer_limit": 1 << 30}
+    # LFM2: only its attention layers (head_count_kv > 0) have a KV cache
+    path = SMALL / "lfm2-q8_0.gguf"
+    kv = [int(k) for k in _field(path, "lfm2.attention.head_count_kv")]
+    head_dim = _field(path, "lfm2.embedding_length") // _field(path, "lfm2.attention.head_count")
+    report = webapp.fit_report(open_gguf(path), {}, context_size=100)
+    assert report["kv_cache"] == 2 * sum(kv) * 100 * head_dim * 4 and 0 < sum(k > 0 for k in kv) < len(kv)
+
+
+@pytest.mark.parametrize("limit_key", ["max-storage-buffer-binding-size", "max-buffer-size"])
+def test_fit_report_refuses_a_tensor_over_the_buffer_limit(smollm2_gguf, limit_key):
+    from cera_web import webapp
+    from cera_web.errors import UnsupportedModelError
+    from cera_web.gguf import open_gguf
+    largest = max(_tensors(smollm2_gguf), key=lambda t: int(t.n_bytes))
+    limits = {"max-storage-buffer-binding-size": 1 << 30, "max-buffer-size": 1 << 30, limit_key: 16_000_000}
+    with pytest.raises(UnsupportedModelError) as info:
+        webapp.fit_report(open_gguf(smollm2_gguf), limits)
+    msg = str(info.value)
+    name = {"max-storage-buffer-binding-size": "maxStorageBufferBindingSize", "max-buffer-size": "maxBufferSize"}
+    assert f"'{largest.name}'" in msg and name[limit_key] in msg
+    assert f"needed {int(largest.n_bytes)} bytes, available 16000000" in msg
+    # just enough: accepted
+    limits[limit_key] = int(largest.n_bytes)
+    assert webapp.fit_report(open_gguf(smollm2_gguf), limits)["buffer_limit"] == int(largest.n_bytes)
+
+
+def _check(prefix_of, total, name="m.gguf", limits=None):
+    """Run check_header the way the model store does: show it more bytes until it is satisfied."""
+    from cera_web import webapp
+    webapp._device = SimpleNamespace(limits=limits or {"max-storage-buffer-binding-size": 1 << 30,
+                                                       "max-buffer-size": 1 << 30})
+    try:
+        n = 1 << 20
+        for _ in range(10):
+            reply = json.loads(webapp.check_header(prefix_of(n), total, name))
+            if "need" not in reply:
+                return reply, n
+            assert reply["need"] > n
+            n = reply["need"]
+        raise AssertionError("check_header never had enough")
+    finally:
+        webapp._device = None
+
+
+def test_check_header_needs_only_the_first_bytes(smollm2_gguf):
+    data = Path(smollm2_gguf).read_bytes()
+    header_end = min(int(t.data_offset) for t in _tensors(smollm2_gguf))
+    reply, used = _check(lambda n: data[:n], len(data))
+    assert reply["ok"]["weights"] == sum(int(t.n_bytes) for t in _tensors(smollm2_gguf))
+    assert header_end <= used < len(data) // 20        # the header, and not much more, before the rest arrives
+    # refused from the same few bytes: over the (lowered) binding limit, cut short, not a GGUF file
+    reply, used = _check(lambda n: data[:n], len(data), limits={"max-storage-buffer-binding-size": 16_000_000,
+                                                               "max-buffer-size": 1 << 30})
+    assert reply["error"]["kind"] == "UnsupportedModelError" and "token_embd.weight" in reply["error"]["message"]
+    assert used < len(data) // 20
+    reply, _ = _check(lambda n: data[:min(n, header_end + 1000)], header_end + 1000, name="cut.gguf")
+    assert reply["error"]["kind"] == "GGUFFormatError" and "truncated" in reply["error"]["message"]
+    assert "cut.gguf" in reply["error"]["message"]
+    reply, _ = _check(lambda n: b"<html>not found</html>"[:n], 22)
+    assert reply["error"]["kind"] == "GGUFFormatError" and "not a GGUF file" in reply["error"]["message"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("stem", ["qwen3-q8_0", "lfm2-q8_0"])
+def test_memory_summary_of_a_loaded_engine(stem):
+    import asyncio
+    from cera_web import webapp
+    from cera_web.engine import Engine
+    path = SMALL / f"{stem}.gguf"
+    engine = asyncio.run(Engine.load(str(path), context_size=256))
+    try:
+        mem = webapp.memory_summary(engine)
+        arch = _field(path, "general.architecture")
+        kv = _field(path, f"{arch}.attention.head_count_kv")
+        kv = [int(k) for k in kv] if isinstance(kv, list) else [int(kv)] * _field(path, f"{arch}.block_count")
+        fields = gguf.GGUFReader(str(path)).fields
+        head_dim = (fields[f"{arch}.attention.key_length"].contents() if f"{arch}.attention.key_length" in fields
+                    else _field(path, f"{arch}.embedding_length") // _field(path, f"{arch}.attention.head_count"))
+        assert mem["kv_cache"] == 2 * sum(kv) * 256 * head_dim * 4
+        matrices = sum(int(t.n_bytes) for t in _tensors(path) if sum(d > 1 for d in t.shape) == 2)
+        if arch == "qwen3":     # every matrix is a packed weight buffer (tied LM head: the embedding, once)
+            assert mem["weights"] == matrices
+        else:                   # LFM2's short-convolution taps are kept as float32 with the other small buffers
+            assert 0 < matrices - mem["weights"] < mem["other"]
+        assert mem["total"] == mem["weights"] + mem["kv_cache"] + mem["other"]
+        assert mem["total"] == sum(int(b.size) for b in engine.dev.live_buffers)
+        assert mem["buffers"] == len(list(engine.dev.live_buffers))
+    finally:
+        engine.close()
+
+
+def test_wheels_index_lists_the_wheels_to_install(server_url, repo_root):
+    from urllib.request import urlopen
+    with urlopen(server_url + "/pyodide/wheels/index.json") as resp:
+        index = json.load(resp)
+    on_disk = sorted(p.name for p in (repo_root / ".assets/pyodide/wheels").glob("*.whl"))
+    assert index == {"wheels": on_disk} and any(n.startswith("jinja2-") for n in on_disk)
+    for name in index["wheels"]:
+        with urlopen(f"{server_url}/pyodide/wheels/{name}") as resp:
+            assert resp.read(4) == b"PK\x03\x04"
+
+
+# -- the page ----------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.browser
+def test_url_download_progress_memory_cache_and_reload(tab, site, smollm2_gguf):
+    """The default model: downloaded with progress (bytes, percent, rate), kept in the cache and listed, uploaded with
+    progress, memory shown; a reload loads it from the cache (the server sends it once) and it generates the
+    reference text; Delete empties the cache."""
+    model = "/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+    size = Path(smollm2_gguf).stat().st_size
+    mb = f"{size / 1e6:.1f} MB"
+    tab.open()
+    tab.wait_ready()
+    seen = tab.seen()
+    downloads = [s for s in seen if s.startswith("progress-text: Downloading:")]
+    assert f"progress-text: Downloading: {mb} of {mb} (100%)" in [s.split(" · ")[0] for s in downloads], seen
+    assert any(re.fullmatch(rf"progress-text: Downloading: [\d.]+ MB of {re.escape(mb)} \(\d+%\) · [\d.]+ [kM]B/s", s)
+               for s in downloads), downloads
+    assert any(re.match(r"progress-text: Uploading weights to the GPU: [\d.]+ (MB|kB) of [\d.]+ MB \(\d+%\)", s)
+               for s in seen), seen
+    assert "Downloaded SmolLM2-135M-Instruct.Q4_1.gguf and kept it in the browser cache." in \
+        tab.page.locator("#notice").text_content()
+    assert site.gets[model] == 1 and site.sent[model] == size
+    # memory: weights are the file's matrices; the KV cache is 30 layers x K and V x 2048 x 192 floats
+    weights = sum(int(t.n_bytes) for t in _tensors(smollm2_gguf) if sum(d > 1 for d in t.shape) == 2)
+    tab.expect(tab.page.locator("#memory")).to_contain_text(
+        f"weights {weights / 1e6:.1f} MB, KV cache {2 * 30 * 2048 * 192 * 4 / 1e6:.1f} MB")
+    # the cache: listed with its size; in OPFS as the model and its sidecar
+    tab.expect(tab.cache_items).to_have_count(1)
+    tab.expect(tab.cache_items.first.locator(".name")).to_have_text("SmolLM2-135M-Instruct.Q4_1.gguf")
+    tab.expect(tab.cache_items.first.locator(".size")).to_have_text(mb)
+    files = tab.opfs_files()
+    assert sorted(files.values())[-1] == size and len(files) == 2, files
+
+    tab.page.reload()
+    tab.wait_ready()
+    assert site.gets[model] == 1, "the reload downloaded the model again"
+    seen = tab.seen()
+    assert not any(s.startswith("progress-text: Downloading") for s in seen), seen
+    assert any(s.startswith(f"progress-text: Checking the cached copy: {mb} of {mb} (100%)") for s in seen), seen
+    tab.expect(tab.page.locator("#notice")).to_have_text(
+        "Loaded SmolLM2-135M-Instruct.Q4_1.gguf from the browser cache (no download).")
+    # uploaded from the cached file, it generates the reference continuation
+    case = next(p for p in json.loads(SMOL_REFERENCE.read_text())["prompts"] if p["name"] == "raw_capital")
+    out = tab.generate(case["prompt"], 2)
+    assert out.strip() and case["greedy_text"].startswith(out), (out, case["greedy_text"])
+
+    tab.page.get_by_role("button", name="Delete SmolLM2-135M-Instruct.Q4_1.gguf").click()
+    tab.expect(tab.cache_items).to_have_count(0)
+    assert tab.opfs_files() == {}
+    tab.assert_offline()
+
+
+@pytest.mark.browser
+def test_damaged_cache_entry_is_detected_and_downloaded_again(tab, site):
+    stem = "qwen3-q8_0"
+    url = f"/testmodels/{stem}.gguf"
+    size = (SMALL / f"{stem}.gguf").stat().st_size
+    tab.open(f"?model={url}")
+    tab.wait_ready()
+    assert site.gets[url] == 1
+    # Damage four bytes of tensor data in the cached copy (the header still parses: only the checksum can tell).
+    damaged = tab.page.evaluate("""async () => {
+        const dir = await (await navigator.storage.getDirectory()).getDirectoryHandle('cera_web-models');
+        for await (const [name, handle] of dir.entries()) {
+          if (!name.endsWith('.gguf')) continue;
+          const w = await handle.createWritable({keepExistingData: true});
+          await w.write({type: 'write', position: 100000, data: new Uint8Array([0xde, 0xad, 0xbe, 0xef])});
+          await w.close();
+          return name;
+        }
+    }""")
+    assert damaged
+    tab.page.reload()
+    tab.wait_ready()
+    notices = [s for s in tab.seen() if s.startswith("notice:")]
+    assert any(f"The cached copy of {stem}.gguf is damaged (bytes 0-{size - 1} (chunk 1 of 1) do not match their "
+               f"SHA-256); downloading it again." in s for s in notices), notices
+    assert site.gets[url] == 2
+    case = _small_case(stem)
+    assert tab.generate(case["prompt"], len(case["greedy_ids"])) == case["text"]
+    # the entry was replaced by a good copy: the next reload uses it
+    tab.page.reload()
+    tab.wait_ready()
+    assert site.gets[url] == 2
+    tab.assert_offline()
+
+
+@pytest.mark.browser
+def test_local_file_by_picker_and_by_drag_and_drop(tab, site):
+    tab.open("?model=/testmodels/qwen3-q8_0.gguf")
+    tab.wait_ready()
+    gets = sum(site.gets.values())
+    # the file picker
+    tab.page.get_by_label("Model file").set_input_files(str(SMALL / "lfm2-q8_0.gguf"))
+    tab.expect(tab.page.locator("#model-name")).to_have_text("tiny random lfm2", timeout=LOAD_MS)
+    tab.wait_ready()
+    tab.expect(tab.page.locator("#notice")).to_contain_text("Loading lfm2-q8_0.gguf from this computer")
+    case = _small_case("lfm2-q8_0")
+    assert tab.generate(case["prompt"], len(case["greedy_ids"])) == case["text"]
+    # drag-and-drop: a File in a DataTransfer dropped on the page
+    data = base64.b64encode((SMALL / "qwen2-q8_0.gguf").read_bytes()).decode()
+    overlay = tab.page.locator("#drop-overlay")
+    tab.page.evaluate("""(b64) => {
+        const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+        const dt = new DataTransfer();
+        dt.items.add(new File([bytes], 'qwen2-q8_0.gguf'));
+        for (const type of ['dragenter', 'dragover'])
+          document.body.dispatchEvent(new DragEvent(type, {dataTransfer: dt, bubbles: true, cancelable: true}));
+        window.__overlayShown = !document.getElementById('drop-overlay').hidden;
+        document.body.dispatchEvent(new DragEvent('drop', {dataTransfer: dt, bubbles: true, cancelable: true}));
+    }""", data)
+    assert tab.page.evaluate("window.__overlayShown")
+    tab.expect(overlay).to_be_hidden()
+    tab.expect(tab.page.locator("#model-name")).to_have_text("tiny random qwen2", timeout=LOAD_MS)
+    tab.wait_ready()
+    case = _small_case("qwen2-q8_0")
+    assert tab.generate(case["prompt"], len(case["greedy_ids"])) == case["text"]
+    # local files are read where they are: nothing was fetched, nothing was cached
+    assert sum(site.gets.values()) == gets
+    tab.expect(tab.cache_items).to_have_count(1)    # the URL model only
+    tab.assert_offline()
+
+
+@pytest.mark.browser
+def test_tensor_over_the_binding_limit_is_refused_before_the_download(tab, site, smollm2_gguf):
+    """A device that binds at most 16 MB (lowered by ?max_binding) cannot hold the 30 MB embedding: the page says so,
+    with the bytes needed and available, after a small part of the file; nothing is cached."""
+    model = "/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+    size = Path(smollm2_gguf).stat().st_size
+    embedding = next(t for t in _tensors(smollm2_gguf) if t.name == "token_embd.weight")
+    tab.open("?max_binding=16000000")
+    try:
+        tab.expect(tab.alert).to_contain_text("UnsupportedModelError", timeout=LOAD_MS)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{tab.diagnostics()}") from None
+    tab.expect(tab.alert).to_contain_text("'token_embd.weight'")
+    tab.expect(tab.alert).to_contain_text(f"needed {int(embedding.n_bytes)} bytes, available 16000000")
+    tab.expect(tab.alert).to_contain_text("maxStorageBufferBindingSize")
+    tab.expect(tab.status).to_have_text("Loading failed: see the error below.")
+    tab.expect(tab.page.get_by_role("button", name="Generate")).to_be_disabled()
+    assert site.sent[model] < size // 4, f"{site.sent[model]} of {size} bytes were sent"
+    assert tab.opfs_files() == {}
+    tab.expect(tab.cache_items).to_have_count(0)
+    tab.assert_offline()
+
+
+# -- the notebook ---------------------------------------------------------------------------------------------------
+
+
+def _set_cell(p, index: int, code: str):
+    """Replace the code of the index-th editable cell, as a person typing in it would."""
+    p.evaluate("""([i, code]) => {
+        document.querySelectorAll('script[type^="py-editor"]:not([setup])')[i].code = code;
+    }""", [index, code])
+
+
+@pytest.mark.browser
+def test_notebook_cells_load_a_model_and_stream_generations(tab, site):
+    p = tab.page
+    p.goto(site.url + "/web/notebook.html")
+    run_buttons = p.locator(".py-editor-run-button")
+    outputs = p.locator(".py-editor-output")
+    tab.expect(run_buttons).to_have_count(4, timeout=60_000)
+
+    def run(i, until, timeout=LOAD_MS):
+        run_buttons.nth(i).click()
+        try:
+            tab.expect(outputs.nth(i).filter(has_text=until).or_(outputs.nth(i).filter(has_text="Error"))
+                        ).to_be_visible(timeout=timeout)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n" + "\n".join(tab.console[-30:])) from None
+        text = outputs.nth(i).inner_text()
+        assert "Error" not in text, text
+        return text
+
+    # the load cell, pointed at a tiny model (the default one takes minutes to generate with on a CPU)
+    _set_cell(p, 0, "from cera_web.webapp import open_model, stream, memory_summary\n\n"
+                    "engine = await open_model('/testmodels/qwen3-q8_0.gguf')")
+    text = run(0, "GPU memory")
+    assert "Downloaded qwen3-q8_0.gguf and kept it in the browser cache." in text
+    assert re.search(r"download: 0\.2 MB of 0\.2 MB \(100%\)", text), text
+    assert re.search(r"tiny random qwen3 on .*: GPU memory [\d.]+ MB \(weights 0\.2 MB, KV cache [\d.]+ MB", text)
+    tab.expect(p.locator("#boot")).to_have_text("Python is ready: run the cells.")
+
+    # greedy generation streams the reference text into the cell's output
+    case = _small_case("qwen3-q8_0")
+    n = len(case["greedy_ids"])
+    _set_cell(p, 1, f"result = await stream(engine, {case['prompt']!r}, max_tokens={n})")
+    text = run(1, "tok/s")
+    assert outputs.nth(1).locator(".cera-stream").text_content() == case["text"]
+    assert re.search(rf"\n{n} tokens, max_tokens; prefill [\d.]+ tok/s, decode [\d.]+ tok/s", text), text
+    # change the parameters and run again: sampled with a seed, twice the same
+    _set_cell(p, 1, f"result = await stream(engine, {case['prompt']!r}, max_tokens=6, temperature=1.0, seed=7)")
+    run(1, "tok/s")
+    first = outputs.nth(1).locator(".cera-stream").text_content()
+    run(1, "tok/s")
+    assert outputs.nth(1).locator(".cera-stream").text_content() == first
+    weights = sum(int(t.n_bytes) for t in _tensors(SMALL / "qwen3-q8_0.gguf") if sum(d > 1 for d in t.shape) == 2)
+    assert run(3, "buffers").startswith(f"  weights: {weights:,}\n")
+    tab.assert_offline()
