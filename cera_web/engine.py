@@ -381,22 +381,37 @@ class ChatSession:
 
     async def send(self, text: str, *, on_token=None, params=None, **settings) -> GenerationResult:
         """Add the user message ``text`` and generate the assistant's reply (appended to ``messages``)."""
-        if not isinstance(text, str) or not text.strip():
-            raise InputError("the message is empty: type a question or instruction")
-        return await self._reply(self.messages + [{"role": "user", "content": text}], on_token, params, settings)
+        return await self._reply(self._turn(text), on_token, params, settings)
 
     async def regenerate(self, *, on_token=None, params=None, **settings) -> GenerationResult:
         """Generate the last reply again (a fixed seed gives the same reply; pass another seed, or leave the seed
         unset, for a different one). Replaces the last assistant message, or answers a trailing user message."""
+        return await self._reply(self._turn(None), on_token, params, settings)
+
+    def prepare(self, text: str | None = None, *, params=None, **settings) -> tuple[list[dict], list[int], int]:
+        """What send(text) (or, with text None, regenerate()) would run, without running it: the messages the
+        model will see (after the overflow policy), their prompt token ids, and how many old messages that drops.
+        Raises ContextOverflowError like send. ``len(ids) / engine.context_size`` is how full the context is."""
+        return self._fit(self._turn(text), self._settings(params, settings))
+
+    def _turn(self, text):
+        """The messages to answer: the conversation plus the user message ``text``, or (None) up to its last one."""
+        if text is not None:
+            if not isinstance(text, str) or not text.strip():
+                raise InputError("the message is empty: type a question or instruction")
+            return self.messages + [{"role": "user", "content": text}]
         msgs = list(self.messages)
         if msgs and msgs[-1]["role"] == "assistant":
             msgs.pop()
         if not msgs or msgs[-1]["role"] != "user":
             raise InputError("there is no user message to answer yet: send one first")
-        return await self._reply(msgs, on_token, params, settings)
+        return msgs
+
+    def _settings(self, params, settings) -> SamplingParams:
+        return Engine.settings(params, settings, base=self.params, dict_base=self.params)
 
     async def _reply(self, msgs, on_token, params, settings) -> GenerationResult:
-        p = Engine.settings(params, settings, base=self.params, dict_base=self.params)
+        p = self._settings(params, settings)
         msgs, ids, dropped = self._fit(msgs, p)
         result = await self.engine.generate_ids(ids, p, on_token=on_token, reuse_cache=True)
         self.last_result = result

@@ -216,15 +216,16 @@ class GPUSampler:
     """The sample.wgsl dispatch for one model, as a recorded plan that the model submits right after its head
     (whose argmax it overrides): its settings uniform, its ring of recent tokens and its scratch row."""
 
-    def __init__(self, dev, vocab: int, logits, tokens, log, step):
+    def __init__(self, dev, vocab: int, logits, tokens, log, step, probe: bool = False):
         from . import kernels
         self.dev = dev
         self.vocab = vocab
         self.params = dev.create_buffer(32, kind="uniform", label="sampling params")
         self.ring = dev.create_buffer(4 * RING, label="recent tokens")
-        self.work = dev.create_buffer(4 * vocab, label="sampling scratch")
-        pipe = dev.pipeline(kernels.build("sample", V=vocab, RING=RING), "sample")
-        group = dev.bind(pipe, [logits, tokens, log, step, self.params, self.ring, self.work])
+        self.work = dev.create_buffer(16 * (-(-vocab // 4)), label="sampling scratch")
+        pipe = dev.pipeline(kernels.build("sample", V=vocab, RING=RING, PROBE=probe), "sample")
+        # logits twice: as f32 (the tail) and as vec4 (whole groups of 4, read two at a time)
+        group = dev.bind(pipe, [logits, tokens, log, step, self.params, self.ring, self.work, logits])
         self.plan = dev.record([(pipe, group, (1, 1, 1))])
 
     @classmethod

@@ -111,7 +111,8 @@ def test_stop_matcher(pieces, stops, shown, stopped):
 # -- the sampler kernel on constructed logits -------------------------------------------------------------------------
 
 class Harness:
-    """sample.wgsl for a vocabulary of V with its own logits/tokens/log/step buffers."""
+    """sample.wgsl for a vocabulary of V with its own logits/tokens/log/step buffers; `path` says which way the last
+    draw went ("fast": the candidate list, "radix": the whole-vocabulary fallback)."""
 
     def __init__(self, dev, V):
         self.dev, self.V = dev, V
@@ -119,7 +120,11 @@ class Harness:
         self.tokens = dev.create_buffer(16)
         self.log = dev.create_buffer(4 * 256)
         self.step = dev.create_buffer(16, kind="uniform")
-        self.sampler = GPUSampler(dev, V, self.logits, self.tokens, self.log, self.step)
+        self.sampler = GPUSampler(dev, V, self.logits, self.tokens, self.log, self.step, probe=True)
+
+    @property
+    def path(self):
+        return {1: "fast", 2: "radix"}.get(int(np.frombuffer(run(self.dev.read(self.tokens, 4, 4)), np.uint32)[0]))
 
     def draw(self, logits, params, seeds, pos, history=()):
         """One draw per seed, for position pos, after the tokens `history` at positions 0..len-1."""
@@ -164,16 +169,20 @@ def test_greedy_is_argmax_with_lowest_index_on_ties(harness):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("settings", [
-    dict(temperature=1.0, **OFF),
-    dict(),                                                    # the defaults, penalty included
-    dict(temperature=0.5, top_k=7, top_p=1.0, min_p=0.0),
-    dict(temperature=1.3, top_k=0, top_p=0.6, min_p=0.0),
-    dict(temperature=0.8, top_k=50, top_p=0.9, min_p=0.02, repeat_penalty=1.4, repeat_window=6),
-    dict(temperature=0.01, top_k=0, top_p=0.99),               # underflowing probabilities
-    dict(temperature=1.0, top_k=5000, top_p=0.0),              # top-k over the vocabulary: off; top-p 0: argmax
+@pytest.mark.parametrize("settings, path", [
+    (dict(), "fast"),                                                  # the defaults, penalty included
+    (dict(temperature=0.5, top_k=7, top_p=1.0, min_p=0.0), "fast"),
+    (dict(temperature=1.3, top_k=0, top_p=0.6, min_p=0.0), "fast"),
+    (dict(temperature=0.8, top_k=50, top_p=0.9, min_p=0.02, repeat_penalty=1.4, repeat_window=6), "fast"),
+    (dict(temperature=0.01, top_k=0, top_p=0.99), "fast"),             # underflowing probabilities
+    (dict(temperature=1.0, top_k=5000, top_p=0.0), "fast"),            # top-k over the vocabulary: off; top-p 0
+    (dict(temperature=1.0, **OFF), "radix"),                           # every token kept
+    (dict(temperature=1.0, top_k=2000, top_p=1.0, min_p=0.0), "radix"),   # too many candidates
+    (dict(temperature=3.0, top_k=0, top_p=0.9, min_p=0.0), "radix"),
+    (dict(temperature=3.0, top_k=2500, top_p=0.8, min_p=0.0, repeat_penalty=0.8), "radix"),
+    (dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.001), "radix"),
 ])
-def test_kernel_matches_numpy_specification(harness, settings):
+def test_kernel_matches_numpy_specification(harness, settings, path):
     rng = np.random.default_rng(7)
     logits = (rng.standard_normal(harness.V) * 2.5).astype(np.float32)
     logits[rng.integers(0, harness.V, 40)] = 4.0               # ties among the likely tokens
@@ -182,7 +191,22 @@ def test_kernel_matches_numpy_specification(harness, settings):
     seeds = list(range(100, 140))
     got = harness.draw(logits, params, seeds, len(history), history)
     want = [sample_numpy(logits, params, history, uniform(s, len(history))) for s in seeds]
-    assert got == want
+    assert harness.path == path
+    # the kernel sums in float32, the specification in float64: a draw may differ only where u lies within
+    # rounding of a step of the cumulative distribution
+    assert sum(g != w for g, w in zip(got, want)) <= 2
+    for g, s in zip(got, seeds):
+        assert_consistent(logits, params, history, uniform(s, len(history)), g)
+
+
+def assert_consistent(logits, params, history, u, got, tol=1e-5):
+    """`got` is kept, and u falls in its step of the cumulative distribution (index order), give or take tol."""
+    keep, probs = kept_tokens(logits, params, history)
+    assert got in keep
+    j = int(np.searchsorted(keep, got))
+    cum = np.cumsum(probs)
+    lo, hi = (cum[j - 1] if j else 0.0), cum[j]
+    assert lo - tol <= u < hi + tol, (got, u, lo, hi)
 
 
 def candidates(V, probs, ids):
@@ -278,7 +302,7 @@ def test_sampler_on_real_logits_matches_specification(engine):
             sampler.set_params(params, seed)
             engine.dev.submit([sampler.plan])        # the step uniform still says: position len(ids), log[0]
             got = run(model.read_log(1))[0]
-            assert got == sample_numpy(logits, params, ids, uniform(seed, len(ids))), (params, seed)
+            assert_consistent(logits, params, ids, uniform(seed, len(ids)), got)
 
 
 @pytest.mark.gpu
