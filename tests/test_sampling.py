@@ -3,7 +3,6 @@ allowed sets and the numpy specification, and generation with the real default m
 transformers greedy fixture (tests/fixtures/smollm2_reference.json)."""
 import asyncio
 import json
-import math
 import struct
 from pathlib import Path
 
@@ -260,13 +259,13 @@ def test_repetition_penalty(harness):
     assert np.frombuffer(run(harness.dev.read(harness.log, 0, 8)), np.uint32).tolist() == [10, 20]
     # sampled: a penalised token's probability drops by the expected factor
     logits = candidates(V, np.array([0.5, 0.5]), [10, 20])
-    params = SamplingParams(temperature=1.0, repeat_penalty=2.0, **{k: v for k, v in OFF.items() if k != "repeat_penalty"})
+    params = SamplingParams(**{**OFF, "temperature": 1.0, "repeat_penalty": 2.0})
     got = harness.draw(logits, params, list(range(300)), 1, [10])
     # log(0.5) < 0 is multiplied by 2: p(10) : p(20) = 0.25 : 0.5
     assert abs(got.count(10) / 300 - 1 / 3) < 0.1
 
 
-# -- generation with the real model -------------------------------------------------------------------------------------
+# -- generation with the real model ------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def engine(smollm2_gguf):
