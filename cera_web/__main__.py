@@ -25,12 +25,15 @@ def _model_path(path):
 
 async def _generate(args):
     from .engine import Engine
-    if args.temperature != 0:
-        raise CeraError("only greedy decoding (--temperature 0) is available so far")
     engine = await Engine.load(_model_path(args.model), context_size=args.context)
     engine.steps_per_read = args.steps_per_read
     stream = None if args.json else (lambda tok, piece: print(piece, end="", flush=True))
-    result = await engine.generate(args.prompt, max_tokens=args.max_tokens, on_token=stream, chat=args.chat)
+    settings = {k: getattr(args, k) for k in ("temperature", "top_k", "top_p", "min_p", "repeat_penalty",
+                                              "repeat_window", "seed") if getattr(args, k) is not None}
+    if args.stop:
+        settings["stop"] = args.stop
+    result = await engine.generate(args.prompt, max_tokens=args.max_tokens, on_token=stream, chat=args.chat,
+                                   ignore_eos=args.ignore_eos, **settings)
     if args.json:
         out = result.as_dict()
         out["backend"] = engine.backend
@@ -85,7 +88,15 @@ def main(argv=None) -> int:
     g.add_argument("--model", help="GGUF file (default: the bundled SmolLM2-135M-Instruct)")
     g.add_argument("--prompt", required=True)
     g.add_argument("--max-tokens", type=int, default=64)
-    g.add_argument("--temperature", type=float, default=0.0)
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); e.g. 0.7 to sample")
+    g.add_argument("--top-k", type=int, help="keep the k most likely tokens (sampling defaults: see README)")
+    g.add_argument("--top-p", type=float)
+    g.add_argument("--min-p", type=float)
+    g.add_argument("--repeat-penalty", type=float)
+    g.add_argument("--repeat-window", type=int)
+    g.add_argument("--seed", type=int, help="same seed, prompt and settings give the same tokens")
+    g.add_argument("--stop", action="append", help="a text that ends the output (repeatable)")
+    g.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-turn tokens")
     g.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     g.add_argument("--context", type=int, default=2048, help="context size in tokens")
     g.add_argument("--steps-per-read", type=int, default=4, help="decode steps submitted per token readback")

@@ -127,8 +127,10 @@ class Engine:
         self._cache_passes = -1
 
     @classmethod
-    async def load(cls, source, *, device=None, context_size: int = 2048, chunk: int = 64, on_progress=None):
-        """Parse a GGUF (a path or a source object), build its tokenizer and upload its weights to the GPU."""
+    async def load(cls, source, *, device=None, context_size: int = 2048, chunk: int | None = None,
+                   on_progress=None):
+        """Parse a GGUF (a path or a source object), build its tokenizer and upload its weights to the GPU.
+        chunk: prompt tokens per prefill pass (default 512 on GPUs, 64 on CPU adapters such as SwiftShader)."""
         if not hasattr(source, "read"):
             source = FileSource(source)
         if on_progress:
@@ -140,6 +142,9 @@ class Engine:
         if context_size < 1:
             raise InputError(f"context_size must be positive, got {context_size}")
         dev = device or await get_device()
+        if chunk is None:
+            chunk = 64 if dev.is_cpu else 512
+        chunk = max(1, min(chunk, context_size))
         model = cls_(dev, gguf, source, context_size=context_size, chunk=chunk, on_progress=on_progress)
         return cls(dev, gguf, source, model, tokenizer)
 
