@@ -6,39 +6,43 @@
 // The first query head of each group also stores k and v into the cache row p for later steps. Other workgroups of
 // this dispatch never read row p from the cache, so there is no race. RoPE and the norm are as in rope_store.wgsl.
 //
-// Constants: QH, KVH, HD (<= 256, even), NEOX, QK_NORM, EPS, SCALE.
+// Constants: QH, KVH, HD (a multiple of 4, <= 1024), NEOX, QK_NORM, EPS, SCALE.
 // Bindings:
 //   0 QKV: array<f32>    [1, (QH + 2 KVH) * HD] the fused projection's output for this token
 //   1 B: array<f32>      [(QH + 2 KVH) * HD] bias (zeros when none)
 //   2 NG: array<f32>     [2 * HD] q-norm gain then k-norm gain (read only with QK_NORM)
 //   3 FREQ: array<f32>   [HD / 2]
-//   4 Kc: array<f32>     [context, KVH * HD]
-//   5 Vc: array<f32>     [context, KVH * HD]
-//   6 O: array<f32>      [1, QH * HD]
+//   4 Kc: array<vec4<f32>>  [context, KVH * HD / 4]
+//   5 Vc: array<vec4<f32>>  [context, KVH * HD / 4]
+//   6 O: array<vec4<f32>>   [1, QH * HD / 4]
 //   7 step: uniform Step (n_tokens must be 1)
-// Dispatch: (QH, 1, 1): one workgroup of 64 threads per query head.
+// The score and value phases are organised as in attention.wgsl (256 threads; key groups for the values).
+// Dispatch: (QH, 1, 1): one workgroup of 256 threads per query head.
 @group(0) @binding(0) var<storage, read> QKV: array<f32>;
 @group(0) @binding(1) var<storage, read> B: array<f32>;
 @group(0) @binding(2) var<storage, read> NG: array<f32>;
 @group(0) @binding(3) var<storage, read> FREQ: array<f32>;
-@group(0) @binding(4) var<storage, read_write> Kc: array<f32>;
-@group(0) @binding(5) var<storage, read_write> Vc: array<f32>;
-@group(0) @binding(6) var<storage, read_write> O: array<f32>;
+@group(0) @binding(4) var<storage, read_write> Kc: array<vec4<f32>>;
+@group(0) @binding(5) var<storage, read_write> Vc: array<vec4<f32>>;
+@group(0) @binding(6) var<storage, read_write> O: array<vec4<f32>>;
 @group(0) @binding(7) var<uniform> step: Step;
 
+const WG: u32 = 256u;
 const CHUNK: u32 = 256u;
-const DPT: u32 = (HD + 63u) / 64u;   // output dims per thread
+const D4: u32 = HD / 4u;
+const VG: u32 = WG / D4;
 
 var<workgroup> q: array<f32, HD>;
 var<workgroup> k: array<f32, HD>;
 var<workgroup> v: array<f32, HD>;
 var<workgroup> p: array<f32, CHUNK>;
-var<workgroup> red: array<f32, 64>;
+var<workgroup> red: array<f32, WG>;
+var<workgroup> part: array<vec4<f32>, WG>;
 
 fn reduce(tid: u32, x: f32, is_max: bool) -> f32 {
     red[tid] = x;
     workgroupBarrier();
-    for (var s = 32u; s > 0u; s /= 2u) {
+    for (var s = WG / 2u; s > 0u; s /= 2u) {
         if (tid < s) {
             red[tid] = select(red[tid] + red[tid + s], max(red[tid], red[tid + s]), is_max);
         }
@@ -49,10 +53,15 @@ fn reduce(tid: u32, x: f32, is_max: bool) -> f32 {
     return r;
 }
 
-// Load head `head` of QKV (+ bias) into h, optionally RMS-normalise it with gain NG[gain ..], and rotate it.
+fn q4(i: u32) -> vec4<f32> { return vec4<f32>(q[4u * i], q[4u * i + 1u], q[4u * i + 2u], q[4u * i + 3u]); }
+fn k4(i: u32) -> vec4<f32> { return vec4<f32>(k[4u * i], k[4u * i + 1u], k[4u * i + 2u], k[4u * i + 3u]); }
+fn v4(i: u32) -> vec4<f32> { return vec4<f32>(v[4u * i], v[4u * i + 1u], v[4u * i + 2u], v[4u * i + 3u]); }
+
+// Load head `head` of QKV (+ bias) into q, k or v (which = 0, 1, 2); for q and k optionally RMS-normalise it with
+// gain NG[gain ..] and rotate it.
 fn prepare(tid: u32, head: u32, gain: u32, rotate: bool, which: u32) {
     var ss = 0.0;
-    for (var d = tid; d < HD; d += 64u) {
+    for (var d = tid; d < HD; d += WG) {
         let x = QKV[head * HD + d] + B[head * HD + d];
         if (which == 0u) { q[d] = x; } else if (which == 1u) { k[d] = x; } else { v[d] = x; }
         ss += x * x;
@@ -66,7 +75,7 @@ fn prepare(tid: u32, head: u32, gain: u32, rotate: bool, which: u32) {
         scale = 1.0 / sqrt(reduce(tid, ss, false) / f32(HD) + EPS);
     }
     let pos = f32(step.pos0);
-    for (var i = tid; i < HD / 2u; i += 64u) {
+    for (var i = tid; i < HD / 2u; i += WG) {
         var i0 = 2u * i;
         var i1 = i0 + 1u;
         if (NEOX) {
@@ -97,7 +106,7 @@ fn prepare(tid: u32, head: u32, gain: u32, rotate: bool, which: u32) {
     workgroupBarrier();
 }
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
     let h = wid.x;
     let g = h / (QH / KVH);
@@ -105,28 +114,29 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     prepare(tid, h, 0u, true, 0u);
     prepare(tid, QH + g, HD, true, 1u);
     prepare(tid, QH + KVH + g, 0u, false, 2u);
-    let kv_stride = KVH * HD;
+    let kv_stride = KVH * D4;
     if (h % (QH / KVH) == 0u) {           // one workgroup per group stores this position's k and v
-        for (var d = tid; d < HD; d += 64u) {
-            Kc[pos * kv_stride + g * HD + d] = k[d];
-            Vc[pos * kv_stride + g * HD + d] = v[d];
+        for (var d = tid; d < D4; d += WG) {
+            Kc[pos * kv_stride + g * D4 + d] = k4(d);
+            Vc[pos * kv_stride + g * D4 + d] = v4(d);
         }
     }
     let n = pos + 1u;
+    let lane = tid % D4;
+    let grp = tid / D4;
     var m = -3.0e38;
     var l = 0.0;
-    var acc: array<f32, DPT>;
-    for (var i = 0u; i < DPT; i++) { acc[i] = 0.0; }
+    var acc = vec4<f32>(0.0);
     for (var c0 = 0u; c0 < n; c0 += CHUNK) {
         let cn = min(CHUNK, n - c0);
         var local_max = -3.0e38;
-        for (var j = tid; j < cn; j += 64u) {
+        for (var j = tid; j < cn; j += WG) {
             var s = 0.0;
             if (c0 + j == pos) {
-                for (var d = 0u; d < HD; d++) { s += q[d] * k[d]; }
+                for (var d = 0u; d < D4; d++) { s += dot(q4(d), k4(d)); }
             } else {
-                let row = (c0 + j) * kv_stride + g * HD;
-                for (var d = 0u; d < HD; d++) { s += q[d] * Kc[row + d]; }
+                let row = (c0 + j) * kv_stride + g * D4;
+                for (var d = 0u; d < D4; d++) { s += dot(q4(d), Kc[row + d]); }
             }
             s *= SCALE;
             p[j] = s;
@@ -134,36 +144,33 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         let m_new = max(m, reduce(tid, local_max, true));
         var local_sum = 0.0;
-        for (var j = tid; j < cn; j += 64u) {
+        for (var j = tid; j < cn; j += WG) {
             let e = exp(p[j] - m_new);
             p[j] = e;
             local_sum += e;
         }
         let alpha = exp(m - m_new);
         l = l * alpha + reduce(tid, local_sum, false);    // the barriers inside also publish p[]
-        for (var i = 0u; i < DPT; i++) {
-            let d = tid + 64u * i;
-            if (d < HD) {
-                var a = acc[i] * alpha;
-                for (var j = 0u; j < cn; j++) {
-                    var value = 0.0;
-                    if (c0 + j == pos) {
-                        value = v[d];
-                    } else {
-                        value = Vc[(c0 + j) * kv_stride + g * HD + d];
-                    }
-                    a += p[j] * value;
+        acc *= alpha;
+        if (grp < VG) {
+            for (var j = grp; j < cn; j += VG) {
+                if (c0 + j == pos) {
+                    acc += p[j] * v4(lane);
+                } else {
+                    acc += p[j] * Vc[(c0 + j) * kv_stride + g * D4 + lane];
                 }
-                acc[i] = a;
             }
         }
         m = m_new;
         workgroupBarrier();
     }
-    for (var i = 0u; i < DPT; i++) {
-        let d = tid + 64u * i;
-        if (d < HD) {
-            O[h * HD + d] = acc[i] / l;
+    part[tid] = acc;
+    workgroupBarrier();
+    if (tid < D4) {
+        var sum = vec4<f32>(0.0);
+        for (var i = 0u; i < VG; i++) {
+            sum += part[i * D4 + tid];
         }
+        O[h * D4 + tid] = sum / l;
     }
 }
