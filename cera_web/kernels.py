@@ -83,11 +83,10 @@ def matmul(fmt, K: int, N: int, *, norm=False, eps=0.0, accum=False, glu=False, 
                  TB=1 if last_only else tokens, LANES=lanes)
 
 
-def matmul_tiled(fmt, K: int, N: int, *, norm=False, eps=0.0, accum=False, glu=False, ystride=None, yoff=0,
-                 tile=32) -> str:
-    """See matmul_tiled.wgsl: the prefill form of matmul (K a multiple of 32); tile 32 or 64."""
+def matmul_tiled(fmt, K: int, N: int, *, norm=False, eps=0.0, accum=False, glu=False, ystride=None, yoff=0) -> str:
+    """See matmul_tiled.wgsl: the prefill form of matmul (K a multiple of 32)."""
     return build("matmul_tiled", fmt=fmt, K=K, N=N, NORM=norm, EPS=float(eps), ACCUM=accum, GLU=glu,
-                 YSTRIDE=N if ystride is None else ystride, YOFF=yoff, TILE=tile)
+                 YSTRIDE=N if ystride is None else ystride, YOFF=yoff)
 
 
 def block_elems(fmt) -> int:

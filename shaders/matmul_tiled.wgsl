@@ -1,21 +1,19 @@
 // Tiled matrix-matrix product for prefill: the same result as matmul.wgsl (without LAST_ONLY), for many tokens:
 //   Y[t, YOFF + n] (+)= sum_k W[n, k] * xin[t, k],  xin = X (NORM false) or rmsnorm(X[t]) * G (NORM true)
 //   GLU: Y[t, YOFF + n] = silu(W[n, :] · xin[t]) * (W[N + n, :] · xin[t])
-// Each workgroup computes a tile of TILE rows x TILE tokens. It walks K in steps of 32: the weights of the step are
+// Each workgroup computes a tile of 32 rows x 32 tokens. It walks K in steps of 32: the weights of the step are
 // dequantized once into workgroup memory (the format's w8(row, oct) gives 8 at a time) and the inputs of the step
-// loaded (normalised) beside them; each of the 256 threads (a 16 x 16 grid) then accumulates TILE/16 rows x TILE/16
-// tokens from workgroup memory. So each weight is read and dequantized once per TILE tokens instead of once per
-// token.
+// loaded (normalised) beside them; each of the 256 threads then accumulates 2 rows x 2 tokens from workgroup memory.
+// So each weight is read and dequantized once per 32 tokens instead of once per token.
 //
-// Constants: K (a multiple of 32 and of the format's block), N, NORM, EPS, ACCUM, GLU, YSTRIDE, YOFF, TILE (32 or
-//   64; 64 needs about 26 KiB of workgroup memory).
+// Constants: K (a multiple of 32 and of the format's block), N, NORM, EPS, ACCUM, GLU, YSTRIDE, YOFF.
 // Bindings:
 //   0 W: array<u32>              packed weights, N rows (2N with GLU)
 //   1 X: array<vec4<f32>>        [n_tokens, K]
 //   2 Y: array<f32>              [n_tokens, YSTRIDE]
 //   3 step: uniform Step
 //   4 G: array<vec4<f32>>        [K] the norm's gain (read only with NORM; bind any buffer otherwise)
-// Dispatch: (ceil(N / TILE), ceil(n_tokens_max / TILE)) workgroups of 256 threads; token tiles past the pass's end
+// Dispatch: (ceil(N / 32), ceil(n_tokens_max / 32)) workgroups of 256 threads; token tiles past the pass's end
 // return at once.
 @group(0) @binding(0) var<storage, read> W: array<u32>;
 @group(0) @binding(1) var<storage, read> X: array<vec4<f32>>;
@@ -23,10 +21,8 @@
 @group(0) @binding(3) var<uniform> step: Step;
 @group(0) @binding(4) var<storage, read> G: array<vec4<f32>>;
 
-const TR: u32 = TILE;         // rows per tile
-const TT: u32 = TILE;         // tokens per tile
-const R: u32 = TILE / 16u;    // rows per thread
-const C: u32 = TILE / 16u;    // tokens per thread
+const TR: u32 = 32u;          // rows per tile
+const TT: u32 = 32u;          // tokens per tile
 const KT: u32 = 32u;          // K per step
 const K4: u32 = K / 4u;
 const PAD: u32 = KT + 1u;     // row pitch in workgroup memory (odd: no bank conflicts)
@@ -85,13 +81,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         scale[tid] = select(1.0, 1.0 / sqrt(total / f32(K) + EPS), NORM);
     }
 
-    let rg = tid % 16u;       // this thread's rows: rg*R .. +R
-    let tg = tid / 16u;       // this thread's tokens: tg*C .. +C
-    var acc: array<array<f32, R>, C>;      // acc[token i][row j]
-    var acc2: array<array<f32, R>, C>;
-    for (var i = 0u; i < C; i++) {
-        for (var j = 0u; j < R; j++) { acc[i][j] = 0.0; acc2[i][j] = 0.0; }
-    }
+    let rg = tid % 16u;       // this thread's rows: rg*2 .. +2
+    let tg = tid / 16u;       // this thread's tokens: tg*2 .. +2
+    var acc: array<vec2<f32>, 2>;      // acc[token i][row j]
+    var acc2: array<vec2<f32>, 2>;
+    for (var i = 0u; i < 2u; i++) { acc[i] = vec2<f32>(0.0); acc2[i] = vec2<f32>(0.0); }
 
     for (var k0 = 0u; k0 < K; k0 += KT) {
         workgroupBarrier();
@@ -115,28 +109,27 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         workgroupBarrier();
         for (var k = 0u; k < KT; k++) {
-            var w: array<f32, R>;
-            var u: array<f32, R>;
-            for (var j = 0u; j < R; j++) {
-                w[j] = ws[(rg * R + j) * PAD + k];
-                if (GLU) { u[j] = us[(rg * R + j) * PAD + k]; }
+            let w = vec2<f32>(ws[(rg * 2u) * PAD + k], ws[(rg * 2u + 1u) * PAD + k]);
+            var u = vec2<f32>(0.0);
+            if (GLU) {
+                u = vec2<f32>(us[(rg * 2u) * PAD + k], us[(rg * 2u + 1u) * PAD + k]);
             }
-            for (var i = 0u; i < C; i++) {
-                let x = xs[(tg * C + i) * PAD + k];
-                for (var j = 0u; j < R; j++) {
-                    acc[i][j] += w[j] * x;
-                    if (GLU) { acc2[i][j] += u[j] * x; }
+            for (var i = 0u; i < 2u; i++) {
+                let x = xs[(tg * 2u + i) * PAD + k];
+                acc[i] += w * x;
+                if (GLU) {
+                    acc2[i] += u * x;
                 }
             }
         }
     }
-    for (var i = 0u; i < C; i++) {
-        let t = tok0 + tg * C + i;
+    for (var i = 0u; i < 2u; i++) {
+        let t = tok0 + tg * 2u + i;
         if (t >= n_tokens) {
             continue;
         }
-        for (var j = 0u; j < R; j++) {
-            let n = row0 + rg * R + j;
+        for (var j = 0u; j < 2u; j++) {
+            let n = row0 + rg * 2u + j;
             if (n < N) {
                 var v = acc[i][j];
                 if (GLU) {

@@ -10,7 +10,6 @@ GGUF llama files store Q and K permuted so that RoPE rotates interleaved pairs (
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -110,22 +109,13 @@ class LlamaModel(GPUModel):
         fmt = self.gguf.tensor(name).type
         buffers = [weight or self.weight(name), x, y, self.step, gain or self.ones]
         if T > 1 and not kw.get("last_only") and k % 32 == 0 and not self.dev.is_cpu:
-            tile = self.prefill_tile()
-            rec.add(kernels.matmul_tiled(fmt, k, n, norm=gain is not None, eps=self.args.eps, tile=tile, **kw),
-                    buffers, (-(-n // tile), -(-T // tile), 1), name)
+            rec.add(kernels.matmul_tiled(fmt, k, n, norm=gain is not None, eps=self.args.eps, **kw), buffers,
+                    (-(-n // 32), -(-T // 32), 1), name)
             return
         lanes = kernels.lanes_for(k // kernels.block_elems(fmt), self.dev.is_cpu)
         wgsl = kernels.matmul(fmt, k, n, norm=gain is not None, eps=self.args.eps,
                               tokens=1 if self.dev.is_cpu else min(T, 8), lanes=lanes, **kw)
         rec.add(wgsl, buffers, kernels.spread(kernels.matmul_groups(n, lanes)), name)
-
-    def prefill_tile(self) -> int:
-        """Tile of the prefill GEMM: 64 where the device has the workgroup memory for it (about 26 KiB), else 32.
-        CERA_WEB_PREFILL_TILE=32|64 overrides (benchmarks)."""
-        forced = os.environ.get("CERA_WEB_PREFILL_TILE")
-        if forced in ("32", "64"):
-            return int(forced)
-        return 64 if self.dev.limits.get("max-compute-workgroup-storage-size", 16384) >= 27 * 1024 else 32
 
     def attention_block(self, rec, T, i):
         """x += Wo · attention(norm(x)): Q/K/V in one projection when they share a type, then RoPE into the cache."""
