@@ -514,7 +514,7 @@ def _compile(source: str) -> jinja2.Template:
         return _ENV.from_string(tree)
     except RecursionError:
         raise _refuse("is nested too deeply to compile") from None
-    except Exception as e:   # Jinja can emit Python that does not compile, e.g. SyntaxError for {% break %} outside a loop
+    except Exception as e:   # Jinja can emit Python that does not compile: {% break %} outside a loop (SyntaxError)
         raise InputError(f"the model's chat template is not valid Jinja ({type(e).__name__}: {e}); pass your own "
                          f"template (or none, for ChatML) instead") from None
 

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from cera_web.chat import ChatTemplate, TemplateLimits, render_chat
-from cera_web.errors import CeraError, GGUFFormatError, InputError, UnsupportedModelError
+from cera_web.errors import GGUFFormatError, InputError, UnsupportedModelError
 
 E, F, H, KV, CTX = 64, 128, 4, 2, 256
 MERGES = ["Ġ t", "h e", "Ġt he", "Ġ a", "i n", "Ġ c", "a t", "Ġc at", "Ġ s", "Ġs at", "o n", "Ġ on"]
