@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from .errors import ContextOverflowError, InputError
+from .errors import ContextOverflowError, InputError, UnsupportedModelError
 from .gguf import parse_gguf
 from .gpu import get_device
 from .models import model_class
@@ -141,6 +141,12 @@ class Engine:
         cls_ = model_class(gguf.architecture)
         if context_size < 1:
             raise InputError(f"context_size must be positive, got {context_size}")
+        emb = gguf.tensors.get("token_embd.weight")
+        n_rows = emb.shape[1] if emb is not None and len(emb.shape) == 2 else None   # other shapes: the model says
+        if n_rows is not None and n_rows != tokenizer.vocab_size:
+            raise UnsupportedModelError(
+                f"the tokenizer has {tokenizer.vocab_size} tokens but the embedding table has {n_rows} rows: the "
+                f"file's vocabulary and weights disagree; re-convert the model")
         dev = device or await get_device()
         if chunk is None:
             chunk = 64 if dev.is_cpu else 512
@@ -153,6 +159,7 @@ class Engine:
         if self.dev is not None:
             self.dev.destroy()
             self.dev = None
+        self.model = None       # the plans and weights go with the device; drop the Python side too
         if hasattr(self.source, "close"):
             self.source.close()
 

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from cera_web.chat import ChatTemplate, TemplateLimits, render_chat
-from cera_web.errors import GGUFFormatError, InputError, UnsupportedModelError
+from cera_web.errors import GGUFFormatError, GPUUnavailableError, InputError, UnsupportedModelError
 
 E, F, H, KV, CTX = 64, 128, 4, 2, 256
 MERGES = ["Ġ t", "h e", "Ġt he", "Ġ a", "i n", "Ġ c", "a t", "Ġc at", "Ġ s", "Ġs at", "o n", "Ġ on"]
@@ -208,7 +208,7 @@ def test_lost_device_fails_loudly_and_the_model_reloads(tiny):
     before = run(eng.generate(PROMPT, max_tokens=5, stop_at_eos=False)).tokens
     eng.dev.device.destroy()                          # what a driver reset or the browser's device loss does
     t0 = time.perf_counter()
-    with pytest.raises(Exception, match="(?i)lost") as info:
+    with pytest.raises(GPUUnavailableError, match="(?i)lost") as info:
         run(eng.generate(PROMPT, max_tokens=5, stop_at_eos=False))
     assert time.perf_counter() - t0 < 10
     print("after device loss:", type(info.value).__module__, type(info.value).__name__, info.value)
@@ -236,6 +236,15 @@ def test_lost_device_fails_loudly_and_the_model_reloads(tiny):
     (dict(metadata={"tokenizer.ggml.tokens": None}), UnsupportedModelError, "no tokenizer metadata"),
     (dict(metadata={"tokenizer.ggml.bos_token_id": (10**6, 4)}), GGUFFormatError, "outside the vocabulary"),
     (dict(metadata={"general.architecture": ("mamba", 8)}), UnsupportedModelError, "architecture 'mamba'"),
+    # metadata that disagrees with the weights, or is not a usable value, is refused at load (it used to run and
+    # produce garbage, or fail later with a non-project error)
+    (dict(metadata={"llama.feed_forward_length": 2 * F}), UnsupportedModelError,
+     f"layer 0: tensor 'blk.0.ffn_gate.weight' is {F} x {E}"),
+    (dict(metadata={"llama.embedding_length": E // 2}), UnsupportedModelError, "metadata implies"),
+    (dict(metadata={"llama.attention.head_count": 0}), UnsupportedModelError, "not a positive integer"),
+    (dict(metadata={"llama.attention.head_count": ("four", 8)}), UnsupportedModelError, "not a positive integer"),
+    (dict(metadata={"llama.rope.freq_base": float("nan")}), UnsupportedModelError, "positive finite"),
+    (dict(metadata={"llama.feed_forward_length": 2 ** 31}), UnsupportedModelError, "not a valid size"),
 ])
 def test_inconsistent_model_files_fail_at_load(tmp_path, kw, error, fragment):
     from cera_web.engine import Engine

@@ -268,7 +268,11 @@ class BrowserDevice(Device):
                 {"size": self._staging_size, "usage": js.GPUBufferUsage.MAP_READ | js.GPUBufferUsage.COPY_DST},
                 dict_converter=js.Object.fromEntries))
         self.calls += 2
-        out = await self.js.read(self.device, buf, offset, size, self._staging)
+        try:
+            out = await self.js.read(self.device, buf, offset, size, self._staging)
+        except Exception as e:    # a lost device rejects mapAsync (AbortError) before anything else says so
+            self.check()
+            raise GPUUnavailableError(f"reading from the GPU failed ({e}); reload the model (or the page)") from None
         self.check()
         return out.to_bytes()[:nbytes]
 
@@ -276,4 +280,5 @@ class BrowserDevice(Device):
         for buf in self.live_buffers:
             buf.destroy()
         self.live_buffers = []
+        self._pipelines.clear()
         self.device.destroy()

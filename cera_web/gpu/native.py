@@ -89,7 +89,10 @@ class NativeDevice(Device):
         if len(mv) % 4:
             mv = memoryview(bytes(mv) + bytes(4 - len(mv) % 4))
         self.calls += 1
-        self.device.queue.write_buffer(buf, offset, mv)
+        try:
+            self.device.queue.write_buffer(buf, offset, mv)
+        except self._wgpu.GPUError as e:
+            raise self._lost(e) from None
 
     def copy_into(self, buf, at, source, offset, nbytes):
         chunk = 64 << 20
@@ -150,16 +153,26 @@ class NativeDevice(Device):
         cp.end()
         for src, src_off, dst, dst_off, n in copies:
             enc.copy_buffer_to_buffer(src, src_off, dst, dst_off, n)
-        self.device.queue.submit([enc.finish()])
+        try:
+            self.device.queue.submit([enc.finish()])
+        except self._wgpu.GPUError as e:
+            raise self._lost(e) from None
         self.calls += 1
         self.submits += 1
 
     async def read(self, buf, offset, nbytes):
         self.calls += 1
-        return bytes(self.device.queue.read_buffer(buf, offset, (nbytes + 3) // 4 * 4))[:nbytes]
+        try:
+            return bytes(self.device.queue.read_buffer(buf, offset, (nbytes + 3) // 4 * 4))[:nbytes]
+        except self._wgpu.GPUError as e:
+            raise self._lost(e) from None
 
     def destroy(self):
         for buf in list(self.live_buffers):
             buf.destroy()
         self.live_buffers.clear()
+        self._pipelines.clear()
         self.device.destroy()
+
+    def _lost(self, e):
+        return GPUUnavailableError(f"the GPU device was lost or failed ({e}); load the model again")

@@ -111,6 +111,22 @@ class GPUModel:
                 self.on_progress("upload", self._uploaded, max(self._to_upload, self._uploaded))
         return buf
 
+    def check_weight(self, name: str, rows: int, cols: int, why: str):
+        """Raise UnsupportedModelError unless 2-D weight ``name`` is rows x cols (what the metadata implies)."""
+        got = self.shape(name)
+        if got != (rows, cols):
+            layer = f"layer {name.split('.')[1]}: " if name.startswith("blk.") else ""
+            raise UnsupportedModelError(
+                f"{layer}tensor {name!r} is {got[0]} x {got[1]} (rows x columns) but the metadata implies {rows} x {cols} "
+                f"({why}): the file's metadata and weights disagree; re-convert the model")
+
+    def check_vector(self, name: str, length: int, why: str):
+        info = self.gguf.tensor(name)
+        if info.n_elements != length:
+            raise UnsupportedModelError(
+                f"tensor {name!r} has {info.n_elements} values but the metadata implies {length} ({why}): the "
+                f"file's metadata and weights disagree; re-convert the model")
+
     def vector(self, name: str) -> np.ndarray:
         """A small F32/F16 tensor (norm gains) read into numpy."""
         info = self.gguf.tensor(name)

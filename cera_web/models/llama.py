@@ -35,13 +35,17 @@ class LlamaArgs:
 
     @classmethod
     def from_gguf(cls, g) -> "LlamaArgs":
-        hidden = int(g.arch_get("embedding_length"))
-        heads = int(g.arch_get("attention.head_count"))
+        hidden = g.arch_get("embedding_length")
+        heads = g.arch_get("attention.head_count")
         kv_heads = g.arch_get("attention.head_count_kv", heads)
         if isinstance(kv_heads, list):
             raise UnsupportedModelError("per-layer KV head counts are not supported for llama models")
-        head_dim = int(g.arch_get("attention.key_length", hidden // heads))
-        rope_dims = int(g.arch_get("rope.dimension_count", head_dim))
+        for key, v in (("embedding_length", hidden), ("attention.head_count", heads)):
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise UnsupportedModelError(f"metadata {g.architecture}.{key} = {v!r} is not a positive integer: "
+                                            f"the file is damaged or unusual")
+        head_dim = g.arch_get("attention.key_length", hidden // heads)
+        rope_dims = g.arch_get("rope.dimension_count", head_dim)
         if rope_dims != head_dim:
             raise UnsupportedModelError(f"partial rotary embeddings ({rope_dims} of {head_dim} dims) are not supported")
         if heads % int(kv_heads):
@@ -53,6 +57,19 @@ class LlamaArgs:
         elif scaling not in ("none", None):
             raise UnsupportedModelError(f"rope scaling {scaling!r} is not supported")
         vocab = g.tensor("token_embd.weight").shape[1]
+        ints = {"block_count": g.arch_get("block_count"), "embedding_length": hidden, "attention.head_count": heads,
+                "attention.head_count_kv": kv_heads, "attention.key_length": head_dim,
+                "feed_forward_length": g.arch_get("feed_forward_length")}
+        for key, v in ints.items():
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 < v < 1 << 20:
+                raise UnsupportedModelError(f"metadata {g.architecture}.{key} = {v!r} is not a valid size "
+                                            f"(a positive integer below 2^20): the file is damaged or unusual")
+        floats = {"rope.freq_base": g.arch_get("rope.freq_base", 10000.0),
+                  "attention.layer_norm_rms_epsilon": g.arch_get("attention.layer_norm_rms_epsilon", 1e-5)}
+        for key, v in floats.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"):
+                raise UnsupportedModelError(f"metadata {g.architecture}.{key} = {v!r} is not a positive finite "
+                                            f"number: the file is damaged")
         return cls(
             n_layers=int(g.arch_get("block_count")), hidden=hidden, heads=heads, kv_heads=int(kv_heads),
             head_dim=head_dim, ffn=int(g.arch_get("feed_forward_length")), vocab=int(vocab),
@@ -75,6 +92,7 @@ class LlamaModel(GPUModel):
                       ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up",
                        "ffn_down")]
         self.plan_upload(names)
+        self.check_shapes(names)
 
         T, dev = chunk, self.dev
         q_dim, kv_dim = a.heads * a.head_dim, a.kv_heads * a.head_dim
@@ -96,6 +114,25 @@ class LlamaModel(GPUModel):
         self.ones = self.f32_buffer(np.ones(max(a.hidden, a.ffn, q_dim, 2 * a.head_dim), np.float32), "ones")
         self.bias = self.f32_buffer(np.zeros(self.qkv_dim, np.float32), "no bias")
         self.build()
+
+    def check_shapes(self, names):
+        """Every weight has the shape the metadata implies (a file whose header disagrees with its tensors would
+        otherwise run and produce garbage)."""
+        a = self.args
+        q_dim, kv_dim = a.heads * a.head_dim, a.kv_heads * a.head_dim
+        heads = f"{a.heads} query heads, {a.kv_heads} KV heads of size {a.head_dim}, hidden {a.hidden}"
+        self.check_weight("token_embd.weight", a.vocab, a.hidden, f"vocabulary {a.vocab}, hidden {a.hidden}")
+        if self.lm_head != "token_embd.weight":
+            self.check_weight(self.lm_head, a.vocab, a.hidden, f"vocabulary {a.vocab}, hidden {a.hidden}")
+        expect = {"attn_q": (q_dim, a.hidden), "attn_k": (kv_dim, a.hidden), "attn_v": (kv_dim, a.hidden),
+                  "attn_output": (a.hidden, q_dim), "ffn_gate": (a.ffn, a.hidden), "ffn_up": (a.ffn, a.hidden),
+                  "ffn_down": (a.hidden, a.ffn)}
+        for i in range(a.n_layers):
+            for n, (rows, cols) in expect.items():
+                self.check_weight(f"blk.{i}.{n}.weight", rows, cols, f"{heads}, feed-forward {a.ffn}")
+        for n in names:
+            if n.endswith("norm.weight"):
+                self.check_vector(n, a.hidden, f"hidden {a.hidden}")
 
     def linear(self, rec, T, name, x, y, *, gain=None, weight=None, rows=None, **kw):
         """y (+)= W[name] · x for every token of a pass of up to T tokens.
