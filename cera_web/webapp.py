@@ -222,20 +222,21 @@ async def load_blob(blob, name: str, origin: str = "file") -> bool:
 
 
 async def _load_engine(source, device, on_progress, context_size: int = CONTEXT_SIZE):
-    """Parse and check ``source`` (bad files fail here, before a GPU is needed), then load it onto ``device`` (an
-    awaitable making one when None). Returns (engine, fit_report); the device is destroyed when loading fails."""
-    gguf = parse_gguf(source.read, source.size, name=getattr(source, "name", None))
-    from .models import model_class
-    model_class(gguf.architecture)
-    if device is None:
-        from .gpu import get_device
-        device = await get_device()
+    """Parse and check ``source`` (bad files fail here, before a GPU is needed), then load it onto ``device`` (made
+    here when None). Returns (engine, fit_report); the device is destroyed when loading fails."""
     try:
+        gguf = parse_gguf(source.read, source.size, name=getattr(source, "name", None))
+        from .models import model_class
+        model_class(gguf.architecture)
+        if device is None:
+            from .gpu import get_device
+            device = await get_device()
         fit = fit_report(gguf, device.limits, context_size)
         from .engine import Engine
         engine = await Engine.load(source, device=device, context_size=context_size, on_progress=on_progress)
     except BaseException:
-        device.destroy()
+        if device is not None:
+            device.destroy()
         raise
     return engine, fit
 

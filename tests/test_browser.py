@@ -81,7 +81,7 @@ class App:
         self.generate_button = page.get_by_role("button", name="Generate")
         self.stop_button = page.get_by_role("button", name="Stop")
         self.model_url = page.get_by_label("Model URL")
-        self.load_button = page.get_by_role("button", name="Load")
+        self.load_button = page.get_by_role("button", name="Load", exact=True)
         self.model_name = page.locator("#model-name")
         self.backend = page.locator("#backend")
         self.stats = page.locator("#stats")

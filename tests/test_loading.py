@@ -317,6 +317,7 @@ def test_url_download_progress_memory_cache_and_reload(tab, site, smollm2_gguf):
     model = "/models/SmolLM2-135M-Instruct.Q4_1.gguf"
     size = Path(smollm2_gguf).stat().st_size
     mb = f"{size / 1e6:.1f} MB"
+    gets0, sent0 = site.gets[model], site.sent[model]     # the server is shared by the module's tests
     tab.open()
     tab.wait_ready()
     seen = tab.seen()
@@ -328,7 +329,7 @@ def test_url_download_progress_memory_cache_and_reload(tab, site, smollm2_gguf):
                for s in seen), seen
     assert "Downloaded SmolLM2-135M-Instruct.Q4_1.gguf and kept it in the browser cache." in \
         tab.page.locator("#notice").text_content()
-    assert site.gets[model] == 1 and site.sent[model] == size
+    assert site.gets[model] - gets0 == 1 and site.sent[model] - sent0 == size
     # memory: weights are the file's matrices; the KV cache is 30 layers x K and V x 2048 x 192 floats
     weights = sum(int(t.n_bytes) for t in _tensors(smollm2_gguf) if sum(d > 1 for d in t.shape) == 2)
     tab.expect(tab.page.locator("#memory")).to_contain_text(
@@ -342,7 +343,7 @@ def test_url_download_progress_memory_cache_and_reload(tab, site, smollm2_gguf):
 
     tab.page.reload()
     tab.wait_ready()
-    assert site.gets[model] == 1, "the reload downloaded the model again"
+    assert site.gets[model] - gets0 == 1, "the reload downloaded the model again"
     seen = tab.seen()
     assert not any(s.startswith("progress-text: Downloading") for s in seen), seen
     assert any(s.startswith(f"progress-text: Checking the cached copy: {mb} of {mb} (100%)") for s in seen), seen
@@ -364,9 +365,10 @@ def test_damaged_cache_entry_is_detected_and_downloaded_again(tab, site):
     stem = "qwen3-q8_0"
     url = f"/testmodels/{stem}.gguf"
     size = (SMALL / f"{stem}.gguf").stat().st_size
+    gets0 = site.gets[url]      # the server is shared by the module's tests
     tab.open(f"?model={url}")
     tab.wait_ready()
-    assert site.gets[url] == 1
+    assert site.gets[url] - gets0 == 1
     # Damage four bytes of tensor data in the cached copy (the header still parses: only the checksum can tell).
     damaged = tab.page.evaluate("""async () => {
         const dir = await (await navigator.storage.getDirectory()).getDirectoryHandle('cera_web-models');
@@ -384,13 +386,13 @@ def test_damaged_cache_entry_is_detected_and_downloaded_again(tab, site):
     notices = [s for s in tab.seen() if s.startswith("notice:")]
     assert any(f"The cached copy of {stem}.gguf is damaged (bytes 0-{size - 1} (chunk 1 of 1) do not match their "
                f"SHA-256); downloading it again." in s for s in notices), notices
-    assert site.gets[url] == 2
+    assert site.gets[url] - gets0 == 2
     case = _small_case(stem)
     assert tab.generate(case["prompt"], len(case["greedy_ids"])) == case["text"]
     # the entry was replaced by a good copy: the next reload uses it
     tab.page.reload()
     tab.wait_ready()
-    assert site.gets[url] == 2
+    assert site.gets[url] - gets0 == 2
     tab.assert_offline()
 
 
@@ -427,6 +429,12 @@ def test_local_file_by_picker_and_by_drag_and_drop(tab, site):
     # local files are read where they are: nothing was fetched, nothing was cached
     assert sum(site.gets.values()) == gets
     tab.expect(tab.cache_items).to_have_count(1)    # the URL model only
+    # back to the cached model, from the list: no download
+    tab.page.get_by_role("button", name="Open qwen3-q8_0.gguf").click()
+    tab.expect(tab.page.locator("#model-name")).to_have_text("tiny random qwen3", timeout=LOAD_MS)
+    tab.wait_ready()
+    tab.expect(tab.page.locator("#notice")).to_have_text("Loaded qwen3-q8_0.gguf from the browser cache (no download).")
+    assert sum(site.gets.values()) == gets
     tab.assert_offline()
 
 
@@ -437,6 +445,7 @@ def test_tensor_over_the_binding_limit_is_refused_before_the_download(tab, site,
     model = "/models/SmolLM2-135M-Instruct.Q4_1.gguf"
     size = Path(smollm2_gguf).stat().st_size
     embedding = next(t for t in _tensors(smollm2_gguf) if t.name == "token_embd.weight")
+    sent_before = site.sent[model]     # the server is shared by the module's tests
     tab.open("?max_binding=16000000")
     try:
         tab.expect(tab.alert).to_contain_text("UnsupportedModelError", timeout=LOAD_MS)
@@ -447,7 +456,8 @@ def test_tensor_over_the_binding_limit_is_refused_before_the_download(tab, site,
     tab.expect(tab.alert).to_contain_text("maxStorageBufferBindingSize")
     tab.expect(tab.status).to_have_text("Loading failed: see the error below.")
     tab.expect(tab.page.get_by_role("button", name="Generate")).to_be_disabled()
-    assert site.sent[model] < size // 4, f"{site.sent[model]} of {size} bytes were sent"
+    sent = site.sent[model] - sent_before
+    assert 0 < sent < size // 4, f"{sent} of {size} bytes were sent"
     assert tab.opfs_files() == {}
     tab.expect(tab.cache_items).to_have_count(0)
     tab.assert_offline()

@@ -159,17 +159,17 @@ function showCache({entries, usage, quota}) {
     const size = document.createElement('span');
     size.className = 'size';
     size.textContent = formatBytes(e.size);
-    const load = document.createElement('button');
-    load.type = 'button';
-    load.textContent = 'Load';
-    load.setAttribute('aria-label', `Load ${e.name}`);
-    load.addEventListener('click', () => { ui.modelUrl.value = e.url; loadModel(e.url); });
+    const open = document.createElement('button');   // "Open", not "Load": the Load button's name stays unique
+    open.type = 'button';
+    open.textContent = 'Open';
+    open.setAttribute('aria-label', `Open ${e.name}`);
+    open.addEventListener('click', () => { ui.modelUrl.value = e.url; loadModel(e.url); });
     const del = document.createElement('button');
     del.type = 'button';
     del.textContent = 'Delete';
     del.setAttribute('aria-label', `Delete ${e.name}`);
     del.addEventListener('click', () => worker.postMessage({type: 'cache-delete', url: e.url}));
-    li.append(name, size, load, del);
+    li.append(name, size, open, del);
     ui.cacheList.append(li);
   }
   ui.cacheUsage.textContent = usage != null && quota != null

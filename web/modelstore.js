@@ -192,6 +192,8 @@
       const side = await (await this.dir.getFileHandle(`${this.id}.json`, {create: true})).createWritable();
       await side.write(JSON.stringify(this.meta));
       await side.close();
+      // ask the browser not to evict the cache under storage pressure (it decides; a refusal changes nothing)
+      if (navigator.storage.persist) navigator.storage.persist().catch(() => {});
       return {blob: await (await this.dir.getFileHandle(`${this.id}.gguf`)).getFile()};
     }
     async abort() {

@@ -158,7 +158,7 @@ async function load(msg) {
   if (!await webapp.prepare(msg.limits ? JSON.stringify(msg.limits) : '')) return;   // it posted the error
   if (msg.file) {
     status(`Reading ${msg.file.name}…`);
-    post({type: 'notice', text: `Loading ${msg.file.name} from this computer (${msg.file.size} bytes; not cached).`});
+    post({type: 'notice', text: `Loading ${msg.file.name} from this computer (${(msg.file.size / 1e6).toFixed(1)} MB; not cached).`});
     await webapp.load_blob(msg.file, msg.file.name, 'file');
     return;
   }
