@@ -25,7 +25,8 @@ def _model_path(path):
 
 async def _generate(args):
     from .engine import Engine
-    engine = await Engine.load(_model_path(args.model), context_size=args.context)
+    engine = await Engine.load(_model_path(args.model), context_size=args.context,
+                               device="cpu" if args.cpu else None)
     engine.steps_per_read = args.steps_per_read
     stream = None if args.json else (lambda tok, piece: print(piece, end="", flush=True))
     settings = {k: getattr(args, k) for k in ("temperature", "top_k", "top_p", "min_p", "repeat_penalty",
@@ -101,6 +102,8 @@ def main(argv=None) -> int:
     g.add_argument("--context", type=int, default=2048, help="context size in tokens")
     g.add_argument("--steps-per-read", type=int, default=4, help="decode steps submitted per token readback")
     g.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+    g.add_argument("--cpu", action="store_true",
+                   help="run the numpy reference model on the CPU (also used when no GPU adapter exists)")
     b = sub.add_parser("bench", help="measure prefill and decode speed (JSON)")
     b.add_argument("--model", help="GGUF file (default: the bundled SmolLM2-135M-Instruct)")
     b.add_argument("--prompt-tokens", type=int, default=512)

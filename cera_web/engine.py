@@ -17,10 +17,11 @@ the stream are handled on the host as the ids arrive.
 """
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, field
 
-from .errors import ContextOverflowError, InputError, UnsupportedModelError
+from .errors import ContextOverflowError, GPUUnavailableError, InputError, UnsupportedModelError
 from .gguf import parse_gguf
 from .gpu import get_device
 from .models import model_class
@@ -128,8 +129,10 @@ class Engine:
 
     @classmethod
     async def load(cls, source, *, device=None, context_size: int = 2048, chunk: int | None = None,
-                   on_progress=None):
+                   on_progress=None, cpu_fallback: bool = True):
         """Parse a GGUF (a path or a source object), build its tokenizer and upload its weights to the GPU.
+        device: a cera_web.gpu device, "cpu" for the numpy reference model on the CPU, or None for the best GPU —
+        falling back to the CPU (with a message on stderr) when there is none, unless cpu_fallback is False.
         chunk: prompt tokens per prefill pass (default 512 on GPUs, 64 on CPU adapters such as SwiftShader)."""
         if not hasattr(source, "read"):
             source = FileSource(source)
@@ -147,7 +150,22 @@ class Engine:
             raise UnsupportedModelError(
                 f"the tokenizer has {tokenizer.vocab_size} tokens but the embedding table has {n_rows} rows: the "
                 f"file's vocabulary and weights disagree; re-convert the model")
-        dev = device or await get_device()
+        if device == "cpu":
+            dev = None
+        elif device is not None:
+            dev = device
+        else:
+            try:
+                dev = await get_device()
+            except GPUUnavailableError as e:
+                if not cpu_fallback:
+                    raise
+                print(f"cera_web: {e}; running on the CPU instead (slow)", file=sys.stderr)
+                dev = None
+        if dev is None:                     # the CPU fallback: the numpy reference model
+            from .models.cpu import CPUDevice, CPUModel
+            dev = CPUDevice()
+            cls_ = CPUModel
         if chunk is None:
             chunk = 64 if dev.is_cpu else 512
         chunk = max(1, min(chunk, context_size))
@@ -263,7 +281,8 @@ class Engine:
         result.reused_tokens = start
         if params.temperature > 0 or params.penalised:      # else the head's argmax is the answer
             if self._sampler is None:
-                self._sampler = GPUSampler.for_model(model)
+                make = getattr(model, "make_sampler", None)      # the CPU fallback samples on the host
+                self._sampler = make() if make else GPUSampler.for_model(model)
             seed = params.seed if params.seed is not None else random_seed()
             result.seed = None if params.greedy else seed
             self._sampler.set_params(params, seed)

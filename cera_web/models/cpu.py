@@ -1,0 +1,95 @@
+"""The CPU fallback: the numpy reference model (cera_web.reference) behind the GPU models' interface, for machines
+with no WebGPU adapter (also inside Pyodide). Slow but exact float32; the engine reports its backend as
+"CPU (numpy reference)".
+
+It keeps the GPU models' contract: ``prefill`` / ``decode`` compute the next token at once (argmax, or the numpy
+twin of sample.wgsl when a sampler is set) and ``read_log`` returns it.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..reference import ReferenceModel
+from ..sampling import RING, SamplingParams, sample_numpy, uniform
+
+
+class CPUDevice:
+    """Stands in for a GPU device: a name, counters and limits (nothing is on a GPU)."""
+
+    name = "CPU (numpy reference)"
+    is_cpu = True
+    limits: dict = {}
+    features: set = set()
+    calls = dispatches = submits = 0
+
+    def __init__(self):
+        self.live_buffers = []
+
+    def destroy(self):
+        pass
+
+
+class CPUSampler:
+    """The host twin of GPUSampler: the settings, the seed and the ring of recent tokens."""
+
+    def __init__(self):
+        self.plan = self            # the engine sets model.sampler_plan = sampler.plan
+        self.params = SamplingParams(temperature=0.0)
+        self.seed = 0
+        self.recent: list[int] = []
+
+    def set_params(self, params: SamplingParams, seed: int):
+        self.params, self.seed = params, seed
+
+    def set_history(self, ids):
+        self.recent = list(ids[-RING:])
+
+
+class CPUModel:
+    """ReferenceModel with the interface Engine drives (see models/base.py GPUModel)."""
+
+    def __init__(self, dev, gguf, source, *, context_size: int, chunk: int, on_progress=None):
+        self.dev = dev
+        if on_progress:
+            on_progress("upload", 0, 1)
+        self.ref = ReferenceModel.from_gguf(gguf, source)
+        if on_progress:
+            on_progress("upload", 1, 1)
+        self.rewindable = gguf.architecture != "lfm2"     # a running conv state cannot be rewound
+        self.vocab = self.ref.vocab_size
+        self.context_size = context_size
+        self.chunk = chunk
+        self.sampler_plan = None
+        self.passes = 0
+        self.logits = None
+        self._log = [0] * 256
+        self._next = 0
+
+    def make_sampler(self):
+        return CPUSampler()
+
+    def _head(self, logits: np.ndarray, pos: int) -> int:
+        s = self.sampler_plan
+        if s is None:
+            return int(np.argmax(logits))
+        window = s.params.repeat_window
+        recent = s.recent[-window:] if window else []
+        tok = sample_numpy(logits, s.params, recent, uniform(s.seed, pos))
+        s.recent = (s.recent + [tok])[-RING:]
+        return tok
+
+    def prefill(self, ids, pos0: int, with_head: bool):
+        self.passes += 1
+        logits = self.ref.forward(list(ids), pos0, last_only=True)[-1]
+        if with_head:
+            self.logits = logits
+            self._next = self._log[0] = self._head(logits, pos0 + len(ids))
+
+    def decode(self, pos: int, out_index: int):
+        self.passes += 1
+        logits = self.ref.forward([self._next], pos, last_only=True)[-1]
+        self.logits = logits
+        self._next = self._log[out_index] = self._head(logits, pos + 1)
+
+    async def read_log(self, n: int) -> list[int]:
+        return self._log[:n]

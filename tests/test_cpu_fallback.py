@@ -1,0 +1,69 @@
+"""The CPU fallback: the numpy reference model behind the engine's interface, used when no GPU adapter exists."""
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from cera_web.errors import GPUUnavailableError
+
+FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "smollm2_reference.json").read_text())
+PROMPTS = {p["name"]: p for p in FIXTURE["prompts"]}
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+@pytest.fixture(scope="module")
+def cpu_engine(smollm2_gguf):
+    from cera_web.engine import Engine
+    eng = run(Engine.load(smollm2_gguf, context_size=128, device="cpu"))
+    yield eng
+    eng.close()
+
+
+@pytest.mark.parametrize("name", ["chat_capital", "raw_fibonacci"])
+def test_cpu_greedy_equals_transformers(cpu_engine, name):
+    p = PROMPTS[name]
+    assert cpu_engine.backend == "CPU (numpy reference)"
+    res = run(cpu_engine.generate(p["prompt_ids"], max_tokens=32, stop_at_eos=False))
+    assert res.tokens == p["greedy_ids"]
+
+
+def test_cpu_sampling_is_seeded_and_matches_the_gpu_sampler(cpu_engine, smollm2_gguf):
+    from cera_web.engine import Engine
+    settings = dict(max_tokens=8, temperature=0.9, top_k=40, top_p=0.95, seed=1234, ignore_eos=True)
+    prompt = PROMPTS["raw_story"]["prompt_ids"]
+    a = run(cpu_engine.generate(prompt, **settings)).tokens
+    assert run(cpu_engine.generate(prompt, **settings)).tokens == a
+    assert run(cpu_engine.generate(prompt, **{**settings, "seed": 99})).tokens != a
+    gpu = run(Engine.load(smollm2_gguf, context_size=64, chunk=8, cpu_fallback=False))
+    try:
+        assert run(gpu.generate(prompt, **settings)).tokens == a     # the numpy twin of sample.wgsl
+    finally:
+        gpu.close()
+
+
+def test_no_adapter_falls_back_to_the_cpu(smollm2_gguf, monkeypatch, capsys):
+    from cera_web import engine as engine_mod
+
+    async def no_gpu(**kwargs):
+        raise GPUUnavailableError("no WebGPU adapter found (test)")
+    monkeypatch.setattr(engine_mod, "get_device", no_gpu)
+    eng = run(engine_mod.Engine.load(smollm2_gguf, context_size=32))
+    assert eng.backend == "CPU (numpy reference)"
+    assert "running on the CPU instead" in capsys.readouterr().err
+    p = PROMPTS["raw_capital"]
+    assert run(eng.generate(p["prompt_ids"], max_tokens=4, stop_at_eos=False)).tokens == p["greedy_ids"][:4]
+    with pytest.raises(GPUUnavailableError, match="no WebGPU adapter"):
+        run(engine_mod.Engine.load(smollm2_gguf, context_size=32, cpu_fallback=False))
+
+
+def test_cpu_chat_session_reuses_the_cache(cpu_engine):
+    from cera_web.engine import ChatSession
+    chat = ChatSession(cpu_engine)
+    first = run(chat.send("What is the capital of France?", temperature=0, max_tokens=8))
+    assert first.text.strip().startswith("The capital of France is Paris")
+    second = run(chat.send("And of Italy?", temperature=0, max_tokens=8))
+    assert second.reused_tokens > len(first.prompt_tokens)
