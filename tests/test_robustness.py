@@ -312,7 +312,7 @@ def test_huge_template_source_is_refused_before_compiling():
     t0 = time.monotonic()
     with pytest.raises(InputError, match="1,220,000 characters long, more than the 256,000 allowed"):
         ChatTemplate(source)
-    assert time.monotonic() - t0 < 0.5
+    assert time.monotonic() - t0 < 3     # refused up front: compiling it would take ~6 s or more
     assert ChatTemplate(source[:61 * 3000]).render(USER) == "HI" * 3000          # 183,000 characters: fine
 
 
