@@ -36,7 +36,8 @@ import sys
 import time
 import traceback
 
-from .errors import CeraError, GGUFFormatError, InputError, UnsupportedModelError
+from . import errors
+from .errors import CeraError, InputError, UnsupportedModelError
 from .gguf import parse_gguf
 
 CONTEXT_SIZE = 2048                     # tokens of KV cache the pages load models with
@@ -156,17 +157,19 @@ def _parse_prefix(data: bytes, total: int, name: str):
     return parse_gguf(read, size, name=name)
 
 
-def check_header(prefix, total, name: str) -> str:
+def check_header(prefix, total, name: str, limits: dict | None = None) -> str:
     """Check a model from the first bytes of its download (a JS Uint8Array or bytes) before the rest arrives: the
-    header must parse, the architecture must be supported, and its tensors must fit this device's buffers. Returns
-    JSON text: {"need": n} when the header runs past the bytes given, {"ok": fit_report} or {"error": {kind,
-    message}} (the download is then cancelled)."""
+    header must parse, the architecture must be supported, and its tensors must fit the device's buffers (``limits``,
+    default: those of the device prepare() made). Returns JSON text: {"need": n} when the header runs past the bytes
+    given, {"ok": fit_report} or {"error": {kind, message}} (the download is then cancelled)."""
     data = prefix.to_bytes() if hasattr(prefix, "to_bytes") else bytes(prefix)
+    if limits is None and _device is not None:
+        limits = _device.limits
     try:
         gguf = _parse_prefix(data, int(total), name)
         from .models import model_class
         model_class(gguf.architecture)
-        fit = fit_report(gguf, _device.limits) if _device is not None else None
+        fit = fit_report(gguf, limits) if limits is not None else None
     except _NeedMore as more:
         return json.dumps({"need": more.end})
     except Exception as exc:
@@ -455,7 +458,7 @@ async def open_model(url: str | None = None, *, output=None, cache: bool = True,
     refused = []
 
     def check(prefix, total):
-        reply = json.loads(check_header_for(device, prefix, total, url))
+        reply = json.loads(check_header(prefix, total, url, device.limits))
         if "error" in reply:
             refused.append(reply["error"])
             raise InputError(reply["error"]["message"])
@@ -469,9 +472,10 @@ async def open_model(url: str | None = None, *, output=None, cache: bool = True,
         view.finish()
     except JsException as exc:
         device.destroy()
-        if refused:
-            kind = {"GGUFFormatError": GGUFFormatError}.get(refused[0]["kind"], UnsupportedModelError)
-            raise kind(refused[0]["message"]) from None
+        if refused:     # refused by check(): raise that error as it was
+            kind = getattr(errors, refused[0]["kind"], None)
+            raise (kind if isinstance(kind, type) and issubclass(kind, CeraError) else CeraError)(
+                refused[0]["message"]) from None
         raise InputError(f"could not get the model: {exc}") from None
     finally:
         for p in proxies:
@@ -490,16 +494,6 @@ async def open_model(url: str | None = None, *, output=None, cache: bool = True,
     view.note(f"{engine.name} on {engine.backend}: GPU memory {mem['total'] / 1e6:.1f} MB (weights "
               f"{mem['weights'] / 1e6:.1f} MB, KV cache {mem['kv_cache'] / 1e6:.1f} MB, other {mem['other'] / 1e6:.1f} MB)")
     return engine
-
-
-def check_header_for(device, prefix, total, name: str) -> str:
-    """check_header() against a given device's limits (the notebook helpers make their own devices)."""
-    global _device
-    saved, _device = _device, device
-    try:
-        return check_header(prefix, total, name)
-    finally:
-        _device = saved
 
 
 async def stream(engine, prompt, *, output=None, chat: bool = False, **settings):

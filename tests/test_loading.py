@@ -233,19 +233,15 @@ def test_fit_report_refuses_a_tensor_over_the_buffer_limit(smollm2_gguf, limit_k
 def _check(prefix_of, total, name="m.gguf", limits=None):
     """Run check_header the way the model store does: show it more bytes until it is satisfied."""
     from cera_web import webapp
-    webapp._device = SimpleNamespace(limits=limits or {"max-storage-buffer-binding-size": 1 << 30,
-                                                       "max-buffer-size": 1 << 30})
-    try:
-        n = 1 << 20
-        for _ in range(10):
-            reply = json.loads(webapp.check_header(prefix_of(n), total, name))
-            if "need" not in reply:
-                return reply, n
-            assert reply["need"] > n
-            n = reply["need"]
-        raise AssertionError("check_header never had enough")
-    finally:
-        webapp._device = None
+    limits = limits or {"max-storage-buffer-binding-size": 1 << 30, "max-buffer-size": 1 << 30}
+    n = 1 << 20
+    for _ in range(10):
+        reply = json.loads(webapp.check_header(prefix_of(n), total, name, limits))
+        if "need" not in reply:
+            return reply, n
+        assert reply["need"] > n
+        n = reply["need"]
+    raise AssertionError("check_header never had enough")
 
 
 def test_check_header_needs_only_the_first_bytes(smollm2_gguf):
