@@ -110,3 +110,13 @@ def test_gpu_kernel_shapes_on_this_adapter(smollm2_gguf, monkeypatch):
     p = PROMPTS["raw_fibonacci"]
     assert run(engine.generate(p["prompt_ids"], max_tokens=12, stop_at_eos=False)).tokens == p["greedy_ids"][:12]
     engine.close()
+
+
+def test_upload_progress_counts_every_byte_once(smollm2_gguf):
+    from cera_web.engine import Engine
+    seen = []
+    engine = run(Engine.load(smollm2_gguf, context_size=16, chunk=8, on_progress=lambda s, d, t: seen.append((s, d, t))))
+    engine.close()
+    ups = [(d, t) for s, d, t in seen if s == "upload"]
+    assert ups and all(b[0] >= a[0] for a, b in zip(ups, ups[1:]))          # never goes back
+    assert ups[-1][0] == ups[-1][1] and ups[0][1] == ups[-1][1]               # ends at 100% of a total fixed up front

@@ -59,14 +59,16 @@ class GPUModel:
 
     # -- weights ---------------------------------------------------------------------------------------------------
     def plan_upload(self, names):
-        """Check the tensors exist and are runnable; count the bytes for progress."""
-        for name in names:
+        """Check the tensors exist and are runnable; count the bytes for progress (each tensor once; the 1-D ones,
+        norm gains and such, are small and go up as float32 vectors, outside the count)."""
+        for name in dict.fromkeys(names):
             info = self.gguf.tensor(name)
             if info.type not in GPU_TYPES:
                 raise UnsupportedModelError(
                     f"tensor {name!r} is stored as {info.type.name}, which has no GPU kernel yet "
                     f"(supported: {', '.join(sorted(t.name for t in GPU_TYPES))})")
-            self._to_upload += info.nbytes
+            if len(info.shape) > 1:
+                self._to_upload += info.nbytes
 
     def weight(self, name: str):
         """The GPU buffer holding tensor ``name`` exactly as packed in the file (uploaded on first use)."""
@@ -189,6 +191,9 @@ class GPUModel:
         self.plan_decode = self.record_body(1)
         self.plan_head_prefill = self.record_head(self.chunk)
         self.plan_head_decode = self.record_head(1)
+        if self.on_progress:                       # everything is on the GPU now, whatever was counted
+            done = max(self._uploaded, self._to_upload)
+            self.on_progress("upload", done, done)
 
     def record_body(self, T: int):  # pragma: no cover - abstract
         raise NotImplementedError
