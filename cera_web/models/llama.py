@@ -79,7 +79,9 @@ class LlamaArgs:
 
 
 class LlamaModel(GPUModel):
-    NEOX = False
+    NEOX = False              # RoPE pairs: (x[2i], x[2i+1]) as llama.cpp's converter lays Q/K out
+    QK_NORM = False           # per-head RMSNorm of Q and K (Qwen3, LFM2)
+    final_norm = "output_norm.weight"
 
     def __init__(self, dev, gguf, source, *, context_size=2048, chunk=64, on_progress=None):
         super().__init__(dev, gguf, source, context_size=context_size, chunk=chunk, on_progress=on_progress)
@@ -113,6 +115,7 @@ class LlamaModel(GPUModel):
         self.norms = {n: self.f32_buffer(self.vector(n), n) for n in names if n.endswith("norm.weight")}
         self.ones = self.f32_buffer(np.ones(max(a.hidden, a.ffn, q_dim, 2 * a.head_dim), np.float32), "ones")
         self.bias = self.f32_buffer(np.zeros(self.qkv_dim, np.float32), "no bias")
+        self.qkv_bias, self.qk_gain = {}, {}      # per layer, for the families that have them (models/qwen.py)
         self.build()
 
     def check_shapes(self, names):
@@ -168,13 +171,14 @@ class LlamaModel(GPUModel):
                 self.linear(rec, T, name, self.x, self.qkv, gain=gain, ystride=self.qkv_dim, yoff=col)
                 col += self.shape(name)[0]
         scale = 1.0 / math.sqrt(a.head_dim)
+        bias, qk_gain = self.qkv_bias.get(i, self.bias), self.qk_gain.get(i, self.ones)
         if T == 1:   # decoding: RoPE, the cache store and attention in one dispatch
-            rec.add(kernels.attention_decode(a.heads, a.kv_heads, a.head_dim, self.NEOX, scale),
-                    [self.qkv, self.bias, self.ones, self.freq, self.k_cache[i], self.v_cache[i], self.att,
-                     self.step], (a.heads, 1, 1), "attention")
+            rec.add(kernels.attention_decode(a.heads, a.kv_heads, a.head_dim, self.NEOX, scale, self.QK_NORM, a.eps),
+                    [self.qkv, bias, qk_gain, self.freq, self.k_cache[i], self.v_cache[i], self.att, self.step],
+                    (a.heads, 1, 1), "attention")
         else:
-            rec.add(kernels.rope_store(a.heads, a.kv_heads, a.head_dim, self.NEOX),
-                    [self.qkv, self.bias, self.ones, self.freq, self.q, self.k_cache[i], self.v_cache[i], self.step],
+            rec.add(kernels.rope_store(a.heads, a.kv_heads, a.head_dim, self.NEOX, self.QK_NORM, a.eps),
+                    [self.qkv, bias, qk_gain, self.freq, self.q, self.k_cache[i], self.v_cache[i], self.step],
                     (a.heads + 2 * a.kv_heads, T, 1), "rope")
             rec.add(kernels.attention(a.heads, a.kv_heads, a.head_dim, scale),
                     [self.q, self.k_cache[i], self.v_cache[i], self.att, self.step], (a.heads, T, 1), "attention")
@@ -214,6 +218,6 @@ class LlamaModel(GPUModel):
 
     def record_head(self, T):
         a, rec = self.args, Recorder(self.dev)
-        self.linear(rec, T, self.lm_head, self.x, self.logits, gain=self.norms["output_norm.weight"], last_only=True)
+        self.linear(rec, T, self.lm_head, self.x, self.logits, gain=self.norms[self.final_norm], last_only=True)
         rec.add(kernels.argmax(a.vocab), [self.logits, self.tokens, self.log, self.step], (1, 1, 1))
         return rec.finish()

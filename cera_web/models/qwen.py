@@ -12,11 +12,9 @@ LlamaModel's. ``QwenModel`` is also the base of the LFM2 model, whose attention 
 """
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
-from .. import kernels
 from ..errors import UnsupportedModelError
 from .base import Recorder
 from .llama import LlamaModel
@@ -25,8 +23,6 @@ from .llama import LlamaModel
 class QwenModel(LlamaModel):
     NEOX = True
     BIASES = False           # Q/K/V projection biases (Qwen2)
-    QK_NORM = False          # per-head RMSNorm of Q and K (Qwen3, LFM2)
-    final_norm = "output_norm.weight"
 
     def attention_layers(self) -> list[int]:
         return list(range(self.args.n_layers))
@@ -48,33 +44,6 @@ class QwenModel(LlamaModel):
                 self.qk_gain[i] = self.f32_buffer(np.concatenate(gains), p + "qk norm")
         self._plan_all_logits = None
         super().build()
-
-    def attention_block(self, rec, T, i):
-        """x += Wo · attention(norm(x)), as LlamaModel's, with this layer's biases and QK-norm gains."""
-        a, p = self.args, f"blk.{i}."
-        gain = self.norms[p + "attn_norm.weight"]
-        names = [p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"]
-        stacked = self.stacked(names)
-        if stacked is not None:
-            self.linear(rec, T, names[0], self.x, self.qkv, gain=gain, weight=stacked, rows=self.qkv_dim)
-        else:
-            col = 0
-            for name in names:
-                self.linear(rec, T, name, self.x, self.qkv, gain=gain, ystride=self.qkv_dim, yoff=col)
-                col += self.shape(name)[0]
-        rec.add(kernels.rope_store(a.heads, a.kv_heads, a.head_dim, self.NEOX, qk_norm=self.QK_NORM, eps=a.eps),
-                [self.qkv, self.qkv_bias.get(i, self.bias), self.qk_gain.get(i, self.ones), self.freq, self.q,
-                 self.k_cache[i], self.v_cache[i], self.step],
-                (a.heads + 2 * a.kv_heads, T, 1), "rope")
-        rec.add(kernels.attention(a.heads, a.kv_heads, a.head_dim, 1.0 / math.sqrt(a.head_dim)),
-                [self.q, self.k_cache[i], self.v_cache[i], self.att, self.step], (a.heads, T, 1), "attention")
-        self.linear(rec, T, p + "attn_output.weight", self.att, self.x, accum=True)
-
-    def record_head(self, T):
-        rec = Recorder(self.dev)
-        self.linear(rec, T, self.lm_head, self.x, self.logits, gain=self.norms[self.final_norm], last_only=True)
-        rec.add(kernels.argmax(self.args.vocab), [self.logits, self.tokens, self.log, self.step], (1, 1, 1))
-        return rec.finish()
 
     # -- logits at every position ----------------------------------------------------------------------------------
     async def chunk_logits(self, ids, pos0: int) -> np.ndarray:
