@@ -3,15 +3,24 @@
 Worker glue. The worker calls, in order (message shapes: the header of web/worker.js):
 
     init(post)                          post(json_text) sends one message object to the page
-    await prepare(limits_json)          make the GPU device the next load uses (limits_json: "" or a JSON object of
+    settings_form()                     JSON text: the generation settings for the page's settings form
+    await prepare(limits_json, cpu)     make the GPU device the next load uses (limits_json: "" or a JSON object of
                                         limits to lower, e.g. {"max-storage-buffer-binding-size": 16000000}, to
-                                        simulate a smaller GPU)
+                                        simulate a smaller GPU); cpu=True: when there is no GPU, load the next model
+                                        on the CPU (the numpy reference model) instead of failing
     check_header(prefix, total, name)   the model store calls this as a download's first bytes arrive; returns JSON
                                         text: {"need": n} (show me n bytes), {"ok": fit} or {"error": {kind, message}}
     await load(array_buffer, name)      load a model from a JS ArrayBuffer holding the whole GGUF file
     await load_blob(blob, name)         ... from a JS Blob/File (read a slice at a time; never wholly in memory)
-    await generate(prompt, max_tokens, chat)
-    stop()                              called from the worker's onmessage while generate() is suspended
+    await generate(prompt, max_tokens, chat, settings_json)     one raw completion (greedy unless settings say)
+    await chat_send(text, settings_json)                       the next turn of the page's one ChatSession
+    await chat_regenerate(settings_json)                       its last reply again
+    chat_clear()                                               forget the conversation
+    stop()                              called from the worker's onmessage while a generation is suspended
+
+settings_json: "" or a JSON object of the settings form's values as typed (see parse_settings); a value the engine
+refuses comes back as an InputError message. Chat replies post 'done' with ``messages`` (the conversation after
+the turn) and ``mode: "chat"``.
 
 Nothing there raises: every failure becomes an ``{"type": "error", "kind", "message", "during"}`` message and the
 worker stays usable. A failed load keeps the model that was loaded before. :func:`load_source` takes any model
@@ -49,6 +58,8 @@ _engine = None        # the loaded Engine, replaced only by a successful load
 _generating = False   # True while generate() is running, so stop() never cancels a later run
 _device = None        # the device made by prepare() for the next load
 _device_limits = None   # the limits override it was made with
+_use_cpu = False      # prepare() found no GPU and was allowed the CPU: the next load runs on the numpy reference model
+_chat = None          # the page's ChatSession on _engine (one, so its KV cache is reused from turn to turn)
 
 
 def init(post) -> None:
@@ -179,10 +190,12 @@ def check_header(prefix, total, name: str, limits: dict | None = None) -> str:
 
 # -- loading ---------------------------------------------------------------------------------------------------------
 
-async def prepare(limits_json: str = "") -> bool:
+async def prepare(limits_json: str = "", cpu: bool = False) -> bool:
     """Make the device the next load uses (reusing one made before with the same limits). limits_json: a JSON object
-    of device limits to lower (kebab-case WebGPU names), to simulate a smaller GPU; "" for none."""
-    global _device, _device_limits
+    of device limits to lower (kebab-case WebGPU names), to simulate a smaller GPU; "" for none. cpu: when no GPU
+    can be had (GPUUnavailableError), run the next load on the CPU instead of reporting the error."""
+    global _device, _device_limits, _use_cpu
+    _use_cpu = False
     try:
         override = json.loads(limits_json) if limits_json else None
         if override is not None and (not isinstance(override, dict)
@@ -193,7 +206,12 @@ async def prepare(limits_json: str = "") -> bool:
                 _device.destroy()
                 _device = None
             from .gpu import get_device
-            _device = await get_device(limits_override=override)
+            try:
+                _device = await get_device(limits_override=override)
+            except errors.GPUUnavailableError:
+                if not cpu:
+                    raise
+                _use_cpu = True      # the numpy reference model: slow, but it runs anywhere
             _device_limits = override
     except Exception as exc:
         _report(exc, "load")
@@ -231,14 +249,17 @@ async def _load_engine(source, device, on_progress, context_size: int = CONTEXT_
         gguf = parse_gguf(source.read, source.size, name=getattr(source, "name", None))
         from .models import model_class
         model_class(gguf.architecture)
+        from .engine import Engine
+        if device == "cpu":     # no GPU: the numpy reference model (nothing to fit into GPU buffers)
+            engine = await Engine.load(source, device="cpu", context_size=context_size, on_progress=on_progress)
+            return engine, None
         if device is None:
             from .gpu import get_device
             device = await get_device()
         fit = fit_report(gguf, device.limits, context_size)
-        from .engine import Engine
         engine = await Engine.load(source, device=device, context_size=context_size, on_progress=on_progress)
     except BaseException:
-        if device is not None:
+        if device is not None and device != "cpu":
             device.destroy()
         raise
     return engine, fit
@@ -246,24 +267,29 @@ async def _load_engine(source, device, on_progress, context_size: int = CONTEXT_
 
 async def load_source(source, origin: str | None = None) -> bool:
     """Load a model from any source (see cera_web.source); posts progress, then 'ready' or 'error'."""
-    global _engine, _device
+    global _engine, _device, _chat
 
     def on_progress(stage: str, done: int, total: int) -> None:
         _send(type="progress", stage=stage, done=int(done), total=int(total))
 
     try:
         device, _device = _device, None    # the load owns the prepared device from here on
+        if _use_cpu and device is None:
+            device = "cpu"
         engine, _fit = await _load_engine(source, device, on_progress)
     except Exception as exc:
         _report(exc, "load")
         return False
     previous, _engine = _engine, engine
+    from .engine import ChatSession
+    _chat = ChatSession(engine)            # a new model starts a new conversation
     if previous is not None and hasattr(previous, "close"):
         try:
             previous.close()   # release its GPU buffers
         except Exception as exc:
             traceback.print_exception(exc, file=sys.stderr)
-    _send(type="ready", model=engine.name, backend=engine.backend, memory=memory_summary(engine), origin=origin)
+    _send(type="ready", model=engine.name, backend=engine.backend, memory=memory_summary(engine), origin=origin,
+          cpu=bool(getattr(engine.dev, "is_cpu", False)))
     return True
 
 
@@ -271,6 +297,8 @@ def memory_summary(engine) -> dict:
     """Bytes of GPU memory a loaded engine holds: {weights, kv_cache, other, total, buffers}. Weights are the
     model's packed tensors, kv_cache its K/V buffers, other the rest (activations, logits, norms, sampling)."""
     model, dev = engine.model, engine.dev
+    if getattr(dev, "is_cpu", False):
+        return None          # the CPU fallback holds no GPU memory
 
     def values(x):
         return list(x.values()) if isinstance(x, dict) else list(x or ())
@@ -285,29 +313,120 @@ def memory_summary(engine) -> dict:
 
 # -- generating ------------------------------------------------------------------------------------------------------
 
-async def generate(prompt: str, max_tokens: int, chat: bool) -> bool:
-    """Run one generation, posting each token, then 'done' (or 'error'). Returns whether it succeeded."""
-    global _generating
-    if _engine is None:
-        _report(InputError("no model is loaded yet: wait for loading to finish, or load a model URL"), "generate")
-        return False
+def settings_form() -> str:
+    """JSON text for the page's settings form: {"fields": SamplingParams.describe() (name, label, default, min, max,
+    help), "raw": the defaults of a raw completion (greedy: cera_web.sampling.GREEDY; chat turns use the fields'
+    defaults)}."""
+    from .sampling import GREEDY, SamplingParams
+    return json.dumps({"fields": SamplingParams.describe(), "raw": GREEDY.as_dict()})
 
-    def on_token(token_id: int, text: str) -> None:
-        _send(type="token", id=int(token_id), text=text)
 
-    _generating = True
+def _number(text):
+    """A form value as an int or float; left as it was when it is not a number (the engine then says what is
+    wrong with it)."""
+    if not isinstance(text, str):
+        return text
+    t = text.strip()
     try:
-        result = await _engine.generate(prompt, max_tokens=int(max_tokens), on_token=on_token, chat=bool(chat))
-    except Exception as exc:
-        _report(exc, "generate")
-        return False
-    finally:
-        _generating = False
+        return int(t)
+    except ValueError:
+        pass
+    try:
+        return float(t)
+    except ValueError:
+        return text
+
+
+def parse_settings(form) -> dict:
+    """Engine settings from the settings form's values as typed (a dict, or JSON text of one; "" for none).
+
+    Numbers are parsed (a value that is not a number is passed on as typed, for the engine's InputError); seed ""
+    means a fresh random seed; stop: one stop string a line (``\\n`` and ``\\t`` stand for a newline and a tab);
+    stop_token_ids: ids separated by commas or spaces; ignore_eos: a boolean. Names the engine does not know are
+    passed on too (it refuses them by name)."""
+    if isinstance(form, str):
+        form = json.loads(form) if form.strip() else {}
+    if not isinstance(form, dict):
+        raise InputError(f"settings must be an object of name: value, got {form!r}")
+    out = {}
+    for name, value in form.items():
+        if name == "stop" and isinstance(value, str):
+            out[name] = [line.replace("\\n", "\n").replace("\\t", "\t") for line in value.split("\n") if line]
+        elif name == "stop_token_ids" and isinstance(value, str):
+            parts = value.replace(",", " ").split()
+            ids = [_number(p) for p in parts]
+            out[name] = ids if all(isinstance(i, int) for i in ids) else value
+        elif name == "seed" and isinstance(value, str) and not value.strip():
+            out[name] = None
+        elif name == "ignore_eos":
+            out[name] = value
+        else:
+            out[name] = _number(value)
+    return out
+
+
+def _on_token(token_id: int, text: str) -> None:
+    _send(type="token", id=int(token_id), text=text)
+
+
+def _done(result, **extra) -> None:
     _send(type="done", text=result.text, stop_reason=result.stop_reason,
           prompt_tokens=[int(t) for t in result.prompt_tokens], tokens=[int(t) for t in result.tokens],
           prefill_tok_s=_finite(result.prefill_tok_s), decode_tok_s=_finite(result.decode_tok_s),
-          prefill_ms=_finite(result.prefill_ms), decode_ms=_finite(result.decode_ms))
+          prefill_ms=_finite(result.prefill_ms), decode_ms=_finite(result.decode_ms), **extra)
+
+
+async def _run(during: str, make_coro, **extra) -> bool:
+    """Run one generation (make_coro() gives its coroutine): post 'done' (with ``extra``) or 'error'."""
+    global _generating
+    if _engine is None:
+        _report(InputError("no model is loaded yet: wait for loading to finish, or load a model URL"), during)
+        return False
+    _generating = True
+    try:
+        result = await make_coro()
+    except Exception as exc:
+        _report(exc, during)
+        return False
+    finally:
+        _generating = False
+    _done(result, **{k: v() if callable(v) else v for k, v in extra.items()})
     return True
+
+
+async def generate(prompt: str, max_tokens: int, chat: bool, settings_json: str = "") -> bool:
+    """Run one raw completion (``chat``: the prompt wrapped as one user message), posting each token, then 'done'
+    (or 'error'). Greedy unless the settings say otherwise. Returns whether it succeeded."""
+    async def run():
+        settings = parse_settings(settings_json)
+        settings["max_tokens"] = int(max_tokens)
+        return await _engine.generate(prompt, on_token=_on_token, chat=bool(chat), **settings)
+    return await _run("generate", run)
+
+
+def _messages():
+    return [dict(m) for m in _chat.messages]
+
+
+async def chat_send(text: str, settings_json: str = "") -> bool:
+    """Send the user message ``text`` to the page's conversation and stream the reply; 'done' carries the
+    conversation after the turn (a turn stopped before any reply text is dropped)."""
+    async def run():
+        return await _chat.send(text, on_token=_on_token, **parse_settings(settings_json))
+    return await _run("chat-send", run, mode="chat", messages=_messages)
+
+
+async def chat_regenerate(settings_json: str = "") -> bool:
+    """Generate the last reply of the page's conversation again."""
+    async def run():
+        return await _chat.regenerate(on_token=_on_token, **parse_settings(settings_json))
+    return await _run("chat-regenerate", run, mode="chat", messages=_messages)
+
+
+def chat_clear() -> None:
+    """Forget the page's conversation (the next message starts a new chat)."""
+    if _chat is not None:
+        _chat.reset()
 
 
 def stop() -> None:

@@ -22,18 +22,27 @@
 // Protocol. Every message is a plain object with a `type`.
 //
 // page → worker
-//   {type: 'load', url, limits}                 load the model at `url` (the first load also boots Pyodide): from the
+//   {type: 'load', url, limits, cpu}            load the model at `url` (the first load also boots Pyodide): from the
 //                                               browser cache when it holds a good copy, else downloaded (and kept).
 //                                               If the load fails, the model loaded before (if any) stays in use.
 //   {type: 'load', file, limits}                load a model from a File (file picker, drag-and-drop); not cached.
 //                                               limits (optional): device limits to lower, {kebab-case name: bytes},
 //                                               e.g. {'max-storage-buffer-binding-size': 16e6}, to simulate a GPU.
-//   {type: 'generate', prompt, maxTokens, chat} run one generation; `chat` wraps the prompt in the chat template.
+//                                               cpu: true runs without WebGPU: Pyodide boots without an adapter and
+//                                               the engine runs the numpy reference model on the CPU (slow).
+//   {type: 'generate', prompt, maxTokens, chat, settings}
+//                                               run one raw completion; `chat` wraps the prompt in the chat template;
+//                                               settings: the settings form's values as typed ({name: string|bool},
+//                                               see cera_web.webapp.parse_settings); greedy unless they say otherwise
+//   {type: 'chat-send', text, settings}         the next user turn of the worker's one ChatSession (its KV cache is
+//                                               kept between turns); the reply streams as 'token's, then 'done'
+//   {type: 'chat-regenerate', settings}         the last reply again
+//   {type: 'chat-clear'}                        forget the conversation (a new model also starts a new one)
 //   {type: 'stop'}                              cancel the running generation (handled at once, not queued: the
 //                                               engine stops within one decode step and still sends 'done').
 //   {type: 'cache-list'}                        answer with a 'cache' message (at once, not queued)
 //   {type: 'cache-delete', url}                 delete a cached model, then answer with a 'cache' message
-//   'load', 'generate' and 'cache-delete' are queued and run one at a time, in order.
+//   'load', 'generate', 'chat-*' and 'cache-delete' are queued and run one at a time, in order.
 //
 // worker → page
 //   {type: 'status', text}                      a human-readable step ("Loading Pyodide…")
@@ -43,10 +52,14 @@
 //   {type: 'progress', stage, done, total}      stage: 'download' or 'verify' (the cache check) in bytes (total 0
 //                                               when the size is unknown), or an engine stage: 'parse', 'upload'
 //                                               (bytes), 'compile', ... (its units)
-//   {type: 'ready', model, backend, memory, origin}
+//   {type: 'settings', fields, raw}             after Python starts: the generation settings (name, label, default,
+//                                               min, max, help: SamplingParams.describe()) and the raw-completion
+//                                               defaults (greedy), for the settings form
+//   {type: 'ready', model, backend, memory, origin, cpu}
 //                                               a model is loaded and usable; backend describes the GPU adapter;
-//                                               memory: {weights, kv_cache, other, total, buffers} GPU bytes;
-//                                               origin: 'cache', 'download' or 'file'
+//                                               memory: {weights, kv_cache, other, total, buffers} GPU bytes (null
+//                                               on the CPU); origin: 'cache', 'download' or 'file'; cpu: running on
+//                                               the CPU fallback
 //   {type: 'cache', entries, usage, quota}      the cached models [{url, name, size, stored}], newest first, and the
 //                                               origin's storage use and quota in bytes (null when unknown)
 //   {type: 'token', id, text}                   one generated token and its new text ('' while a UTF-8 character
@@ -54,7 +67,8 @@
 //   {type: 'done', text, stop_reason, prompt_tokens, tokens, prefill_tok_s, decode_tok_s, prefill_ms, decode_ms}
 //                                               a generation finished; stop_reason is 'eos', 'max_tokens',
 //                                               'context' (context window full) or 'cancelled'; prompt_tokens and
-//                                               tokens are lists of token ids; rates and times may be null
+//                                               tokens are lists of token ids; rates and times may be null. Chat
+//                                               turns add mode: 'chat' and messages (the conversation after it).
 //   {type: 'error', kind, message, during}      something failed; kind is the error class name (e.g.
 //                                               'GGUFFormatError', 'GPUUnavailableError', 'DownloadError');
 //                                               during is the message type that failed. The worker stays usable.
@@ -114,10 +128,15 @@ async function fetchOk(url, what) {
   return resp;
 }
 
-async function boot() {
-  status('Checking WebGPU…');
-  const adapter = await checkWebGPU();
-  status(`WebGPU adapter: ${adapter}. Loading Pyodide…`);
+// cpu: boot without WebGPU (the engine then runs on the CPU); else stop at once, saying what is missing.
+async function boot(cpu) {
+  if (cpu) {
+    status('Loading Pyodide (no WebGPU: the model will run on the CPU)…');
+  } else {
+    status('Checking WebGPU…');
+    const adapter = await checkWebGPU();
+    status(`WebGPU adapter: ${adapter}. Loading Pyodide…`);
+  }
   const pyodide = await loadPyodide({
     indexURL: PYODIDE_URL,
     stdout: (s) => console.log(s),
@@ -136,12 +155,13 @@ async function boot() {
   pyodide.unpackArchive(await app.arrayBuffer(), 'zip');   // into the working directory, which is on sys.path
   const module = pyodide.pyimport('cera_web.webapp');
   module.init((json) => post(JSON.parse(json)));
+  post({type: 'settings', ...JSON.parse(module.settings_form())});
   webapp = module;
 }
 
-function ensureBooted() {
+function ensureBooted(cpu) {
   if (!booting) {
-    booting = boot().catch((e) => { booting = null; throw e; });   // a failed boot may be retried by the next load
+    booting = boot(!!cpu).catch((e) => { booting = null; throw e; });   // a failed boot may be retried by the next load
   }
   return booting;
 }
@@ -154,8 +174,8 @@ async function postCache() {
 // The model at msg.url (cache or download) or msg.file, loaded into the engine. webapp posts 'progress' and then
 // 'ready' or 'error'; it returns whether the load succeeded.
 async function load(msg) {
-  await ensureBooted();
-  if (!await webapp.prepare(msg.limits ? JSON.stringify(msg.limits) : '')) return;   // it posted the error
+  await ensureBooted(msg.cpu);
+  if (!await webapp.prepare(msg.limits ? JSON.stringify(msg.limits) : '', !!msg.cpu)) return;   // it posted the error
   if (msg.file) {
     status(`Reading ${msg.file.name}…`);
     post({type: 'notice', text: `Loading ${msg.file.name} from this computer (${(msg.file.size / 1e6).toFixed(1)} MB; not cached).`});
@@ -183,14 +203,28 @@ async function load(msg) {
   return ok;
 }
 
+const needModel = () => {
+  if (!webapp) {
+    throw new WorkerError('InputError', 'No model is loaded yet: wait for loading to finish, or load a model URL.');
+  }
+};
+const settingsJson = (msg) => (msg.settings ? JSON.stringify(msg.settings) : '');
+
 async function handle(msg) {
   if (msg.type === 'load') {
     await load(msg);
   } else if (msg.type === 'generate') {
-    if (!webapp) {
-      throw new WorkerError('InputError', 'No model is loaded yet: wait for loading to finish, or load a model URL.');
-    }
-    await webapp.generate(msg.prompt, msg.maxTokens, !!msg.chat);   // posts 'token's, then 'done' or 'error'
+    needModel();
+    // posts 'token's, then 'done' or 'error' (as do the chat calls)
+    await webapp.generate(msg.prompt, msg.maxTokens, !!msg.chat, settingsJson(msg));
+  } else if (msg.type === 'chat-send') {
+    needModel();
+    await webapp.chat_send(msg.text, settingsJson(msg));
+  } else if (msg.type === 'chat-regenerate') {
+    needModel();
+    await webapp.chat_regenerate(settingsJson(msg));
+  } else if (msg.type === 'chat-clear') {
+    if (webapp) webapp.chat_clear();
   } else if (msg.type === 'cache-delete') {
     await CeraModelStore.remove(msg.url);
     await postCache();

@@ -1,0 +1,306 @@
+"""The page's chat mode, settings panel and CPU fallback, in headless Chromium (real Pyodide, WebGPU on SwiftShader).
+
+- Two chat turns with the default model: both appear in the "Conversation" log, and each reply is what the engine
+  itself (CPython, wgpu-py on lavapipe, the same ChatSession calls) produces for the same conversation.
+- Stop mid-reply keeps the partial reply, marked stopped; the page sends again; Clear empties the conversation; a
+  bad setting shows the engine's InputError message (a tiny random model: fast).
+- Without WebGPU the page offers "Run on the CPU (slow)", which loads the model on the numpy reference model and
+  generates its reference greedy text.
+
+The native reference runs in a thread of its own (asyncio.run must not run in the thread where the session's sync
+Playwright keeps its event loop).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+from pathlib import Path
+
+import pytest
+
+playwright_sync = pytest.importorskip("playwright.sync_api")
+expect = playwright_sync.expect
+
+SMALL = Path(__file__).parent / "fixtures" / "small"
+INFO = json.loads((SMALL / "reference.json").read_text())
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS_NO_WEBGPU = [   # conftest's flags without --enable-unsafe-webgpu: no adapter is offered
+    "--no-sandbox", "--disable-background-networking", "--disable-component-update",
+    "--no-first-run", "--disable-sync", "--disable-quic",
+]
+LOAD_MS = 600_000
+GENERATE_MS = 600_000
+
+TURNS = ["What is the capital of France?", "And of Italy?"]
+TURN_TOKENS = 4
+
+
+def _in_thread(fn):
+    """fn() in a thread of its own (for asyncio.run); re-raises what it raised."""
+    out = {}
+
+    def target():
+        try:
+            out["value"] = fn()
+        except BaseException as e:   # noqa: BLE001 - handed back to the test
+            out["error"] = e
+
+    t = threading.Thread(target=target, name="native reference")
+    t.start()
+    t.join()
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
+def _native_chat(model_path: Path) -> list[str]:
+    """The replies the engine gives to TURNS on this machine's Vulkan (lavapipe), with the page's settings."""
+    from cera_web.engine import ChatSession, Engine
+
+    async def run():
+        engine = await Engine.load(str(model_path), context_size=2048, cpu_fallback=False)
+        try:
+            chat = ChatSession(engine)
+            return [(await chat.send(text, max_tokens=TURN_TOKENS, temperature=0)).text for text in TURNS]
+        finally:
+            engine.close()
+
+    return asyncio.run(run())
+
+
+def _serve(body: bytes):
+    def handler(route):
+        route.fulfill(status=200, body=body, headers={"Content-Type": "application/octet-stream"})
+    return handler
+
+
+class Chat:
+    """The page in chat mode, by accessible names."""
+
+    def __init__(self, page):
+        self.page = page
+        self.console: list[str] = []
+        page.on("console", lambda m: self.console.append(f"{m.type}: {m.text}"))
+        self.status = page.get_by_role("status")
+        self.alert = page.get_by_role("alert")
+        self.log = page.get_by_role("log", name="Conversation")
+        self.message = page.get_by_label("Message", exact=True)
+        self.max_tokens = page.get_by_label("Max tokens")
+        self.send = page.get_by_role("button", name="Send", exact=True)
+        self.stop = page.get_by_role("button", name="Stop", exact=True)
+        self.regenerate = page.get_by_role("button", name="Regenerate", exact=True)
+        self.clear = page.get_by_role("button", name="Clear", exact=True)
+
+    def diagnostics(self) -> str:
+        return (f"status={self.status.text_content()!r} error={self.page.locator('#error').text_content()!r}\n"
+                + "\n".join(self.console[-30:]))
+
+    def wait_ready(self, pattern=r"^Ready", timeout=LOAD_MS):
+        try:
+            expect(self.status).to_have_text(re.compile(pattern), timeout=timeout)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{self.diagnostics()}") from None
+
+    def setting(self, label: str):
+        """A field of the Settings panel (opened first)."""
+        details = self.page.locator("#settings")
+        if details.get_attribute("open") is None:
+            self.page.get_by_text("Settings", exact=True).click()
+        return self.page.get_by_label(label, exact=True)
+
+    def turns(self) -> list[tuple[str, str, bool]]:
+        """(role label, text, stopped) of each turn in the Conversation."""
+        items = self.log.get_by_role("listitem")
+        return [(items.nth(i).locator(".role").text_content(), items.nth(i).locator(".content").text_content(),
+                 "(stopped)" in items.nth(i).text_content()) for i in range(items.count())]
+
+    def say(self, text: str, max_tokens: int):
+        self.message.fill(text)
+        self.max_tokens.fill(str(max_tokens))
+        self.send.click()
+
+
+@pytest.mark.browser
+def test_two_chat_turns_match_the_engine(browser, server_url, smollm2_gguf):
+    expected = _in_thread(lambda: _native_chat(Path(smollm2_gguf)))
+    assert all(expected), expected
+    context = browser.new_context()
+    try:
+        chat = Chat(context.new_page())
+        chat.page.goto(server_url + "/")
+        chat.page.get_by_label("Chat", exact=True).check()   # the mode switch
+        chat.wait_ready()
+        temperature = chat.setting("Temperature")
+        expect(temperature).to_have_value("0.7")   # chat starts with SamplingParams()'s defaults
+        temperature.fill("0")
+        for i, text in enumerate(TURNS):
+            chat.say(text, TURN_TOKENS)
+            chat.wait_ready(r"^Ready \(", GENERATE_MS)
+            expect(chat.alert).to_have_count(0)
+            assert chat.turns()[2 * i:] == [("You", text, False), ("Assistant", expected[i], False)], chat.turns()
+        assert [t[1] for t in chat.turns()] == [TURNS[0], expected[0], TURNS[1], expected[1]]
+    finally:
+        context.close()
+
+
+@pytest.mark.browser
+def test_stop_regenerate_clear_and_bad_settings_on_a_tiny_model(browser, server_url):
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        page.route(f"{server_url}/fake/qwen3.gguf", _serve((SMALL / "qwen3-q8_0.gguf").read_bytes()))
+        page.goto(f"{server_url}/?model=/fake/qwen3.gguf&mode=chat")
+        chat = Chat(page)
+        chat.wait_ready()
+        expect(page.locator("#model-name")).to_have_text("tiny random qwen3")
+
+        # A bad setting: the engine's own message, and nothing is added to the conversation.
+        chat.setting("Top-p").fill("2")
+        chat.say("hello", 4)
+        expect(chat.alert).to_contain_text("InputError: top_p must be between 0.0 and 1.0, got 2")
+        assert chat.turns() == []
+        expect(chat.message).to_have_value("hello")   # the message is given back
+        chat.setting("Top-p").fill("0.95")
+
+        # Stop after the first token: the partial reply stays, marked stopped.
+        chat.setting("Ignore end of turn").check()
+        chat.say("tell me a long story", 1000)
+        assistant = chat.log.get_by_role("listitem").nth(1).locator(".content")
+        expect(assistant).to_have_text(re.compile(r"."), timeout=GENERATE_MS)
+        chat.stop.click()
+        chat.wait_ready(r"^Ready \(stopped\)", 120_000)
+        turns = chat.turns()
+        assert [t[0] for t in turns] == ["You", "Assistant"] and turns[0][1] == "tell me a long story", turns
+        assert turns[1][1] and turns[1][2], turns   # kept, marked stopped
+        m = re.search(r"Decode: .*\((\d+) tokens", page.locator("#stats").text_content())
+        assert m and 0 < int(m.group(1)) < 1000
+
+        # The page sends again: a second turn runs to its max tokens.
+        chat.say("again", 3)
+        chat.wait_ready(r"^Ready \(max tokens reached\)", GENERATE_MS)
+        turns = chat.turns()
+        assert [(r, s) for r, _, s in turns] == [("You", False), ("Assistant", True), ("You", False),
+                                                 ("Assistant", False)], turns
+        assert turns[3][1], turns
+
+        # Regenerate replaces the last reply (sampled, then greedy twice: the same text both times).
+        chat.regenerate.click()
+        chat.wait_ready(r"^Ready \(max tokens reached\)", GENERATE_MS)
+        assert len(chat.turns()) == 4
+        chat.setting("Temperature").fill("0")
+        chat.regenerate.click()
+        chat.wait_ready(r"^Ready \(max tokens reached\)", GENERATE_MS)
+        greedy = chat.turns()[3][1]
+        chat.regenerate.click()
+        chat.wait_ready(r"^Ready \(max tokens reached\)", GENERATE_MS)
+        assert chat.turns()[3][1] == greedy and len(chat.turns()) == 4
+
+        # Clear empties the conversation; the next message starts a new chat.
+        chat.clear.click()
+        assert chat.turns() == []
+        expect(chat.regenerate).to_be_disabled()
+        chat.say("hi", 2)
+        chat.wait_ready(r"^Ready \(max tokens reached\)", GENERATE_MS)
+        assert [t[0] for t in chat.turns()] == ["You", "Assistant"]
+    finally:
+        context.close()
+
+
+@pytest.mark.browser
+def test_without_webgpu_the_page_runs_on_the_cpu_when_asked(browser, server_url):
+    case = INFO["files"]["qwen3-q8_0"]["text_case"]
+    b = browser.browser_type.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS_NO_WEBGPU)
+    try:
+        page = b.new_page()
+        page.route(f"{server_url}/fake/qwen3.gguf", _serve((SMALL / "qwen3-q8_0.gguf").read_bytes()))
+        page.goto(f"{server_url}/?model=/fake/qwen3.gguf")
+        expect(page.get_by_role("alert")).to_contain_text("GPUUnavailableError", timeout=60_000)
+        run_cpu = page.get_by_role("button", name="Run on the CPU (slow)")
+        expect(run_cpu).to_be_visible()
+        run_cpu.click()
+        expect(page.get_by_role("status")).to_have_text(re.compile(r"^Ready"), timeout=LOAD_MS)
+        expect(page.locator("#backend")).to_have_text("CPU (numpy reference)")
+        expect(run_cpu).to_be_hidden()
+        # A raw completion (greedy by default) gives transformers' greedy continuation.
+        page.get_by_label("Prompt").fill(case["prompt"])
+        page.get_by_label("Max tokens").fill(str(len(case["greedy_ids"])))
+        page.get_by_label("Chat template").set_checked(False)
+        page.get_by_role("button", name="Generate").click()
+        expect(page.get_by_role("status")).to_have_text(re.compile(r"^Ready \("), timeout=GENERATE_MS)
+        assert page.get_by_role("region", name="Output").text_content() == case["text"]
+    finally:
+        b.close()
+
+
+# -- the worker's Python glue, in CPython (wgpu-py on lavapipe; a tiny model) --------------------------------------
+
+def _glue(*calls):
+    """Run webapp coroutines (fn, *args) one after another in a thread of its own; returns (results, messages)."""
+    from cera_web import webapp
+    sent = []
+    webapp.init(lambda text: sent.append(json.loads(text)))
+
+    async def run():
+        return [await fn(*args) for fn, *args in calls]
+
+    results = _in_thread(lambda: asyncio.run(run()))
+    return results, sent
+
+
+def test_parse_settings_turns_form_text_into_engine_settings():
+    from cera_web.webapp import parse_settings
+    form = {"temperature": "0.5", "top_k": " 12 ", "seed": "", "stop": "END\nline\\nbreak\n", "stop_token_ids": "3, 7 9",
+            "ignore_eos": True, "top_p": "lots"}
+    assert parse_settings(json.dumps(form)) == {
+        "temperature": 0.5, "top_k": 12, "seed": None, "stop": ["END", "line\nbreak"], "stop_token_ids": [3, 7, 9],
+        "ignore_eos": True, "top_p": "lots"}
+    assert parse_settings("") == {}
+    fields = json.loads(__import__("cera_web.webapp", fromlist=["x"]).settings_form())
+    names = [f["name"] for f in fields["fields"]]
+    assert {"temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_window", "seed", "max_tokens", "stop",
+            "ignore_eos"} <= set(names)
+    assert fields["raw"]["temperature"] == 0 and fields["raw"]["repeat_penalty"] == 1
+
+
+def test_glue_chat_turns_equal_a_chat_session_and_bad_settings_are_input_errors():
+    from cera_web import webapp
+    from cera_web.engine import ChatSession, Engine
+    from cera_web.source import FileSource
+
+    path = SMALL / "qwen3-q8_0.gguf"
+    greedy = json.dumps({"temperature": "0", "max_tokens": 3, "ignore_eos": True})
+    results, sent = _glue((webapp.load_source, FileSource(str(path)), "file"),
+                          (webapp.chat_send, "hello", greedy),
+                          (webapp.chat_send, "again", greedy),
+                          (webapp.chat_send, "more", json.dumps({"top_p": "2"})),
+                          (webapp.chat_regenerate, greedy))
+    assert results == [True, True, True, False, True], sent
+    done = [m for m in sent if m["type"] == "done"]
+    errors = [m for m in sent if m["type"] == "error"]
+    assert [e["kind"] for e in errors] == ["InputError"] and "top_p" in errors[0]["message"]
+    assert errors[0]["during"] == "chat-send"
+    assert all(d["mode"] == "chat" for d in done) and len(done) == 3
+
+    async def reference():
+        engine = await Engine.load(str(path), cpu_fallback=False)
+        try:
+            chat = ChatSession(engine)
+            settings = dict(temperature=0, max_tokens=3, ignore_eos=True)
+            return [(await chat.send("hello", **settings)).text, (await chat.send("again", **settings)).text]
+        finally:
+            engine.close()
+
+    first, second = _in_thread(lambda: asyncio.run(reference()))
+    assert [m["content"] for m in done[1]["messages"]] == ["hello", first, "again", second]
+    assert done[2]["messages"] == done[1]["messages"]       # greedy regenerate: the same last reply
+    assert done[1]["text"] == second and len(done[1]["tokens"]) == 3
+    # Clear forgets the conversation: there is nothing to regenerate.
+    webapp.chat_clear()
+    try:
+        results, sent = _glue((webapp.chat_regenerate, greedy))
+        assert results == [False] and "no user message" in sent[0]["message"]
+    finally:   # leave the glue as other tests expect it: no model loaded
+        webapp._engine.close()
+        webapp._engine = webapp._chat = None
