@@ -289,16 +289,23 @@ async def load_source(source, origin: str | None = None) -> bool:
         except Exception as exc:
             traceback.print_exception(exc, file=sys.stderr)
     _send(type="ready", model=engine.name, backend=engine.backend, memory=memory_summary(engine), origin=origin,
-          cpu=bool(getattr(engine.dev, "is_cpu", False)))
+          cpu=_on_cpu_fallback(engine))
     return True
 
 
-def memory_summary(engine) -> dict:
+def _on_cpu_fallback(engine) -> bool:
+    """Whether the engine runs the numpy reference model (no GPU; not a CPU WebGPU adapter such as SwiftShader)."""
+    from .models.cpu import CPUDevice
+    return isinstance(engine.dev, CPUDevice)
+
+
+def memory_summary(engine) -> dict | None:
     """Bytes of GPU memory a loaded engine holds: {weights, kv_cache, other, total, buffers}. Weights are the
-    model's packed tensors, kv_cache its K/V buffers, other the rest (activations, logits, norms, sampling)."""
+    model's packed tensors, kv_cache its K/V buffers, other the rest (activations, logits, norms, sampling). None
+    for the CPU fallback (the numpy reference model)."""
     model, dev = engine.model, engine.dev
-    if getattr(dev, "is_cpu", False):
-        return None          # the CPU fallback holds no GPU memory
+    if _on_cpu_fallback(engine):
+        return None          # the numpy reference model holds no GPU memory
 
     def values(x):
         return list(x.values()) if isinstance(x, dict) else list(x or ())

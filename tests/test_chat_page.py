@@ -222,6 +222,7 @@ def test_without_webgpu_the_page_runs_on_the_cpu_when_asked(browser, server_url)
         run_cpu.click()
         expect(page.get_by_role("status")).to_have_text(re.compile(r"^Ready"), timeout=LOAD_MS)
         expect(page.locator("#backend")).to_have_text("CPU (numpy reference)")
+        expect(page.locator("#memory")).to_have_text("none (running on the CPU)")
         expect(run_cpu).to_be_hidden()
         # A raw completion (greedy by default) gives transformers' greedy continuation.
         page.get_by_label("Prompt").fill(case["prompt"])

@@ -29,6 +29,8 @@ const state = {
   messages: [],           // the conversation as the worker's ChatSession holds it ({role, content})
   stopped: new Set(),     // indexes of assistant messages that were stopped before their end
   pending: null,          // the content element of the assistant turn being streamed
+  sending: false,         // the chat run in flight answers a new message (not a Regenerate)
+  lastSent: '',           // that message's text
 };
 
 function refreshControls() {
@@ -305,6 +307,7 @@ ui.generateForm.addEventListener('submit', (event) => {
     state.messages.pop();
     startRun('chat');
     state.lastSent = prompt;
+    state.sending = true;
     ui.prompt.value = '';
     worker.postMessage({type: 'chat-send', text: prompt, settings});
     return;
@@ -368,6 +371,10 @@ function chatDone(msg) {
   }
   state.messages = messages;
   renderConversation();
+  // Stopped before any reply: the worker dropped the turn; give its message back to the box.
+  if (msg.stop_reason === 'cancelled' && !msg.tokens.length && state.sending && !ui.prompt.value) {
+    ui.prompt.value = state.lastSent || '';
+  }
 }
 
 ui.regenerate.addEventListener('click', () => {
@@ -384,6 +391,7 @@ ui.regenerate.addEventListener('click', () => {
   renderConversation();
   state.messages = keep;
   startRun('chat');
+  state.sending = false;
   worker.postMessage({type: 'chat-regenerate', settings: {...readSettings(), max_tokens: maxTokens}});
 });
 
