@@ -191,10 +191,12 @@ async def run(types, shapes, lanes_list=None, *, repeats=None, target_ms=None, r
             for lanes in lanes_list:
                 r = await bench.matvec(fmt, N, K, lanes)
                 r["read_gbps"] = ceiling["gbps"]
-                r["of_read"] = round(r["gbps"] / ceiling["gbps"], 3)
+                # a very slow (CPU) adapter can round to 0.00 GB/s on a busy machine: no ratio then
+                r["of_read"] = round(r["gbps"] / ceiling["gbps"], 3) if ceiling["gbps"] else None
                 out["results"].append(r)
+                ratio = f"{100 * r['of_read']:.0f}%" if r["of_read"] is not None else "?"
                 print(f"{fmt.name:5s} {N}x{K} lanes {lanes:2d}: {r['gbps']:9.2f} GB/s "
-                      f"({100 * r['of_read']:.0f}% of read {ceiling['gbps']:.2f})"
+                      f"({ratio} of read {ceiling['gbps']:.2f})"
                       + (f", serial {r['serial_gbps']:.2f}" if "serial_gbps" in r else ""), file=sys.stderr)
     return out
 
