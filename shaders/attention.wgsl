@@ -28,22 +28,7 @@ const VG: u32 = WG / D4;          // key groups in the value sum
 
 var<workgroup> q: array<vec4<f32>, D4>;
 var<workgroup> p: array<f32, CHUNK>;
-var<workgroup> red: array<f32, WG>;
 var<workgroup> part: array<vec4<f32>, WG>;
-
-fn reduce(tid: u32, x: f32, is_max: bool) -> f32 {
-    red[tid] = x;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s /= 2u) {
-        if (tid < s) {
-            red[tid] = select(red[tid] + red[tid + s], max(red[tid], red[tid + s]), is_max);
-        }
-        workgroupBarrier();
-    }
-    let r = red[0];
-    workgroupBarrier();
-    return r;
-}
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {

@@ -36,22 +36,7 @@ var<workgroup> q: array<f32, HD>;
 var<workgroup> k: array<f32, HD>;
 var<workgroup> v: array<f32, HD>;
 var<workgroup> p: array<f32, CHUNK>;
-var<workgroup> red: array<f32, WG>;
 var<workgroup> part: array<vec4<f32>, WG>;
-
-fn reduce(tid: u32, x: f32, is_max: bool) -> f32 {
-    red[tid] = x;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s /= 2u) {
-        if (tid < s) {
-            red[tid] = select(red[tid] + red[tid + s], max(red[tid], red[tid + s]), is_max);
-        }
-        workgroupBarrier();
-    }
-    let r = red[0];
-    workgroupBarrier();
-    return r;
-}
 
 fn q4(i: u32) -> vec4<f32> { return vec4<f32>(q[4u * i], q[4u * i + 1u], q[4u * i + 2u], q[4u * i + 3u]); }
 fn k4(i: u32) -> vec4<f32> { return vec4<f32>(k[4u * i], k[4u * i + 1u], k[4u * i + 2u], k[4u * i + 3u]); }
