@@ -122,8 +122,9 @@ def attention_decode(q_heads: int, kv_heads: int, head_dim: int, neox: bool, sca
                  EPS=float(eps), SCALE=float(scale))
 
 
-def embed(fmt, K: int, N: int) -> str:
-    return build("embed", fmt=fmt, K=K, N=N)
+def embed(fmt, K: int, N: int, *, row0: int = 0, vocab: int | None = None) -> str:
+    """See embed.wgsl: rows row0 .. row0 + N of a table of ``vocab`` rows (default: the whole table, N)."""
+    return build("embed", fmt=fmt, K=K, N=N, ROW0=row0, VOCAB=N if vocab is None else vocab)
 
 
 def rmsnorm(K: int, eps: float, rows_per_token: int = 1) -> str:

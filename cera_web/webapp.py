@@ -118,11 +118,14 @@ def _kv_estimate(gguf, context_size: int) -> tuple[int, int]:
 def fit_report(gguf, limits: dict, context_size: int = CONTEXT_SIZE) -> dict:
     """What a model needs on the GPU, checked against the device's limits before anything is uploaded.
 
-    Every tensor is uploaded into one GPU buffer and bound whole, so the largest tensor (usually the token
-    embedding or the LM head) must fit both maxBufferSize and maxStorageBufferBindingSize; so must one layer's K or
-    V cache. Raises UnsupportedModelError naming the tensor, with the bytes needed and available; else returns
-    {weights, kv_cache, largest_tensor, largest_bytes, buffer_limit} (bytes). WebGPU does not say how much memory
-    a GPU has in all, so the total is reported, not checked: the browser reports a failed allocation at upload."""
+    A kernel binds each buffer whole, so no buffer may exceed maxStorageBufferBindingSize (nor maxBufferSize). A
+    weight larger than that (usually the token embedding or the LM head) is split into row ranges of its own
+    buffers (models/base.py pieces), which needs only SPLIT_ROWS of its rows to fit; one layer's K or V cache must
+    fit whole. Raises UnsupportedModelError with the bytes needed and available when something cannot fit; else
+    returns {weights, kv_cache, largest_tensor, largest_bytes, buffer_limit, split} (bytes; split: the names of the
+    tensors that will be split). WebGPU does not say how much memory a GPU has in all, so the total is reported,
+    not checked: the browser reports a failed allocation at upload."""
+    from .models.base import SPLIT_ROWS
     binding = int(limits.get("max-storage-buffer-binding-size", 1 << 27))
     max_buffer = int(limits.get("max-buffer-size", 1 << 28))
     cap = min(binding, max_buffer)
@@ -130,20 +133,28 @@ def fit_report(gguf, limits: dict, context_size: int = CONTEXT_SIZE) -> dict:
     tensors = list(gguf.tensors.values())
     largest = max(tensors, key=lambda t: t.nbytes, default=None)
     kv_layer, kv_total = _kv_estimate(gguf, context_size)
+
+    def least(t):     # the smallest buffer tensor t can live in: SPLIT_ROWS of its rows, or all of a 1-D tensor
+        rows = t.shape[-1] if len(t.shape) > 1 else 1
+        return min(t.nbytes, t.nbytes // rows * SPLIT_ROWS) if rows > 1 else t.nbytes
+
+    worst = max(tensors, key=least, default=None)
+    if worst is not None and least(worst) > cap:
+        piece = f"{SPLIT_ROWS} of its rows" if len(worst.shape) > 1 else "a vector cannot be split"
+        raise UnsupportedModelError(
+            f"tensor {worst.name!r} ({worst.type.name}, shape {list(worst.shape)}) needs a GPU buffer of at least "
+            f"{_mib(least(worst))} ({piece}), but this GPU binds at most {_mib(cap)} at once ({limit_name} = {cap} "
+            f"bytes): needed {least(worst)} bytes, available {cap}. Use a smaller model, or a browser or GPU with a "
+            f"larger {limit_name}")
+    split = [t.name for t in tensors if t.nbytes > cap]
     report = {"weights": sum(t.nbytes for t in tensors), "kv_cache": kv_total,
               "largest_tensor": largest.name if largest else None, "largest_bytes": largest.nbytes if largest else 0,
-              "buffer_limit": cap}
-    if largest is not None and largest.nbytes > cap:
-        raise UnsupportedModelError(
-            f"tensor {largest.name!r} ({largest.type.name}, shape {list(largest.shape)}) needs one GPU buffer of "
-            f"{_mib(largest.nbytes)}, but this GPU binds at most {_mib(cap)} at once ({limit_name} = {cap} bytes): "
-            f"needed {largest.nbytes} bytes, available {cap}. cera_web keeps each tensor in one buffer, so this model "
-            f"cannot run here; use a smaller model (a smaller vocabulary or hidden size), or a browser or GPU with a "
-            f"larger {limit_name}")
+              "buffer_limit": cap, "split": split}
     if kv_layer > cap:
         raise UnsupportedModelError(
             f"one layer's KV cache for {context_size} tokens needs a GPU buffer of {_mib(kv_layer)}, but this GPU "
-            f"binds at most {_mib(cap)} at once ({limit_name} = {cap} bytes): load it with a smaller context size")
+            f"binds at most {_mib(cap)} at once ({limit_name} = {cap} bytes): needed {kv_layer} bytes, available "
+            f"{cap}; load it with a smaller context size")
     return report
 
 
@@ -300,9 +311,10 @@ def _on_cpu_fallback(engine) -> bool:
 
 
 def memory_summary(engine) -> dict | None:
-    """Bytes of GPU memory a loaded engine holds: {weights, kv_cache, other, total, buffers}. Weights are the
-    model's packed tensors, kv_cache its K/V buffers, other the rest (activations, logits, norms, sampling). None
-    for the CPU fallback (the numpy reference model)."""
+    """Bytes of GPU memory a loaded engine holds: {weights, kv_cache, other, total, buffers, split}. Weights are
+    the model's packed tensors, kv_cache its K/V buffers, other the rest (activations, logits, norms, sampling);
+    split: {tensor name: buffers} for the tensors too big for one binding. None for the CPU fallback (the numpy
+    reference model)."""
     model, dev = engine.model, engine.dev
     if _on_cpu_fallback(engine):
         return None          # the numpy reference model holds no GPU memory
@@ -315,7 +327,9 @@ def memory_summary(engine) -> dict | None:
     live = list(dev.live_buffers)
     other = sum(int(b.size) for b in live if id(b) not in weights and id(b) not in kv)
     w, k = sum(weights.values()), sum(kv.values())
-    return {"weights": w, "kv_cache": k, "other": other, "total": w + k + other, "buffers": len(live)}
+    split = {name: len(parts) for name, parts in model.split_tensors().items()}
+    return {"weights": w, "kv_cache": k, "other": other, "total": w + k + other, "buffers": len(live),
+            "split": split}
 
 
 # -- generating ------------------------------------------------------------------------------------------------------

@@ -1,9 +1,12 @@
 // Embedding lookup: Y[t, :] = row tokens[t] of the (packed) embedding table, dequantized to f32, t < step.n_tokens.
 // The weight format file provides w8(row, oct).
+// A table too big for one binding is split into row ranges, one buffer and one dispatch each (models/base.py
+// pieces): this dispatch serves the ids in ROW0 .. ROW0 + N. The range starting at row 0 writes every token (a zero
+// row for ids outside it, so ids >= VOCAB give zeros); later ranges overwrite the tokens whose ids they hold.
 //
-// Constants: K (embedding width), N (vocabulary size; ids >= N give a zero row).
+// Constants: K (embedding width), N (rows in this buffer), ROW0 (the first one's id), VOCAB (rows in the table).
 // Bindings:
-//   0 W: array<u32>              packed embedding table [N, K]
+//   0 W: array<u32>              packed embedding rows ROW0 .. ROW0 + N, [N, K]
 //   1 tokens: array<u32>         [n_tokens] token ids
 //   2 Y: array<vec4<f32>>        [n_tokens, K]
 //   3 step: uniform Step
@@ -21,9 +24,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         return;
     }
     let id = tokens[t];
+    let mine = id >= ROW0 && id - ROW0 < N;
+    if (!mine && ROW0 != 0u) {
+        return;
+    }
     var w = array<vec4<f32>, 2>(vec4<f32>(0.0), vec4<f32>(0.0));
-    if (id < N) {
-        w = w8(id, oct);
+    if (mine) {
+        w = w8(id - ROW0, oct);
     }
     let y = (t * K) / 4u + oct * 2u;
     Y[y] = w[0];

@@ -263,19 +263,42 @@ def mixed_gguf(tmp_path_factory):
     return path, vocab
 
 
-def test_mixed_types_match_reference(mixed_gguf):
+# A device that binds at most 24,000 bytes at once: most weight matrices of the tiny model are bigger (all but the
+# small K/V projections), so they are split into row ranges of their own buffers (models/base.py pieces), the
+# embedding table and the LM head included; one layer's KV cache (40 positions x 2 heads x 64 floats) still fits.
+SPLIT_LIMIT = 24_000
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["whole", "split"])
+def test_mixed_types_match_reference(mixed_gguf, split, monkeypatch):
     from cera_web.engine import Engine
     from cera_web.gguf import open_gguf
+    from cera_web.gpu.native import NativeDevice
     from cera_web.reference import ReferenceModel
 
     path, V = mixed_gguf
     g = open_gguf(path)
     assert {g.tensor(n).type for n in MIXED} == set(MIXED.values())     # the file really mixes all of them
-    engine = asyncio.run(Engine.load(path, context_size=64))
+    if split:   # the kernel shapes of real GPUs too (tiled prefill), so both matmul kernels see split weights
+        monkeypatch.setenv("CERA_WEB_KERNELS", "gpu")
+    dev = NativeDevice.create(limits_override={"max-storage-buffer-binding-size": SPLIT_LIMIT}) if split else None
+    engine = asyncio.run(Engine.load(path, device=dev, context_size=40 if split else 64))
     ref = ReferenceModel.from_gguf(path)
+    pieces = engine.model.split_tensors()
+    if split:
+        assert set(pieces) == {n for n in MIXED if g.tensor(n).nbytes > SPLIT_LIMIT}
+        assert {g.tensor(n).type for n in pieces} >= {GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q5_0, GGMLType.Q8_0,
+                                                      GGMLType.F16, GGMLType.Q5_K, GGMLType.Q5_1, GGMLType.BF16,
+                                                      GGMLType.Q4_1}
+        assert all(buf.size <= SPLIT_LIMIT for parts in pieces.values() for buf, _, _ in parts)
+        assert len(pieces["token_embd.weight"]) >= 2
+    else:
+        assert pieces == {}
     try:
         ids = engine.tokenizer.encode("the cat sat on the mat; in the end, it is the cat that wins")
         assert len(ids) > 12 and max(ids) < V
+        if split:   # the prompt looks up rows of every range of the split embedding table
+            assert all(any(r0 <= i < r0 + n for i in ids) for _, r0, n in pieces["token_embd.weight"])
         # logits of the last prompt token
         engine.model.prefill(ids, 0, with_head=True)
         got = np.frombuffer(asyncio.run(engine.dev.read(engine.model.logits, 0, 4 * V)), np.float32)

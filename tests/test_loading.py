@@ -203,7 +203,7 @@ def test_fit_report_counts_weights_and_kv_cache(smollm2_gguf):
     head_dim = _field(smollm2_gguf, "llama.embedding_length") // _field(smollm2_gguf, "llama.attention.head_count")
     assert report == {"weights": sum(int(t.n_bytes) for t in tensors), "kv_cache": 2 * layers * 2048 * kv_heads *
                       head_dim * 4, "largest_tensor": largest.name, "largest_bytes": int(largest.n_bytes),
-                      "buffer_limit": 1 << 30}
+                      "buffer_limit": 1 << 30, "split": []}
     # LFM2: only its attention layers (head_count_kv > 0) have a KV cache
     path = SMALL / "lfm2-q8_0.gguf"
     kv = [int(k) for k in _field(path, "lfm2.attention.head_count_kv")]
@@ -213,21 +213,36 @@ def test_fit_report_counts_weights_and_kv_cache(smollm2_gguf):
 
 
 @pytest.mark.parametrize("limit_key", ["max-storage-buffer-binding-size", "max-buffer-size"])
-def test_fit_report_refuses_a_tensor_over_the_buffer_limit(smollm2_gguf, limit_key):
+def test_fit_report_splits_big_tensors_and_refuses_what_cannot_fit(smollm2_gguf, limit_key):
     from cera_web import webapp
     from cera_web.errors import UnsupportedModelError
     from cera_web.gguf import open_gguf
-    largest = max(_tensors(smollm2_gguf), key=lambda t: int(t.n_bytes))
-    limits = {"max-storage-buffer-binding-size": 1 << 30, "max-buffer-size": 1 << 30, limit_key: 16_000_000}
-    with pytest.raises(UnsupportedModelError) as info:
-        webapp.fit_report(open_gguf(smollm2_gguf), limits)
-    msg = str(info.value)
+    from cera_web.models.base import SPLIT_ROWS
+    tensors = {t.name: t for t in _tensors(smollm2_gguf)}
+    emb = tensors["token_embd.weight"]
     name = {"max-storage-buffer-binding-size": "maxStorageBufferBindingSize", "max-buffer-size": "maxBufferSize"}
-    assert f"'{largest.name}'" in msg and name[limit_key] in msg
-    assert f"needed {int(largest.n_bytes)} bytes, available 16000000" in msg
-    # just enough: accepted
-    limits[limit_key] = int(largest.n_bytes)
-    assert webapp.fit_report(open_gguf(smollm2_gguf), limits)["buffer_limit"] == int(largest.n_bytes)
+    limits = {"max-storage-buffer-binding-size": 1 << 30, "max-buffer-size": 1 << 30, limit_key: 16_000_000}
+    # the 30 MB embedding (tied LM head) is over the limit: split, everything else whole
+    report = webapp.fit_report(open_gguf(smollm2_gguf), limits)
+    assert int(emb.n_bytes) > 16_000_000 and report["split"] == ["token_embd.weight"]
+    assert report["buffer_limit"] == 16_000_000
+    # a limit below SPLIT_ROWS rows of the widest-rowed matrix: refused, naming it, needed vs available
+    row_bytes = {n: int(t.n_bytes) // int(t.shape[1]) for n, t in tensors.items() if len(t.shape) == 2}
+    widest = max(row_bytes, key=row_bytes.get)
+    need = row_bytes[widest] * SPLIT_ROWS
+    limits[limit_key] = need - 1
+    with pytest.raises(UnsupportedModelError) as info:
+        webapp.fit_report(open_gguf(smollm2_gguf), limits, context_size=16)
+    msg = str(info.value)
+    assert f"'{widest}'" in msg and name[limit_key] in msg and f"needed {need} bytes, available {need - 1}" in msg
+    limits[limit_key] = need          # just enough: every matrix but the smallest is split
+    report = webapp.fit_report(open_gguf(smollm2_gguf), limits, context_size=16)
+    assert set(report["split"]) == {n for n in row_bytes if tensors[n].n_bytes > need}
+    # one layer's K (or V) cache must fit whole: 2048 positions x 3 KV heads x 64 floats = 1.5 MiB
+    limits[limit_key] = 1_000_000
+    with pytest.raises(UnsupportedModelError, match="KV cache for 2048 tokens .* needed 1572864 bytes, available "
+                                                    "1000000; load it with a smaller context size"):
+        webapp.fit_report(open_gguf(smollm2_gguf), limits, context_size=2048)
 
 
 def _check(prefix_of, total, name="m.gguf", limits=None):
@@ -250,10 +265,10 @@ def test_check_header_needs_only_the_first_bytes(smollm2_gguf):
     reply, used = _check(lambda n: data[:n], len(data))
     assert reply["ok"]["weights"] == sum(int(t.n_bytes) for t in _tensors(smollm2_gguf))
     assert header_end <= used < len(data) // 20        # the header, and not much more, before the rest arrives
-    # refused from the same few bytes: over the (lowered) binding limit, cut short, not a GGUF file
-    reply, used = _check(lambda n: data[:n], len(data), limits={"max-storage-buffer-binding-size": 16_000_000,
+    # refused from the same few bytes: a KV cache over the (lowered) binding limit, cut short, not a GGUF file
+    reply, used = _check(lambda n: data[:n], len(data), limits={"max-storage-buffer-binding-size": 1_000_000,
                                                                "max-buffer-size": 1 << 30})
-    assert reply["error"]["kind"] == "UnsupportedModelError" and "token_embd.weight" in reply["error"]["message"]
+    assert reply["error"]["kind"] == "UnsupportedModelError" and "KV cache" in reply["error"]["message"]
     assert used < len(data) // 20
     reply, _ = _check(lambda n: data[:min(n, header_end + 1000)], header_end + 1000, name="cut.gguf")
     assert reply["error"]["kind"] == "GGUFFormatError" and "truncated" in reply["error"]["message"]
@@ -435,20 +450,33 @@ def test_local_file_by_picker_and_by_drag_and_drop(tab, site):
 
 
 @pytest.mark.browser
-def test_tensor_over_the_binding_limit_is_refused_before_the_download(tab, site, smollm2_gguf):
-    """A device that binds at most 16 MB (lowered by ?max_binding) cannot hold the 30 MB embedding: the page says so,
-    with the bytes needed and available, after a small part of the file; nothing is cached."""
+def test_embedding_over_the_binding_limit_is_split_and_generates(tab, site):
+    """A device that binds at most 8 MB (lowered by ?max_binding): the 30 MB embedding table, which is also the LM
+    head, goes up as 4 buffers of row ranges; the page says so and generates the reference continuation."""
+    tab.open("?max_binding=8000000")
+    tab.wait_ready()
+    tab.expect(tab.page.locator("#memory")).to_contain_text("token_embd.weight split into 4 buffers")
+    case = next(p for p in json.loads(SMOL_REFERENCE.read_text())["prompts"] if p["name"] == "raw_capital")
+    out = tab.generate(case["prompt"], 6)
+    assert len(out.strip()) > 4 and case["greedy_text"].startswith(out), (out, case["greedy_text"])
+    tab.assert_offline()
+
+
+@pytest.mark.browser
+def test_model_that_cannot_fit_is_refused_before_the_download(tab, site, smollm2_gguf):
+    """A device that binds at most 1 MB (lowered by ?max_binding) cannot hold one layer's 1.5 MiB KV cache at the
+    page's context of 2048 tokens: the page says so, with the bytes needed and available, after a small part of the
+    file; nothing is cached."""
     model = "/models/SmolLM2-135M-Instruct.Q4_1.gguf"
     size = Path(smollm2_gguf).stat().st_size
-    embedding = next(t for t in _tensors(smollm2_gguf) if t.name == "token_embd.weight")
     sent_before = site.sent[model]     # the server is shared by the module's tests
-    tab.open("?max_binding=16000000")
+    tab.open("?max_binding=1000000")
     try:
         tab.expect(tab.alert).to_contain_text("UnsupportedModelError", timeout=LOAD_MS)
     except AssertionError as e:
         raise AssertionError(f"{e}\n{tab.diagnostics()}") from None
-    tab.expect(tab.alert).to_contain_text("'token_embd.weight'")
-    tab.expect(tab.alert).to_contain_text(f"needed {int(embedding.n_bytes)} bytes, available 16000000")
+    tab.expect(tab.alert).to_contain_text("KV cache for 2048 tokens")
+    tab.expect(tab.alert).to_contain_text(f"needed {2048 * 3 * 64 * 4} bytes, available 1000000")
     tab.expect(tab.alert).to_contain_text("maxStorageBufferBindingSize")
     tab.expect(tab.status).to_have_text("Loading failed: see the error below.")
     tab.expect(tab.page.get_by_role("button", name="Generate")).to_be_disabled()

@@ -73,6 +73,30 @@ def test_prompt_logits_every_position(engines, stem):
 
 @gpu
 @pytest.mark.parametrize("stem", STEMS)
+def test_weights_split_across_buffers(stem):
+    """A device that binds at most 8,192 bytes at once: the embedding table (tied LM head), the projections and the
+    FFN matrices are each split into row ranges of their own buffers; the logits at every prompt position and the
+    greedy tokens stay those of transformers."""
+    from cera_web.engine import Engine
+    from cera_web.gpu.native import NativeDevice
+    limit = 8192
+    dev = NativeDevice.create(limits_override={"max-storage-buffer-binding-size": limit})
+    eng = run(Engine.load(SMALL / f"{stem}.gguf", device=dev, context_size=32, chunk=16))
+    try:
+        pieces = eng.model.split_tensors()
+        assert len(pieces["token_embd.weight"]) >= 3 and len(pieces) >= 6
+        assert all(buf.size <= limit for parts in pieces.values() for buf, _, _ in parts)
+        ids, want = ref(stem, "prompt_ids").tolist(), ref(stem, "prompt_logits")
+        assert_logits(run(eng.model.chunk_logits(ids, 0)), want, f"{stem} split weights")
+        n = 16 if len(ids) + 16 <= 32 else 32 - len(ids)
+        res = run(eng.generate(ids, max_tokens=n, stop_at_eos=False))
+        assert res.tokens == ref(stem, "greedy_ids").tolist()[:n]
+    finally:
+        eng.close()
+
+
+@gpu
+@pytest.mark.parametrize("stem", STEMS)
 @pytest.mark.parametrize("chunk", [16, CHUNK])
 def test_greedy_decode(engines, stem, chunk):
     """Prefill (one chunk, or chunks of 4), then 16 greedy decode steps on the GPU: every step's logits and token."""
@@ -219,6 +243,8 @@ def test_lfm2_l_cache_disagrees_with_taps(dev):
      r"layer 2: tensor 'blk\.2\.attn_k\.weight' is 32 x 64 .* implies 64 x 64"),
     ("lfm2-f32", {"lfm2.attention.head_count_kv": [2, 0, 2, 0, 2, 0]},
      r"layer 0 \(attention\): the model file has no tensor 'blk\.0\.attn_q\.weight'"),
+    ("lfm2-f32", {"lfm2.feed_forward_length": 96},
+     r"layer 0: tensor 'blk\.0\.ffn_gate\.weight' is 128 x 64 .* implies 96 x 64 \(feed-forward 96"),
     ("qwen3-f32", {"qwen3.attention.head_count": 2},
      r"layer 0: tensor 'blk\.0\.attn_q\.weight' is 128 x 64 .* implies 64 x 64"),
     ("qwen2-f32", {"qwen2.attention.head_count_kv": 4},

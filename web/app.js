@@ -182,8 +182,9 @@ worker.onerror = (event) => {
 
 function formatMemory(m) {
   if (!m) return '—';
+  const split = Object.entries(m.split || {}).map(([name, n]) => `${name} split into ${n} buffers`);
   return `${formatBytes(m.total)}: weights ${formatBytes(m.weights)}, KV cache ${formatBytes(m.kv_cache)}, ` +
-         `other ${formatBytes(m.other)} (${m.buffers} buffers)`;
+         `other ${formatBytes(m.other)} (${m.buffers} buffers)` + (split.length ? `; ${split.join(', ')}` : '');
 }
 
 function showCache({entries, usage, quota}) {

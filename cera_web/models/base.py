@@ -16,6 +16,7 @@ from ..gguf import GGMLType
 
 GPU_TYPES = set(kernels.FORMATS)
 LOG_SIZE = 256      # token log entries (steps that can run between two readbacks)
+SPLIT_ROWS = 16     # a tensor split across buffers is split at multiples of this many rows (see GPUModel.pieces)
 
 
 class Recorder:
@@ -50,7 +51,8 @@ class GPUModel:
         self.context_size = context_size
         self.chunk = chunk
         self.on_progress = on_progress
-        self.weights = {}
+        self.weights = {}         # label -> GPU buffer of every packed weight (a split tensor: one per row range)
+        self._pieces = {}         # tensor name -> [(buffer, first row, rows)]
         self._uploaded = 0
         self._to_upload = 0
         self.step = dev.create_buffer(16, kind="uniform", label="step")
@@ -70,23 +72,75 @@ class GPUModel:
             if len(info.shape) > 1:
                 self._to_upload += info.nbytes
 
+    @property
+    def buffer_limit(self) -> int:
+        """The most bytes one weight buffer may hold: the device's storage-binding limit (a kernel binds a buffer
+        whole), and its maximum buffer size."""
+        limits = self.dev.limits
+        return min(int(limits.get("max-storage-buffer-binding-size", 1 << 27)),
+                   int(limits.get("max-buffer-size", 1 << 28)))
+
     def weight(self, name: str):
-        """The GPU buffer holding tensor ``name`` exactly as packed in the file (uploaded on first use)."""
-        buf = self.weights.get(name)
-        if buf is None:
+        """The GPU buffer holding tensor ``name`` exactly as packed in the file (uploaded on first use), for kernels
+        that need the whole tensor in one binding; see pieces() for the row ranges of a tensor split across buffers."""
+        parts = self.pieces(name)
+        if len(parts) > 1:
+            raise UnsupportedModelError(
+                f"tensor {name!r} ({self.gguf.tensor(name).nbytes} bytes) is split across {len(parts)} GPU buffers "
+                f"(this GPU binds at most {self.buffer_limit} bytes at once), and its kernel needs it whole")
+        return parts[0][0]
+
+    def pieces(self, name: str) -> list:
+        """Tensor ``name`` on the GPU as [(buffer, first row, rows)], exactly as packed in the file (uploaded on
+        first use). One buffer when it fits the device's buffer limit; otherwise consecutive ranges of whole rows,
+        each in its own buffer: a multiple of SPLIT_ROWS rows each (the last one shorter), so every range starts on
+        a 4-byte boundary whatever the row size, as evenly as the limit allows. Kernels then run once per range
+        (matmul writes the range's outputs at its row offset; the embedding lookup serves the ids in its range)."""
+        parts = self._pieces.get(name)
+        if parts is None:
             info = self.gguf.tensor(name)
-            limit = self.dev.limits.get("max-storage-buffer-binding-size", 1 << 27)
-            if info.nbytes > limit:
-                raise UnsupportedModelError(
-                    f"tensor {name!r} is {info.nbytes / 2**20:.0f} MiB, more than this GPU can bind at once "
-                    f"({limit / 2**20:.0f} MiB)")
-            buf = self.dev.create_buffer(info.nbytes, label=name)
-            self.dev.copy_into(buf, 0, self.source, info.offset, info.nbytes)
-            self.weights[name] = buf
-            self._uploaded += info.nbytes
-            if self.on_progress:
-                self.on_progress("upload", self._uploaded, max(self._to_upload, self._uploaded))
-        return buf
+            limit = self.buffer_limit
+            rows = info.shape[-1] if len(info.shape) > 1 else 1
+            row_bytes = info.nbytes // rows
+            if info.nbytes <= limit:
+                ranges = [(0, rows)]
+            else:
+                most = limit // row_bytes // SPLIT_ROWS * SPLIT_ROWS
+                if len(info.shape) < 2 or most == 0:
+                    need = row_bytes * SPLIT_ROWS if len(info.shape) > 1 else info.nbytes
+                    raise UnsupportedModelError(
+                        f"tensor {name!r} ({info.type.name}, shape {list(info.shape)}) needs GPU buffers of at least "
+                        f"{need} bytes ({SPLIT_ROWS} rows), but this GPU binds at most {limit} bytes at once: use a "
+                        f"GPU or browser with a larger maxStorageBufferBindingSize")
+                count = -(-rows // most)
+                per = -(-rows // count // SPLIT_ROWS) * SPLIT_ROWS           # <= most: most is a multiple too
+                ranges = [(r0, min(per, rows - r0)) for r0 in range(0, rows, per)]
+            parts = []
+            for r0, n in ranges:
+                label = name if len(ranges) == 1 else f"{name}[{r0}:{r0 + n}]"
+                buf = self.dev.create_buffer(n * row_bytes, label=label)
+                self.dev.copy_into(buf, 0, self.source, info.offset + r0 * row_bytes, n * row_bytes)
+                self.weights[label] = buf
+                parts.append((buf, r0, n))
+                self._uploaded += n * row_bytes
+                if self.on_progress:
+                    self.on_progress("upload", self._uploaded, max(self._to_upload, self._uploaded))
+            self._pieces[name] = parts
+        return parts
+
+    def split_tensors(self) -> dict:
+        """{tensor name: [(buffer, first row, rows)]} of the tensors uploaded as several buffers."""
+        return {name: parts for name, parts in self._pieces.items() if len(parts) > 1}
+
+    def record_embed(self, rec, T: int, name: str = "token_embd.weight"):
+        """x[t] = row tokens[t] of the embedding table ``name``: one lookup per buffer the table is split into (the
+        first also writes the zero rows of ids outside every range; see embed.wgsl)."""
+        info = self.gguf.tensor(name)
+        hidden, vocab = info.shape[0], info.shape[1]
+        parts = self.pieces(name)
+        for buf, r0, n in parts:
+            rec.add(kernels.embed(info.type, hidden, n, row0=r0, vocab=vocab), [buf, self.tokens, self.x, self.step],
+                    (-(-hidden // 512), T, 1), "embed" if len(parts) == 1 else f"embed[{r0}:{r0 + n}]")
 
     def stacked(self, names):
         """One buffer holding the rows of several same-type, same-width weights one after another (Q/K/V, gate/up),
@@ -99,8 +153,7 @@ class GPUModel:
         buf = self.weights.get(key)
         if buf is None:
             total = sum(i.nbytes for i in infos)
-            limit = self.dev.limits.get("max-storage-buffer-binding-size", 1 << 27)
-            if total > limit:
+            if total > self.buffer_limit:
                 return None
             buf = self.dev.create_buffer(total, label=key)
             at = 0

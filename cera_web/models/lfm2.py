@@ -117,6 +117,9 @@ class Lfm2Model(QwenModel):
                         f"layer {i} ({kind}): the model file has no tensor {name!r}; the file does not match "
                         f"the lfm2 layout (re-convert it)")
                 names.append(name)
+            for n, shape in (("ffn_gate", (a.ffn, a.hidden)), ("ffn_up", (a.ffn, a.hidden)),
+                             ("ffn_down", (a.hidden, a.ffn))):
+                self.check_weight(f"blk.{i}.{n}.weight", *shape, f"feed-forward {a.ffn}, hidden {a.hidden}")
         self.plan_upload(names)
 
         T, dev, H = chunk, self.dev, a.hidden
@@ -197,9 +200,7 @@ class Lfm2Model(QwenModel):
 
     def record_body(self, T):
         a, rec = self.args, Recorder(self.dev)
-        emb = self.gguf.tensor("token_embd.weight")
-        rec.add(kernels.embed(emb.type, a.hidden, a.vocab), [self.weight(emb.name), self.tokens, self.x, self.step],
-                (-(-a.hidden // 512), T, 1), "embed")
+        self.record_embed(rec, T)
         for i in range(a.n_layers):
             if a.attention[i]:
                 self.attention_block(rec, T, i)

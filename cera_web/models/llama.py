@@ -147,15 +147,20 @@ class LlamaModel(GPUModel):
         n, k = self.shape(name)
         n = rows or n
         fmt = self.gguf.tensor(name).type
-        buffers = [weight or self.weight(name), x, y, self.step, gain or self.ones]
-        if T > 1 and not kw.get("last_only") and k % 32 == 0 and not self.dev.is_cpu:
-            rec.add(kernels.matmul_tiled(fmt, k, n, norm=gain is not None, eps=self.args.eps, **kw), buffers,
-                    (-(-n // 32), -(-T // 32), 1), name)
-            return
-        lanes = kernels.lanes_for(k // kernels.block_elems(fmt), self.dev.is_cpu)
-        wgsl = kernels.matmul(fmt, k, n, norm=gain is not None, eps=self.args.eps,
-                              tokens=1 if self.dev.is_cpu else min(T, 8), lanes=lanes, **kw)
-        rec.add(wgsl, buffers, kernels.spread(kernels.matmul_groups(n, lanes)), name)
+        # a weight too big for one binding is split into row ranges: one dispatch each, writing its rows' outputs
+        parts = [(weight, 0, n)] if weight is not None else self.pieces(name)
+        ystride, yoff = kw.pop("ystride", None) or n, kw.pop("yoff", 0)
+        for buf, r0, rows_here in parts:
+            label = name if len(parts) == 1 else f"{name}[{r0}:{r0 + rows_here}]"
+            buffers = [buf, x, y, self.step, gain or self.ones]
+            common = dict(norm=gain is not None, eps=self.args.eps, ystride=ystride, yoff=yoff + r0, **kw)
+            if T > 1 and not kw.get("last_only") and k % 32 == 0 and not self.dev.is_cpu:
+                rec.add(kernels.matmul_tiled(fmt, k, rows_here, **common), buffers,
+                        (-(-rows_here // 32), -(-T // 32), 1), label)
+                continue
+            lanes = kernels.lanes_for(k // kernels.block_elems(fmt), self.dev.is_cpu)
+            wgsl = kernels.matmul(fmt, k, rows_here, tokens=1 if self.dev.is_cpu else min(T, 8), lanes=lanes, **common)
+            rec.add(wgsl, buffers, kernels.spread(kernels.matmul_groups(rows_here, lanes)), label)
 
     def attention_block(self, rec, T, i):
         """x += Wo · attention(norm(x)): Q/K/V in one projection when they share a type, then RoPE into the cache."""
@@ -208,9 +213,7 @@ class LlamaModel(GPUModel):
 
     def record_body(self, T):
         a, rec = self.args, Recorder(self.dev)
-        emb = self.gguf.tensor("token_embd.weight")
-        rec.add(kernels.embed(emb.type, a.hidden, a.vocab), [self.weight(emb.name), self.tokens, self.x, self.step],
-                (-(-a.hidden // 512), T, 1), "embed")
+        self.record_embed(rec, T)
         for i in range(a.n_layers):
             self.attention_block(rec, T, i)
             self.ffn_block(rec, T, i)
