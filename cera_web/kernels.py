@@ -15,21 +15,22 @@ from .gguf import GGMLType
 
 SHADER_DIR = Path(__file__).resolve().parent.parent / "shaders"
 
-# GGML tensor type -> (format file, needs byte-addressed reads)
+# GGML tensor type -> (format file, the shared pieces of formats/ build appends with it: "bytes" for byte-addressed
+# reads of blocks that are not word aligned, "kscales" for the Q4_K/Q5_K super-block scales)
 FORMATS = {
-    GGMLType.F32: ("f32", False),
-    GGMLType.F16: ("f16", False),
-    GGMLType.Q4_0: ("q4_0", True),
-    GGMLType.Q4_1: ("q4_1", False),
-    GGMLType.Q8_0: ("q8_0", True),
-    GGMLType.BF16: ("bf16", False),
-    GGMLType.Q5_0: ("q5_0", True),
-    GGMLType.Q5_1: ("q5_1", False),
-    GGMLType.Q2_K: ("q2_k", False),
-    GGMLType.Q3_K: ("q3_k", True),
-    GGMLType.Q4_K: ("q4_k", False),
-    GGMLType.Q5_K: ("q5_k", False),
-    GGMLType.Q6_K: ("q6_k", True),
+    GGMLType.F32: ("f32", ()),
+    GGMLType.F16: ("f16", ()),
+    GGMLType.Q4_0: ("q4_0", ("bytes",)),
+    GGMLType.Q4_1: ("q4_1", ()),
+    GGMLType.Q8_0: ("q8_0", ("bytes",)),
+    GGMLType.BF16: ("bf16", ()),
+    GGMLType.Q5_0: ("q5_0", ("bytes",)),
+    GGMLType.Q5_1: ("q5_1", ()),
+    GGMLType.Q2_K: ("q2_k", ()),
+    GGMLType.Q3_K: ("q3_k", ("bytes",)),
+    GGMLType.Q4_K: ("q4_k", ("kscales",)),
+    GGMLType.Q5_K: ("q5_k", ("kscales",)),
+    GGMLType.Q6_K: ("q6_k", ("bytes",)),
 }
 
 
@@ -66,9 +67,8 @@ def build(kernel: str, *, fmt=None, includes=(), **consts) -> str:
     if fmt is not None:
         if fmt not in FORMATS:
             raise UnsupportedModelError(f"tensor type {GGMLType(fmt).name} has no GPU kernel yet")
-        name, byte_reads = FORMATS[fmt]
-        if byte_reads:
-            parts.append(_read("formats/bytes.wgsl"))
+        name, pieces = FORMATS[fmt]
+        parts += [_read(f"formats/{piece}.wgsl") for piece in pieces]
         text = _read(f"formats/{name}.wgsl")
         if "fn xin(" not in body:    # block_dot reads the input through xin(): only kernels that define it get it
             text = text.split(MATMUL_ONLY)[0]

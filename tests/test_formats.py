@@ -9,13 +9,13 @@
 3. A tensor type without a GPU kernel (IQ2_XXS) fails at load, naming the tensor and the type.
 """
 import asyncio
-import struct
 
 import numpy as np
 import pytest
 
 from cera_web import kernels, quants
 from cera_web.gguf import GGML_BLOCK, GGMLType
+from gpu_helpers import read, run, step_buffer, upload
 
 pytestmark = pytest.mark.gpu
 
@@ -72,27 +72,6 @@ def magnitude(fmt, raw, wq):
 def dev():
     from cera_web.gpu.native import NativeDevice
     return NativeDevice.create()
-
-
-def step_buffer(dev, n_tokens, pos0=0, out_index=0):
-    buf = dev.create_buffer(16, kind="uniform")
-    dev.write_buffer(buf, struct.pack("<4I", n_tokens, pos0, out_index, pos0 + n_tokens))
-    return buf
-
-
-def run(dev, wgsl, buffers, groups):
-    pipe = dev.pipeline(wgsl)
-    dev.submit([dev.record([(pipe, dev.bind(pipe, buffers), groups)])])
-
-
-def read(dev, buf, n, dtype=np.float32):
-    return np.frombuffer(asyncio.run(dev.read(buf, 0, n * np.dtype(dtype).itemsize)), dtype=dtype)
-
-
-def upload(dev, array):
-    buf = dev.create_buffer(array.nbytes)
-    dev.write_buffer(buf, np.ascontiguousarray(array))
-    return buf
 
 
 def row_len(fmt, blocks):

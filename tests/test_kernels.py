@@ -2,13 +2,13 @@
 
 Sizes include rows and token counts that are not multiples of the workgroup tiles."""
 import math
-import struct
 
 import numpy as np
 import pytest
 
 from cera_web import kernels, quants
 from cera_web.gguf import GGMLType
+from gpu_helpers import f32_buffer, read, run, step_buffer, upload
 
 pytestmark = pytest.mark.gpu
 
@@ -17,26 +17,6 @@ pytestmark = pytest.mark.gpu
 def dev():
     from cera_web.gpu.native import NativeDevice
     return NativeDevice.create()
-
-
-def step_buffer(dev, n_tokens, pos0=0, out_index=0):
-    buf = dev.create_buffer(16, kind="uniform")
-    dev.write_buffer(buf, struct.pack("<4I", n_tokens, pos0, out_index, pos0 + n_tokens))
-    return buf
-
-
-def run(dev, wgsl, buffers, groups):
-    pipe = dev.pipeline(wgsl)
-    dev.submit([dev.record([(pipe, dev.bind(pipe, buffers), groups)])])
-
-
-async def _read(dev, buf, n, dtype=np.float32):
-    return np.frombuffer(await dev.read(buf, 0, n * np.dtype(dtype).itemsize), dtype=dtype)
-
-
-def read(dev, buf, n, dtype=np.float32):
-    import asyncio
-    return asyncio.run(_read(dev, buf, n, dtype))
 
 
 def quantize(fmt, w):
@@ -54,12 +34,6 @@ def quantize(fmt, w):
 FMTS = [GGMLType.F32, GGMLType.F16, GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q8_0]
 
 
-def f32_buffer(dev, a):
-    buf = dev.create_buffer(a.nbytes)
-    dev.write_buffer(buf, np.ascontiguousarray(a, np.float32))
-    return buf
-
-
 def rmsnorm_ref(x, g, eps):
     return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * g
 
@@ -72,7 +46,7 @@ def test_matmul(dev, fmt, K, N, T, lanes):
     raw, wq = quantize(fmt, w)
     x = rng.standard_normal((T, K)).astype(np.float32)
     y0 = rng.standard_normal((T, N)).astype(np.float32)
-    W = dev.create_buffer(len(raw)); dev.write_buffer(W, raw)
+    W = upload(dev, raw)
     X, ones = f32_buffer(dev, x), f32_buffer(dev, np.ones(K))
     for accum in (False, True):
         Y = f32_buffer(dev, y0)
@@ -92,7 +66,7 @@ def test_matmul_norm_glu(dev, fmt, T, lanes, tokens):
     raw, wq = quantize(fmt, w)
     x = (rng.standard_normal((T, K)) * 3).astype(np.float32)
     g = rng.standard_normal(K).astype(np.float32)
-    W = dev.create_buffer(len(raw)); dev.write_buffer(W, raw)
+    W = upload(dev, raw)
     X, G = f32_buffer(dev, x), f32_buffer(dev, g)
     xn = rmsnorm_ref(x, g, eps)
     # GLU with the norm fused
@@ -124,7 +98,7 @@ def test_matmul_tiled(dev, fmt, T, norm, glu):
     x = (rng.standard_normal((T, K)) * 2).astype(np.float32)
     g = rng.standard_normal(K).astype(np.float32) if norm else np.ones(K, np.float32)
     y0 = rng.standard_normal((T, stride)).astype(np.float32)
-    W = dev.create_buffer(len(raw)); dev.write_buffer(W, raw)
+    W = upload(dev, raw)
     X, G, Y = f32_buffer(dev, x), f32_buffer(dev, g), f32_buffer(dev, y0)
     run(dev, kernels.matmul_tiled(fmt, K, N, norm=norm, eps=eps, accum=not glu, glu=glu, ystride=stride, yoff=yoff),
         [W, X, Y, step_buffer(dev, T), G], (-(-N // 32), -(-T // 32) + 1, 1))
@@ -157,8 +131,8 @@ def test_embed(dev, fmt):
     rng = np.random.default_rng(2)
     raw, table = quantize(fmt, rng.standard_normal((V, K)).astype(np.float32))
     ids = np.array([3, 0, 49, 7, 7, 1000], np.uint32)     # 1000 is out of range: zero row
-    W = dev.create_buffer(len(raw)); dev.write_buffer(W, raw)
-    I = dev.create_buffer(ids.nbytes); dev.write_buffer(I, ids)
+    W = upload(dev, raw)
+    I = upload(dev, ids)
     Y = dev.create_buffer(len(ids) * K * 4)
     run(dev, kernels.embed(fmt, K, V), [W, I, Y, step_buffer(dev, len(ids))], (1, len(ids), 1))
     want = np.concatenate([table[ids[:-1]], np.zeros((1, K), np.float32)])
@@ -171,8 +145,8 @@ def test_rmsnorm(dev, rpt):
     rng = np.random.default_rng(3)
     x = rng.standard_normal((T * rpt, K)).astype(np.float32)
     g = rng.standard_normal(K).astype(np.float32)
-    X = dev.create_buffer(x.nbytes); dev.write_buffer(X, x)
-    G = dev.create_buffer(g.nbytes); dev.write_buffer(G, g)
+    X = upload(dev, x)
+    G = upload(dev, g)
     Y = dev.create_buffer(x.nbytes + 2 * K * 4)
     run(dev, kernels.rmsnorm(K, eps, rpt), [X, G, Y, step_buffer(dev, T)], (T * rpt + 2, 1, 1))
     want = x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * g
@@ -200,8 +174,8 @@ def test_rope(dev, neox):
     rng = np.random.default_rng(4)
     x = rng.standard_normal((T, H, D)).astype(np.float32)
     freq = (10000.0 ** (-np.arange(0, D, 2) / D)).astype(np.float32)
-    X = dev.create_buffer(x.nbytes); dev.write_buffer(X, x)
-    F = dev.create_buffer(freq.nbytes); dev.write_buffer(F, freq)
+    X = upload(dev, x)
+    F = upload(dev, freq)
     run(dev, kernels.rope(H, D, neox, False), [X, F, step_buffer(dev, T, pos0)], (math.ceil(H * D / 2 / 64), T, 1))
     np.testing.assert_allclose(read(dev, X, x.size).reshape(x.shape), rope_ref(x, pos0, freq, neox), atol=2e-4)
 
@@ -272,9 +246,7 @@ def test_attention(dev, H, KV, D, pos0, T):
     q = rng.standard_normal((T, H, D)).astype(np.float32)
     k = rng.standard_normal((ctx, KV, D)).astype(np.float32)
     v = rng.standard_normal((ctx, KV, D)).astype(np.float32)
-    bufs = []
-    for a in (q, k, v):
-        b = dev.create_buffer(a.nbytes); dev.write_buffer(b, a); bufs.append(b)
+    bufs = [upload(dev, a) for a in (q, k, v)]
     O = dev.create_buffer(q.nbytes)
     scale = 1 / math.sqrt(D)
     run(dev, kernels.attention(H, KV, D, scale), bufs + [O, step_buffer(dev, T, pos0)], (H, T, 1))
@@ -293,8 +265,8 @@ def test_swiglu(dev):
     F, T = 70, 3
     rng = np.random.default_rng(6)
     g, u = rng.standard_normal((2, T, F)).astype(np.float32)
-    G = dev.create_buffer(g.nbytes); dev.write_buffer(G, g)
-    U = dev.create_buffer(u.nbytes); dev.write_buffer(U, u)
+    G = upload(dev, g)
+    U = upload(dev, u)
     H = dev.create_buffer(g.nbytes)
     run(dev, kernels.swiglu(F), [G, U, H, step_buffer(dev, T)], (2, T, 1))
     np.testing.assert_allclose(read(dev, H, g.size).reshape(T, F), g / (1 + np.exp(-g)) * u, rtol=1e-5, atol=1e-6)
@@ -305,7 +277,7 @@ def test_argmax(dev):
     rng = np.random.default_rng(7)
     logits = rng.standard_normal(V).astype(np.float32)
     logits[[1234, 40000]] = 9.0                 # a tie: the lower index wins
-    L = dev.create_buffer(logits.nbytes); dev.write_buffer(L, logits)
+    L = upload(dev, logits)
     tok = dev.create_buffer(16); log = dev.create_buffer(64)
     run(dev, kernels.argmax(V), [L, tok, log, step_buffer(dev, 1, out_index=5)], (1, 1, 1))
     assert read(dev, tok, 1, np.uint32)[0] == 1234

@@ -12,6 +12,14 @@ fn read_u32(off: u32) -> u32 {
     return (lo >> s) | (W[w + 1u] << (32u - s));
 }
 
+// The 4 bytes starting at the even byte offset `off`, without read_u32's branch (for blocks whose every field starts
+// on a 2-byte boundary: Q5_0, Q3_K, Q6_K).
+fn read_u32_even(off: u32) -> u32 {
+    let a = off >> 2u;
+    let s = (off & 2u) * 8u;           // 0 or 16; written so that the second term vanishes when s = 0
+    return (W[a] >> s) | ((W[a + 1u] << 1u) << (31u - s));
+}
+
 // The f16 at byte offset `off` (2-byte aligned), as f32.
 fn read_f16(off: u32) -> f32 {
     let word = W[off >> 2u];

@@ -6,7 +6,7 @@
 //   bytes 108..109  d (f16)
 // Weight n*128 + j*32 + l of a super-block (n < 2, j < 4, l < 32) is d * (sc[n*8 + 2j + l/16] - 32) * (q - 4),
 // with q = ((qs[n*32 + l] >> 2j) & 3) | ((hmask[l] >> (4n + j)) & 1) << 2.
-// Super-blocks start on 2-byte boundaries: read_u32 (bytes.wgsl) shifts. Provides w8(row, oct).
+// Super-blocks start on 2-byte boundaries: read_u32 and read_u32_even (bytes.wgsl) shift. Provides w8(row, oct).
 const ROW_BYTES: u32 = K / 256u * 110u;
 
 // Four 3-bit values minus 4: bits 0..1 of the bytes of q, bit 0 of the bytes of h on top.
@@ -42,26 +42,19 @@ fn w8(row: u32, oct: u32) -> array<vec4<f32>, 2> {
 // c*8 on.
 const BLOCK: u32 = 32u;
 
-// Word i of the super-block at the even byte offset `base`: bytes base + 4i .. +4.
-fn q3_word(base: u32, i: u32) -> u32 {
-    let a = (base >> 2u) + i;
-    let s = (base & 2u) * 8u;          // 0 or 16; written so that the second term vanishes when s = 0
-    return (W[a] >> s) | ((W[a + 1u] << 1u) << (31u - s));
-}
-
 fn block_dot(row: u32, b: u32, x: u32) -> f32 {
     let c = b % 8u;
     let x0 = x - c * 8u;
     let base = row * ROW_BYTES + (b / 8u) * 110u;
-    let hm = q3_word(base, c);                         // hmask[4c ..]: bit 4n + j
-    let s0 = q3_word(base, 24u);                       // scale bytes 0..3
-    let s1 = q3_word(base, 25u);                       // 4..7
-    let s2 = q3_word(base, 26u);                       // 8..11
-    let d = unpack2x16float(q3_word(base, 27u)).x;
+    let hm = read_u32_even(base + 4u * c);             // hmask[4c ..]: bit 4n + j
+    let s0 = read_u32_even(base + 96u);                // scale bytes 0..3
+    let s1 = read_u32_even(base + 100u);               // 4..7
+    let s2 = read_u32_even(base + 104u);               // 8..11
+    let d = unpack2x16float(read_u32_even(base + 108u)).x;
     let pick = 8u * (c / 4u);          // weights 4c .. lie in the second 16-weight sub-block of each j when c >= 4
     var acc = 0.0;
     for (var n = 0u; n < 2u; n++) {
-        let q = q3_word(base, 8u + 8u * n + c);        // qs[n*32 + 4c ..]: bits 2j, 2j+1
+        let q = read_u32_even(base + 32u + 32u * n + 4u * c);  // qs[n*32 + 4c ..]: bits 2j, 2j+1
         // the scales (+32) of half n, one per byte: sc_a = sub-blocks 8n .. 8n+3, sc_b = 8n+4 .. 8n+7
         let sc_a = ((s0 >> (4u * n)) & 0x0F0F0F0Fu) | (((s2 >> (4u * n)) & 0x03030303u) << 4u);
         let sc_b = ((s1 >> (4u * n)) & 0x0F0F0F0Fu) | (((s2 >> (4u * n + 2u)) & 0x03030303u) << 4u);

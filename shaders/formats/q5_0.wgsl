@@ -1,7 +1,7 @@
 // Q5_0 weights: each row is K/32 blocks of 22 bytes {d: f16, qh: u32, qs: 16 bytes}; weight j of a block is
 // d * (q_j - 16) with q_j = (nibble j) | (bit j of qh) << 4, where nibble j is the low nibble of qs[j] for j < 16
-// and the high nibble of qs[j - 16] otherwise. Blocks start on 2-byte boundaries: read_u32 (bytes.wgsl) shifts.
-// Provides w8(row, oct): weights row[8*oct .. 8*oct+8].
+// and the high nibble of qs[j - 16] otherwise. Blocks start on 2-byte boundaries: read_u32 and read_u32_even
+// (bytes.wgsl) shift. Provides w8(row, oct): weights row[8*oct .. 8*oct+8].
 const ROW_BYTES: u32 = K / 32u * 22u;
 
 // Four 5-bit values minus 16: the nibbles of the bytes of q (already shifted to the wanted nibble), bits 0..3 of h.
@@ -32,20 +32,13 @@ fn w8(row: u32, oct: u32) -> array<vec4<f32>, 2> {
 // GGML block, from x - 2p on.
 const BLOCK: u32 = 8u;
 
-// The 4 bytes at the even byte offset `off` (blocks are 22 bytes: every field starts on a 2-byte boundary).
-fn q5_0_word(off: u32) -> u32 {
-    let a = off >> 2u;
-    let s = (off & 2u) * 8u;           // 0 or 16; written so that the second term vanishes when s = 0
-    return (W[a] >> s) | ((W[a + 1u] << 1u) << (31u - s));
-}
-
 fn block_dot(row: u32, b: u32, x: u32) -> f32 {
     let p = b % 4u;
     let x0 = x - 2u * p;
     let base = row * ROW_BYTES + (b / 4u) * 22u;
-    let d = unpack2x16float(q5_0_word(base)).x;
-    let qh = q5_0_word(base + 2u);
-    let q = q5_0_word(base + 6u + 4u * p);             // qs[4p .. 4p+4]
+    let d = unpack2x16float(read_u32_even(base)).x;
+    let qh = read_u32_even(base + 2u);
+    let q = read_u32_even(base + 6u + 4u * p);         // qs[4p .. 4p+4]
     return d * (dot(q5_0_quad(q, qh >> (4u * p)), xin(x0 + p))
               + dot(q5_0_quad(q >> 4u, qh >> (16u + 4u * p)), xin(x0 + 4u + p)));
 }

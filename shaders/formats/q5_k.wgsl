@@ -1,26 +1,12 @@
 // Q5_K weights: each row is K/256 super-blocks of 176 bytes (44 words):
 //   word 0         d | dmin << 16 (f16 pair)
-//   words 1..3     12 bytes packing 8 six-bit scales sc[s] and 8 six-bit mins mn[s] (as Q4_K, see k4_scale_min)
+//   words 1..3     12 bytes packing 8 six-bit scales sc[s] and 8 six-bit mins mn[s] (as Q4_K, see kscales.wgsl)
 //   words 4..11    qh: 32 bytes of high bits
 //   words 12..43   qs: 128 bytes of nibbles
 // Weight j*64 + h*32 + l of a super-block (j < 4, h < 2, l < 32) is d * sc[s] * q - dmin * mn[s] with
 // q = (nibble h of qs[j*32 + l]) | (bit s of qh[l]) << 4 and s = 2j + h its 32-weight sub-block.
-// Provides w8(row, oct): weights row[8*oct .. 8*oct+8].
+// Provides w8(row, oct): weights row[8*oct .. 8*oct+8]. Needs kscales.wgsl (k4_scales, k4_scale_min).
 const ROW_WORDS: u32 = K / 256u * 44u;
-
-// (sc[s], mn[s]) of the super-block at word `base`: the Q4_K packing (bytes q[0..12] of words 1..3)
-//   s < 4:  sc = q[s] & 63,                          mn = q[s+4] & 63
-//   s >= 4: sc = (q[s+4] & 15) | (q[s-4] >> 6) << 4,  mn = (q[s+4] >> 4) | (q[s] >> 6) << 4
-fn k5_scale_min(base: u32, s: u32) -> vec2<f32> {
-    let s0 = W[base + 1u];
-    let s1 = W[base + 2u];
-    let s2 = W[base + 3u];
-    let hi = s >= 4u;
-    let scw = select(s0 & 0x3F3F3F3Fu, (s2 & 0x0F0F0F0Fu) | ((s0 >> 2u) & 0x30303030u), hi);
-    let mnw = select(s1 & 0x3F3F3F3Fu, ((s2 >> 4u) & 0x0F0F0F0Fu) | ((s1 >> 2u) & 0x30303030u), hi);
-    let sh = (s % 4u) * 8u;
-    return vec2<f32>(f32((scw >> sh) & 0xFFu), f32((mnw >> sh) & 0xFFu));
-}
 
 // Four 5-bit values: the low nibbles of the bytes of q, with bit 0 of each byte of h on top.
 fn k5_quad(q: u32, h: u32) -> vec4<f32> {
@@ -35,7 +21,7 @@ fn w8(row: u32, oct: u32) -> array<vec4<f32>, 2> {
     let h = (o / 4u) % 2u;
     let s = 2u * j + h;
     let dm = unpack2x16float(W[base]);
-    let sm = k5_scale_min(base, s);
+    let sm = k4_scale_min(k4_scales(base), s);
     let scale = dm.x * sm.x;
     let offset = dm.y * sm.y;
     let q = base + 12u + 8u * j + 2u * (o % 4u);       // qs[j*32 + 8*(o%4)], word index
@@ -60,14 +46,8 @@ fn block_dot(row: u32, b: u32, x: u32) -> f32 {
     let x0 = x - c * 8u;
     let base = row * ROW_WORDS + (b / 8u) * 44u;
     let dm = unpack2x16float(W[base]);
-    let s0 = W[base + 1u];
-    let s1 = W[base + 2u];
-    let s2 = W[base + 3u];
-    // the 8 scales and mins, one per byte: sub-blocks 0..3 and 4..7 (see k5_scale_min)
-    let sc_lo = s0 & 0x3F3F3F3Fu;
-    let mn_lo = s1 & 0x3F3F3F3Fu;
-    let sc_hi = (s2 & 0x0F0F0F0Fu) | ((s0 >> 2u) & 0x30303030u);
-    let mn_hi = ((s2 >> 4u) & 0x0F0F0F0Fu) | ((s1 >> 2u) & 0x30303030u);
+    let sm = k4_scales(base);
+    let one = vec4<f32>(1.0);
     let h = W[base + 4u + c];          // qh[4c .. 4c+4]: bit s is the 5th bit in sub-block s
     var acc = 0.0;
     var mins = 0.0;
@@ -75,11 +55,10 @@ fn block_dot(row: u32, b: u32, x: u32) -> f32 {
         let q = W[base + 12u + 8u * i + c];
         let xl = xin(x0 + 16u * i + c);
         let xh = xin(x0 + 16u * i + 8u + c);
-        let sc = select(sc_lo, sc_hi, i >= 2u) >> (16u * (i % 2u));
-        let mn = select(mn_lo, mn_hi, i >= 2u) >> (16u * (i % 2u));
-        acc += f32(sc & 0xFFu) * dot(k5_quad(q, h >> (2u * i)), xl)
-             + f32((sc >> 8u) & 0xFFu) * dot(k5_quad(q >> 4u, h >> (2u * i + 1u)), xh);
-        mins += f32(mn & 0xFFu) * dot(xl, vec4<f32>(1.0)) + f32((mn >> 8u) & 0xFFu) * dot(xh, vec4<f32>(1.0));
+        let lo = k4_scale_min(sm, 2u * i);            // (sc, mn) of sub-block 2i
+        let hi = k4_scale_min(sm, 2u * i + 1u);       // and of 2i + 1
+        acc += lo.x * dot(k5_quad(q, h >> (2u * i)), xl) + hi.x * dot(k5_quad(q >> 4u, h >> (2u * i + 1u)), xh);
+        mins += lo.y * dot(xl, one) + hi.y * dot(xh, one);
     }
     return dm.x * acc - dm.y * mins;
 }

@@ -5,7 +5,7 @@
 //   bytes 208..209  d (f16)
 // Weight n*128 + k*32 + l of a super-block (n < 2, k < 4, l < 32) is d * sc[n*8 + 2k + l/16] * (q - 32), with
 // q = (nibble k/2 of ql[n*64 + (k%2)*32 + l]) | ((qh[n*32 + l] >> 2k) & 3) << 4.
-// Super-blocks start on 2-byte boundaries: read_u32 (bytes.wgsl) shifts. Provides w8(row, oct).
+// Super-blocks start on 2-byte boundaries: read_u32 and read_u32_even (bytes.wgsl) shift. Provides w8(row, oct).
 const ROW_BYTES: u32 = K / 256u * 210u;
 
 // Four 6-bit values minus 32: low nibbles of the bytes of l, bits 0..1 of the bytes of h on top.
@@ -44,26 +44,19 @@ fn w8(row: u32, oct: u32) -> array<vec4<f32>, 2> {
 // block, from x - c*8 on.
 const BLOCK: u32 = 32u;
 
-// Word i of the super-block at the even byte offset `base`: bytes base + 4i .. +4.
-fn q6_word(base: u32, i: u32) -> u32 {
-    let a = (base >> 2u) + i;
-    let s = (base & 2u) * 8u;          // 0 or 16; written so that the second term vanishes when s = 0
-    return (W[a] >> s) | ((W[a + 1u] << 1u) << (31u - s));
-}
-
 fn block_dot(row: u32, b: u32, x: u32) -> f32 {
     let c = b % 8u;
     let x0 = x - c * 8u;
     let base = row * ROW_BYTES + (b / 8u) * 210u;
-    let d = unpack2x16float(q6_word(base, 52u)).x;
+    let d = unpack2x16float(read_u32_even(base + 208u)).x;
     let pick = c / 4u;                 // weights 4c .. lie in the second 16-weight sub-block of each k when c >= 4
     var acc = 0.0;
     for (var n = 0u; n < 2u; n++) {
-        let l0 = q6_word(base, 16u * n + c);           // ql[n*64 + 4c ..]: k = 0 (low nibbles), k = 2 (high)
-        let l1 = q6_word(base, 16u * n + 8u + c);      // ql[n*64 + 32 + 4c ..]: k = 1, 3
-        let h = q6_word(base, 32u + 8u * n + c);       // qh[n*32 + 4c ..]: bits 2k, 2k+1
-        let sa = q6_word(base, 48u + 2u * n);          // scales n*8 .. n*8+4: the sub-blocks of k = 0, 1
-        let sb = q6_word(base, 49u + 2u * n);          // scales n*8+4 .. n*8+8: k = 2, 3
+        let l0 = read_u32_even(base + 64u * n + 4u * c);          // ql[n*64 + 4c ..]: k = 0 (low nibbles), 2 (high)
+        let l1 = read_u32_even(base + 64u * n + 32u + 4u * c);    // ql[n*64 + 32 + 4c ..]: k = 1, 3
+        let h = read_u32_even(base + 128u + 32u * n + 4u * c);    // qh[n*32 + 4c ..]: bits 2k, 2k+1
+        let sa = read_u32_even(base + 192u + 8u * n);     // scales n*8 .. n*8+4: the sub-blocks of k = 0, 1
+        let sb = read_u32_even(base + 196u + 8u * n);     // scales n*8+4 .. n*8+8: k = 2, 3
         let xb = x0 + 32u * n + c;
         acc += q6_i8(sa, pick) * dot(q6_quad(l0, h), xin(xb))
              + q6_i8(sa, 2u + pick) * dot(q6_quad(l1, h >> 2u), xin(xb + 8u))
