@@ -117,27 +117,9 @@ def rope_store(q_heads: int, kv_heads: int, head_dim: int, neox: bool, qk_norm: 
 
 
 def attention_decode(q_heads: int, kv_heads: int, head_dim: int, neox: bool, scale: float, qk_norm: bool = False,
-                     eps: float = 1e-6, splits: int = 1) -> str:
-    """See attention_decode.wgsl; splits > 1 cuts each head's keys into that many runs (merge them with
-    attention_combine)."""
-    wg = 256 if splits == 1 else max(64, 1 << (max(head_dim // 4, 1) - 1).bit_length())
-    return build("attention_decode", includes=("reduce",), QH=q_heads, KVH=kv_heads, HD=head_dim, NEOX=neox,
-                 QK_NORM=qk_norm, EPS=float(eps), SCALE=float(scale), S=splits, WG=wg)
-
-
-def attention_combine(q_heads: int, head_dim: int, splits: int) -> str:
-    return build("attention_combine", QH=q_heads, HD=head_dim, S=splits)
-
-
-def decode_splits(q_heads: int, cpu: bool) -> int:
-    """Key runs per head for decode attention: enough workgroups to spread over a GPU (about 256 in all, at most 64
-    runs a head); 1 on CPU adapters, where more workgroups only add work."""
-    if cpu:
-        return 1
-    s = 1
-    while s * q_heads < 256 and s < 64:
-        s *= 2
-    return s
+                     eps: float = 1e-6) -> str:
+    return build("attention_decode", includes=("reduce",), QH=q_heads, KVH=kv_heads, HD=head_dim, NEOX=neox, QK_NORM=qk_norm,
+                 EPS=float(eps), SCALE=float(scale))
 
 
 def embed(fmt, K: int, N: int, *, row0: int = 0, vocab: int | None = None) -> str:

@@ -3,18 +3,10 @@
 //   q = rope(norm?(QKV[q head h] + B)),  k = rope(norm?(QKV[k head g] + B)),  v = QKV[v head g] + B
 //   out[h] = sum_j softmax_j(SCALE * q · key_j) * value_j over j <= p, where key_j, value_j come from the cache
 //   for j < p and are k, v themselves for j = p.
-// The workgroup whose keys include p (for the first query head of each group) also stores k and v into the cache
-// row p for later steps. No other workgroup of this dispatch reads row p from the cache, so there is no race. RoPE
-// and the norm are as in rope_store.wgsl.
+// The first query head of each group also stores k and v into the cache row p for later steps. Other workgroups of
+// this dispatch never read row p from the cache, so there is no race. RoPE and the norm are as in rope_store.wgsl.
 //
-// Split keys (S > 1, for GPUs, where one workgroup per head leaves most of the chip idle): the p + 1 keys are cut
-// into S equal runs, one workgroup each; workgroup (h, s) writes its run's unnormalised partial result
-//   PART[h, s] = sum_j exp(score_j - m) * value_j,   ML[h, s] = (m = max_j score_j, l = sum_j exp(score_j - m))
-// and attention_combine.wgsl merges the S partials of each head (an empty run writes m = -3e38, l = 0).
-// With S = 1 the single workgroup normalises and writes out[h] to O itself.
-//
-// Constants: QH, KVH, HD (a multiple of 4, <= 4 WG), NEOX, QK_NORM, EPS, SCALE, S (runs per head), WG (threads per
-// workgroup, a power of two: 256 when S = 1, 64 when split).
+// Constants: QH, KVH, HD (a multiple of 4, <= 1024), NEOX, QK_NORM, EPS, SCALE.
 // Bindings:
 //   0 QKV: array<f32>    [1, (QH + 2 KVH) * HD] the fused projection's output for this token
 //   1 B: array<f32>      [(QH + 2 KVH) * HD] bias (zeros when none)
@@ -22,11 +14,10 @@
 //   3 FREQ: array<f32>   [HD / 2]
 //   4 Kc: array<vec4<f32>>  [context, KVH * HD / 4]
 //   5 Vc: array<vec4<f32>>  [context, KVH * HD / 4]
-//   6 O: array<vec4<f32>>   S = 1: out, [1, QH * HD / 4];  S > 1: PART, [QH, S, HD / 4]
+//   6 O: array<vec4<f32>>   [1, QH * HD / 4]
 //   7 step: uniform Step (n_tokens must be 1)
-//   8 ML: array<vec2<f32>>  [QH, S] (m, l) of each run (written only when S > 1; bind any buffer of QH * S * 8 bytes)
-// Within a workgroup the score and value phases are organised as in attention.wgsl (key groups for the values).
-// Dispatch: (QH, S, 1).
+// The score and value phases are organised as in attention.wgsl (256 threads; key groups for the values).
+// Dispatch: (QH, 1, 1): one workgroup of 256 threads per query head.
 @group(0) @binding(0) var<storage, read> QKV: array<f32>;
 @group(0) @binding(1) var<storage, read> B: array<f32>;
 @group(0) @binding(2) var<storage, read> NG: array<f32>;
@@ -35,9 +26,9 @@
 @group(0) @binding(5) var<storage, read_write> Vc: array<vec4<f32>>;
 @group(0) @binding(6) var<storage, read_write> O: array<vec4<f32>>;
 @group(0) @binding(7) var<uniform> step: Step;
-@group(0) @binding(8) var<storage, read_write> ML: array<vec2<f32>>;
 
-const CHUNK: u32 = WG;
+const WG: u32 = 256u;
+const CHUNK: u32 = 256u;
 const D4: u32 = HD / 4u;
 const VG: u32 = WG / D4;
 
@@ -100,35 +91,29 @@ fn prepare(tid: u32, head: u32, gain: u32, rotate: bool, which: u32) {
     workgroupBarrier();
 }
 
-@compute @workgroup_size(WG)
+@compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
     let h = wid.x;
     let g = h / (QH / KVH);
     let pos = step.pos0;
-    let n = pos + 1u;
-    let run = (n + S - 1u) / S;                   // keys per run; this workgroup takes keys [begin, end)
-    let begin = min(wid.y * run, n);
-    let end = min(begin + run, n);
     prepare(tid, h, 0u, true, 0u);
-    let mine = begin <= pos && pos < end;         // this run holds the new token's key
-    if (mine) {
-        prepare(tid, QH + g, HD, true, 1u);
-        prepare(tid, QH + KVH + g, 0u, false, 2u);
-    }
+    prepare(tid, QH + g, HD, true, 1u);
+    prepare(tid, QH + KVH + g, 0u, false, 2u);
     let kv_stride = KVH * D4;
-    if (mine && h % (QH / KVH) == 0u) {     // one workgroup per group stores this position's k and v
+    if (h % (QH / KVH) == 0u) {           // one workgroup per group stores this position's k and v
         for (var d = tid; d < D4; d += WG) {
             Kc[pos * kv_stride + g * D4 + d] = k4(d);
             Vc[pos * kv_stride + g * D4 + d] = v4(d);
         }
     }
+    let n = pos + 1u;
     let lane = tid % D4;
     let grp = tid / D4;
     var m = -3.0e38;
     var l = 0.0;
     var acc = vec4<f32>(0.0);
-    for (var c0 = begin; c0 < end; c0 += CHUNK) {
-        let cn = min(CHUNK, end - c0);
+    for (var c0 = 0u; c0 < n; c0 += CHUNK) {
+        let cn = min(CHUNK, n - c0);
         var local_max = -3.0e38;
         for (var j = tid; j < cn; j += WG) {
             var s = 0.0;
@@ -171,13 +156,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         for (var i = 0u; i < VG; i++) {
             sum += part[i * D4 + tid];
         }
-        if (S == 1u) {
-            O[h * D4 + tid] = sum / l;
-        } else {
-            O[(h * S + wid.y) * D4 + tid] = sum;
-            if (tid == 0u) {
-                ML[h * S + wid.y] = vec2<f32>(m, l);
-            }
-        }
+        O[h * D4 + tid] = sum / l;
     }
 }

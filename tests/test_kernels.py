@@ -204,10 +204,9 @@ def test_rope_store(dev, neox, qk_norm):
     assert not kc[:pos0].any() and not kc[pos0 + T:].any() and not vc[pos0 + T:].any()
 
 
-@pytest.mark.parametrize("splits", [1, 8], ids=["one-run", "split"])   # split: 8 runs a head (at pos 5: 2 empty)
 @pytest.mark.parametrize("QH,KVH,D,pos,neox,qk_norm", [(9, 3, 64, 0, False, False), (4, 2, 32, 300, True, True),
                                                         (2, 1, 128, 5, False, False)])
-def test_attention_decode_equals_rope_store_then_attention(dev, QH, KVH, D, pos, neox, qk_norm, splits):
+def test_attention_decode_equals_rope_store_then_attention(dev, QH, KVH, D, pos, neox, qk_norm):
     ctx, eps = pos + 3, 1e-6
     rng = np.random.default_rng(pos + D)
     qkv = rng.standard_normal((1, QH + 2 * KVH, D)).astype(np.float32)
@@ -226,14 +225,8 @@ def test_attention_decode_equals_rope_store_then_attention(dev, QH, KVH, D, pos,
     run(dev, kernels.attention(QH, KVH, D, scale), [Q, Kc, Vc, O, step], (QH, 1, 1))
     # fused path, on its own copy of the cache
     Kc2, Vc2, O2 = f32_buffer(dev, cache_k), f32_buffer(dev, cache_v), dev.create_buffer(QH * D * 4)
-    ML = dev.create_buffer(QH * splits * 8)
-    wgsl = kernels.attention_decode(QH, KVH, D, neox, scale, qk_norm, eps, splits)
-    if splits == 1:
-        run(dev, wgsl, ins + [Kc2, Vc2, O2, step, ML], (QH, 1, 1))
-    else:        # the runs' partial results, then their merge
-        part = dev.create_buffer(QH * splits * D * 4)
-        run(dev, wgsl, ins + [Kc2, Vc2, part, step, ML], (QH, splits, 1))
-        run(dev, kernels.attention_combine(QH, D, splits), [part, ML, O2], (QH, 1, 1))
+    run(dev, kernels.attention_decode(QH, KVH, D, neox, scale, qk_norm, eps), ins + [Kc2, Vc2, O2, step],
+        (QH, 1, 1))
     np.testing.assert_allclose(read(dev, O2, QH * D), read(dev, O, QH * D), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(read(dev, Kc2, ctx * KVH * D), read(dev, Kc, ctx * KVH * D), atol=1e-5)
     np.testing.assert_allclose(read(dev, Vc2, ctx * KVH * D), read(dev, Vc, ctx * KVH * D), atol=1e-6)

@@ -177,16 +177,10 @@ class LlamaModel(GPUModel):
                 col += self.shape(name)[0]
         scale = 1.0 / math.sqrt(a.head_dim)
         bias, qk_gain = self.qkv_bias.get(i, self.bias), self.qk_gain.get(i, self.ones)
-        if T == 1:   # decoding: RoPE, the cache store and attention in one dispatch (on GPUs, keys split in runs)
-            splits = kernels.decode_splits(a.heads, self.dev.is_cpu)
-            part, ml = self.decode_scratch(splits)
-            rec.add(kernels.attention_decode(a.heads, a.kv_heads, a.head_dim, self.NEOX, scale, self.QK_NORM, a.eps,
-                                             splits),
-                    [self.qkv, bias, qk_gain, self.freq, self.k_cache[i], self.v_cache[i],
-                     self.att if splits == 1 else part, self.step, ml], (a.heads, splits, 1), "attention")
-            if splits > 1:
-                rec.add(kernels.attention_combine(a.heads, a.head_dim, splits), [part, ml, self.att], (a.heads, 1, 1),
-                        "attention combine")
+        if T == 1:   # decoding: RoPE, the cache store and attention in one dispatch
+            rec.add(kernels.attention_decode(a.heads, a.kv_heads, a.head_dim, self.NEOX, scale, self.QK_NORM, a.eps),
+                    [self.qkv, bias, qk_gain, self.freq, self.k_cache[i], self.v_cache[i], self.att, self.step],
+                    (a.heads, 1, 1), "attention")
         else:
             rec.add(kernels.rope_store(a.heads, a.kv_heads, a.head_dim, self.NEOX, self.QK_NORM, a.eps),
                     [self.qkv, bias, qk_gain, self.freq, self.q, self.k_cache[i], self.v_cache[i], self.step],
@@ -209,14 +203,6 @@ class LlamaModel(GPUModel):
             self.linear(rec, T, names[1], self.x, up, gain=gain)
             rec.add(kernels.swiglu(self.args.ffn), [gate, up, self.hid, self.step], (-(-self.args.ffn // 64), T, 1))
         self.linear(rec, T, p + "ffn_down.weight", self.hid, self.x, accum=True)
-
-    def decode_scratch(self, splits: int):
-        """Split decode attention's partial results: [heads, splits, head_dim] values and [heads, splits] (m, l)."""
-        if getattr(self, "_att_part", None) is None:
-            a = self.args
-            self._att_part = self.dev.create_buffer(4 * a.heads * splits * a.head_dim, label="attention runs")
-            self._att_ml = self.dev.create_buffer(8 * a.heads * splits, label="attention runs m, l")
-        return self._att_part, self._att_ml
 
     def scratch(self, T):
         """Gate and up buffers for files whose gate and up weights differ in type (no stacked GLU pass)."""
