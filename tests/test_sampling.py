@@ -307,7 +307,8 @@ def test_sampler_on_real_logits_matches_specification(engine):
 @pytest.mark.gpu
 def test_seeded_runs_reproduce(engine):
     ids = PROMPTS["raw_capital"]["prompt_ids"]
-    params = SamplingParams(temperature=1.0, max_tokens=6)
+    # ignore_eos: a fresh seed may draw the end-of-turn token early; the test wants 6 tokens whatever the seed
+    params = SamplingParams(temperature=1.0, max_tokens=6, ignore_eos=True)
     first = run(engine.generate(ids, params, reuse_cache=True))     # seed None: a fresh one, reported
     assert isinstance(first.seed, int)
     again = run(engine.generate(ids, params, seed=first.seed, reuse_cache=True))
