@@ -411,7 +411,7 @@ async def _run(during: str, make_coro, **extra) -> bool:
         return False
     finally:
         _generating = False
-    _done(result, **{k: v() if callable(v) else v for k, v in extra.items()})
+    _done(result, memory=memory_summary(_engine), **{k: v() if callable(v) else v for k, v in extra.items()})
     return True
 
 

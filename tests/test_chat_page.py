@@ -209,6 +209,35 @@ def test_stop_regenerate_clear_and_bad_settings_on_a_tiny_model(browser, server_
 
 
 @pytest.mark.browser
+def test_a_hundred_generations_in_one_page_leak_nothing(browser, server_url):
+    """100 raw completions in one page (a tiny model, so it is quick): every one gives the greedy text, and the memory
+    line the page refreshes after each run (GPU buffers and bytes, the Pyodide heap) is the same after the 100th as
+    after the 10th."""
+    case = INFO["files"]["qwen3-q8_0"]["text_case"]
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        page.route(f"{server_url}/fake/qwen3.gguf", _serve((SMALL / "qwen3-q8_0.gguf").read_bytes()))
+        page.goto(f"{server_url}/?model=/fake/qwen3.gguf")
+        status, output = page.get_by_role("status"), page.get_by_role("region", name="Output")
+        expect(status).to_have_text(re.compile(r"^Ready"), timeout=LOAD_MS)
+        page.get_by_label("Prompt").fill(case["prompt"])
+        page.get_by_label("Max tokens").fill(str(len(case["greedy_ids"])))
+        page.get_by_label("Chat template").set_checked(False)
+        memory = {}
+        for i in range(1, 101):
+            page.get_by_role("button", name="Generate").click()
+            expect(status).to_have_text(re.compile(r"^Ready \("), timeout=GENERATE_MS)
+            assert output.text_content() == case["text"], f"generation {i}"
+            if i in (10, 100):
+                memory[i] = page.locator("#memory").text_content()
+        assert "buffers" in memory[10] and "Python heap" in memory[10], memory
+        assert memory[100] == memory[10], memory
+    finally:
+        context.close()
+
+
+@pytest.mark.browser
 def test_without_webgpu_the_page_runs_on_the_cpu_when_asked(browser, server_url):
     case = INFO["files"]["qwen3-q8_0"]["text_case"]
     b = browser.browser_type.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS_NO_WEBGPU)

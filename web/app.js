@@ -144,6 +144,7 @@ worker.onmessage = (event) => {
       state.generating = false;
       state.running = null;
       ui.status.textContent = `Ready (${STOP_REASONS[msg.stop_reason] || msg.stop_reason})`;
+      if (msg.memory) ui.memory.textContent = formatMemory(msg.memory);   // after every run: a leak would show
       ui.stats.textContent =
         `Prefill: ${fmtRate(msg.prefill_tok_s, msg.prompt_tokens.length, msg.prefill_ms)} · ` +
         `Decode: ${fmtRate(msg.decode_tok_s, msg.tokens.length, msg.decode_ms)}`;
@@ -184,7 +185,8 @@ function formatMemory(m) {
   if (!m) return '—';
   const split = Object.entries(m.split || {}).map(([name, n]) => `${name} split into ${n} buffers`);
   return `${formatBytes(m.total)}: weights ${formatBytes(m.weights)}, KV cache ${formatBytes(m.kv_cache)}, ` +
-         `other ${formatBytes(m.other)} (${m.buffers} buffers)` + (split.length ? `; ${split.join(', ')}` : '');
+         `other ${formatBytes(m.other)} (${m.buffers} buffers)` + (split.length ? `; ${split.join(', ')}` : '') +
+         (m.wasm_heap ? `; Python heap ${formatBytes(m.wasm_heap)}` : '');
 }
 
 function showCache({entries, usage, quota}) {

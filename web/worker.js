@@ -64,7 +64,8 @@
 //                                               origin's storage use and quota in bytes (null when unknown)
 //   {type: 'token', id, text}                   one generated token and its new text ('' while a UTF-8 character
 //                                               is still incomplete)
-//   {type: 'done', text, stop_reason, prompt_tokens, tokens, prefill_tok_s, decode_tok_s, prefill_ms, decode_ms}
+//   {type: 'done', text, stop_reason, prompt_tokens, tokens, prefill_tok_s, decode_tok_s, prefill_ms, decode_ms,
+//    memory: webapp.memory_summary + wasm_heap (bytes of the Pyodide heap) | null on the CPU fallback}
 //                                               a generation finished; stop_reason is 'eos', 'max_tokens',
 //                                               'context' (context window full) or 'cancelled'; prompt_tokens and
 //                                               tokens are lists of token ids; rates and times may be null. Chat
@@ -154,7 +155,12 @@ async function boot(cpu) {
   const app = await fetchOk(APP_ZIP_URL, 'the cera_web package');
   pyodide.unpackArchive(await app.arrayBuffer(), 'zip');   // into the working directory, which is on sys.path
   const module = pyodide.pyimport('cera_web.webapp');
-  module.init((json) => post(JSON.parse(json)));
+  module.init((json) => {
+    const msg = JSON.parse(json);
+    // the wasm heap (it only grows): with the GPU memory in 'done', the page shows that generations leak nothing
+    if (msg.type === 'done' && msg.memory) msg.memory.wasm_heap = pyodide._module.HEAPU8.byteLength;
+    post(msg);
+  });
   post({type: 'settings', ...JSON.parse(module.settings_form())});
   webapp = module;
 }
