@@ -85,10 +85,54 @@ def matmul(fmt, K: int, N: int, *, norm=False, eps=0.0, accum=False, glu=False, 
                  TB=1 if last_only else tokens, LANES=lanes)
 
 
-def matmul_tiled(fmt, K: int, N: int, *, norm=False, eps=0.0, accum=False, glu=False, ystride=None, yoff=0) -> str:
-    """See matmul_tiled.wgsl: the prefill form of matmul (K a multiple of 32)."""
+TILED_UNROLL = 2    # k values per iteration of matmul_tiled's inner loop (1 or 2)
+
+
+def tiled_tile(N: int, K: int, T: int) -> tuple[int, int, int]:
+    """Tile of matmul_tiled for N rows of K and passes of up to T tokens: (rows, tokens, K groups). Each thread
+    computes 4 rows x 4 tokens, so small products have few threads: long rows split K over 4 thread groups, mid-sized
+    N over 2 (measured on the H200 with SmolLM2's shapes, docs/bench/h200-gemm-*)."""
+    if K >= 1024:
+        return (32, 32, 4)
+    if N >= 1024:
+        return (64, 32, 1)
+    if N >= 768 or T <= 32:
+        return (64, 32, 2)
+    return (64, 64, 1)
+
+
+def tiled_step(tile, glu: bool) -> int:
+    """K per step of matmul_tiled: the largest that fits 16 KiB of workgroup memory, at most 2 items of weights
+    and 2 of inputs a thread, and the K groups' reduction (WG / 2 vec4s) in the weights' space."""
+    tr, tt, ks = tile
+    wg = tr * tt // 16 * ks
+    halves = 2 if glu else 1
+    for kt in (32, 16, 8):
+        mem = 16 * (halves * kt * tr // 4 + kt * tt // 4) + 4 * tt + 4 * wg
+        if (mem <= 16384 and halves * tr * kt // 8 <= 2 * wg and tt * kt // 4 <= 2 * wg
+                and halves * kt * tr // 4 >= wg // 2 and kt // ks >= 2):
+            return kt
+    raise ValueError(f"tile {tile} does not fit")
+
+
+def tiled_groups(N: int, T: int, tile) -> tuple[int, int, int]:
+    """Dispatch of matmul_tiled: one workgroup per tile."""
+    return (-(-N // tile[0]), -(-T // tile[1]), 1)
+
+
+TILES = [(64, 64, 1), (32, 32, 1), (64, 32, 1), (32, 64, 1), (64, 32, 2), (32, 64, 2), (32, 32, 2), (32, 32, 4)]
+
+
+def matmul_tiled(fmt, K: int, N: int, *, norm=False, eps=0.0, accum=False, glu=False, ystride=None, yoff=0,
+                 tile=(64, 64, 1)) -> str:
+    """See matmul_tiled.wgsl: the prefill form of matmul (K a multiple of 32); tile: (rows, tokens, K groups), one
+    of TILES, dispatched with tiled_groups(N, T, tile)."""
+    if tuple(tile) not in TILES:
+        raise ValueError(f"tile {tile}: not one of {TILES}")
+    tr, tt, ks = tile
     return build("matmul_tiled", fmt=fmt, K=K, N=N, NORM=norm, EPS=float(eps), ACCUM=accum, GLU=glu,
-                 YSTRIDE=N if ystride is None else ystride, YOFF=yoff)
+                 YSTRIDE=N if ystride is None else ystride, YOFF=yoff, TR=tr, TT=tt, KS=ks, U=TILED_UNROLL,
+                 KT=tiled_step(tile, glu))
 
 
 def block_elems(fmt) -> int:

@@ -338,8 +338,9 @@ def test_matmul_tiled(dev, fmt):
     g = rng.uniform(0.5, 1.5, K).astype(np.float32)
     W, X, G = upload(dev, raw), upload(dev, x), upload(dev, g)
     Y = dev.create_buffer(T * N * 4)
-    run(dev, kernels.matmul_tiled(fmt, K, N, norm=True, eps=eps, glu=True), [W, X, Y, step_buffer(dev, T), G],
-        (-(-N // 32), -(-T // 32), 1))
+    tile = kernels.tiled_tile(N, K, T)
+    run(dev, kernels.matmul_tiled(fmt, K, N, norm=True, eps=eps, glu=True, tile=tile),
+        [W, X, Y, step_buffer(dev, T), G], kernels.tiled_groups(N, T, tile))
     xn = (x / np.sqrt((x.astype(np.float64) ** 2).mean(-1, keepdims=True) + eps) * g)
     a, b = xn @ wq[:N].astype(np.float64).T, xn @ wq[N:].astype(np.float64).T
     want = a * np.exp(-np.logaddexp(0, -a)) * b     # silu(a) * b, without overflow for large |a|

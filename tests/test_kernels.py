@@ -86,11 +86,13 @@ def test_matmul_norm_glu(dev, fmt, T, lanes, tokens):
     np.testing.assert_allclose(read(dev, Y, T * stride).reshape(T, stride), want, rtol=2e-4, atol=2e-4)
 
 
+@pytest.mark.parametrize("tile", kernels.TILES, ids=lambda t: "x".join(map(str, t)))
 @pytest.mark.parametrize("fmt", FMTS, ids=lambda f: f.name)
-@pytest.mark.parametrize("T,norm,glu", [(40, True, True), (7, False, False), (33, True, False)])
-def test_matmul_tiled(dev, fmt, T, norm, glu):
-    """The prefill GEMM equals the matrix-vector kernel's result: tiles of 32 rows x 32 tokens, edges included."""
-    K, N, eps, stride, yoff = 96, 45, 1e-5, 60, 3
+@pytest.mark.parametrize("T,norm,glu", [(40, True, True), (7, False, False), (70, True, False)])
+def test_matmul_tiled(dev, fmt, T, norm, glu, tile):
+    """The prefill GEMM equals the matrix-vector kernel's result for every tile shape, edges included (rows and tokens
+    past the last tile, a token tile past the pass's end)."""
+    K, N, eps, stride, yoff = 96, 45 if T < 70 else 77, 1e-5, 90, 3
     rng = np.random.default_rng(T)
     rows = 2 * N if glu else N
     w = rng.standard_normal((rows, K)).astype(np.float32)
@@ -100,8 +102,9 @@ def test_matmul_tiled(dev, fmt, T, norm, glu):
     y0 = rng.standard_normal((T, stride)).astype(np.float32)
     W = upload(dev, raw)
     X, G, Y = f32_buffer(dev, x), f32_buffer(dev, g), f32_buffer(dev, y0)
-    run(dev, kernels.matmul_tiled(fmt, K, N, norm=norm, eps=eps, accum=not glu, glu=glu, ystride=stride, yoff=yoff),
-        [W, X, Y, step_buffer(dev, T), G], (-(-N // 32), -(-T // 32) + 1, 1))
+    gx, gy, _ = kernels.tiled_groups(N, T, tile)
+    run(dev, kernels.matmul_tiled(fmt, K, N, norm=norm, eps=eps, accum=not glu, glu=glu, ystride=stride, yoff=yoff,
+                                  tile=tile), [W, X, Y, step_buffer(dev, T), G], (gx, gy + 1, 1))
     xn = rmsnorm_ref(x, g, eps) if norm else x
     want = y0.copy()
     if glu:

@@ -155,8 +155,9 @@ class LlamaModel(GPUModel):
             buffers = [buf, x, y, self.step, gain or self.ones]
             common = dict(norm=gain is not None, eps=self.args.eps, ystride=ystride, yoff=yoff + r0, **kw)
             if T > 1 and not kw.get("last_only") and k % 32 == 0 and not self.dev.is_cpu:
-                rec.add(kernels.matmul_tiled(fmt, k, rows_here, **common), buffers,
-                        (-(-rows_here // 32), -(-T // 32), 1), label)
+                tile = kernels.tiled_tile(rows_here, k, T)
+                rec.add(kernels.matmul_tiled(fmt, k, rows_here, tile=tile, **common), buffers,
+                        kernels.tiled_groups(rows_here, T, tile), label)
                 continue
             lanes = kernels.lanes_for(k // kernels.block_elems(fmt), self.dev.is_cpu)
             wgsl = kernels.matmul(fmt, k, rows_here, tokens=1 if self.dev.is_cpu else min(T, 8), lanes=lanes, **common)
