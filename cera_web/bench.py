@@ -72,7 +72,8 @@ async def profile(engine, prompt_tokens: int = 512, repeats: int = 20) -> dict:
     ids = prompt_ids(engine.tokenizer, prompt_tokens)
     await engine.generate(ids[:model.chunk], max_tokens=2, stop_at_eos=False)
     out = {}
-    for name, plan, n_tokens in (("decode", model.plan_decode, 1), ("prefill_chunk", model.plan_prefill, model.chunk)):
+    for name, plan, n_tokens in (("decode", model.plan_decode, 1), ("decode_head", model.plan_head_decode, 1),
+                                 ("prefill_chunk", model.plan_prefill, model.chunk)):
         rec = plan.recorder
         groups = {}
         for d, label in zip(rec.dispatches, rec.labels):

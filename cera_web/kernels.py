@@ -162,8 +162,11 @@ def rope_store(q_heads: int, kv_heads: int, head_dim: int, neox: bool, qk_norm: 
 
 def attention_decode(q_heads: int, kv_heads: int, head_dim: int, neox: bool, scale: float, qk_norm: bool = False,
                      eps: float = 1e-6) -> str:
-    return build("attention_decode", includes=("reduce",), QH=q_heads, KVH=kv_heads, HD=head_dim, NEOX=neox, QK_NORM=qk_norm,
-                 EPS=float(eps), SCALE=float(scale))
+    """See attention_decode.wgsl. Keys are scored 1024 a pass (fewer passes, fewer barriers: 677 -> 701 tok/s on the
+    H200, docs/bench/h200-s2-keys*.json), 256 for heads over 256 wide, which keeps workgroup memory under 16 KiB."""
+    keys = 1024 if head_dim <= 256 else 256
+    return build("attention_decode", includes=("attention_common",), QH=q_heads, KVH=kv_heads, HD=head_dim, NEOX=neox,
+                 QK_NORM=qk_norm, EPS=float(eps), SCALE=float(scale), KEYS=keys)
 
 
 def embed(fmt, K: int, N: int, *, row0: int = 0, vocab: int | None = None) -> str:
@@ -180,7 +183,7 @@ def rope(heads: int, head_dim: int, neox: bool, at_pos: bool) -> str:
 
 
 def attention(heads: int, kv_heads: int, head_dim: int, scale: float) -> str:
-    return build("attention", includes=("reduce",), HEADS=heads, KV_HEADS=kv_heads, HD=head_dim, SCALE=float(scale))
+    return build("attention", includes=("attention_common",), HEADS=heads, KV_HEADS=kv_heads, HD=head_dim, SCALE=float(scale))
 
 
 def swiglu(F: int) -> str:

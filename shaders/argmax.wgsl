@@ -16,16 +16,32 @@
 var<workgroup> best_v: array<f32, 256>;
 var<workgroup> best_i: array<u32, 256>;
 
+fn keep_best(bv: ptr<function, f32>, bi: ptr<function, u32>, v: f32, i: u32) {
+    if (v > *bv) {
+        *bv = v;
+        *bi = i;
+    }
+}
+
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) tid: u32) {
     var bv = -3.4e38;
     var bi = 0xffffffffu;
-    for (var i = tid; i < V; i += 256u) {
-        let v = logits[i];
-        if (v > bv) {      // strictly greater: within a thread the first (lowest) index wins
-            bv = v;
-            bi = i;
-        }
+    // this thread's logits i = tid, tid + 256, ... in index order, four loads in flight at a time (the scan is
+    // bound by load latency); strictly greater: within a thread the first (lowest) index wins
+    var i = tid;
+    for (; i + 768u < V; i += 1024u) {
+        let a = logits[i];
+        let b = logits[i + 256u];
+        let c = logits[i + 512u];
+        let d = logits[i + 768u];
+        keep_best(&bv, &bi, a, i);
+        keep_best(&bv, &bi, b, i + 256u);
+        keep_best(&bv, &bi, c, i + 512u);
+        keep_best(&bv, &bi, d, i + 768u);
+    }
+    for (; i < V; i += 256u) {
+        keep_best(&bv, &bi, logits[i], i);
     }
     best_v[tid] = bv;
     best_i[tid] = bi;

@@ -74,9 +74,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         l = l * alpha + reduce(tid, local_sum, false);   // the barriers inside also publish p[]
         acc *= alpha;
         if (grp < VG) {
-            for (var j = grp; j < cn; j += VG) {
-                acc += p[j] * Vc[(c0 + j) * kv_stride + g * D4 + lane];
-            }
+            acc = weigh_values(acc, c0, cn, grp, kv_stride, g * D4 + lane);
         }
         m = m_new;
         workgroupBarrier();

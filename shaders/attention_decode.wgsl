@@ -28,7 +28,7 @@
 @group(0) @binding(7) var<uniform> step: Step;
 
 const WG: u32 = 256u;
-const CHUNK: u32 = 256u;
+const CHUNK: u32 = KEYS;     // keys scored per pass of the loop below (their scores wait in p)
 const D4: u32 = HD / 4u;
 const VG: u32 = WG / D4;
 
@@ -42,22 +42,29 @@ fn q4(i: u32) -> vec4<f32> { return vec4<f32>(q[4u * i], q[4u * i + 1u], q[4u * 
 fn k4(i: u32) -> vec4<f32> { return vec4<f32>(k[4u * i], k[4u * i + 1u], k[4u * i + 2u], k[4u * i + 3u]); }
 fn v4(i: u32) -> vec4<f32> { return vec4<f32>(v[4u * i], v[4u * i + 1u], v[4u * i + 2u], v[4u * i + 3u]); }
 
-// Load head `head` of QKV (+ bias) into q, k or v (which = 0, 1, 2); for q and k optionally RMS-normalise it with
-// gain NG[gain ..] and rotate it.
-fn prepare(tid: u32, head: u32, gain: u32, rotate: bool, which: u32) {
-    var ss = 0.0;
+// Load query head h and its key/value head g of QKV (+ bias) into q, k, v; optionally RMS-normalise q and k (gains
+// NG[0 ..] and NG[HD ..]); rotate q and k by the position. Two phases, two barriers (each costs on the critical path).
+fn prepare(tid: u32, h: u32, g: u32) {
+    let qo = h * HD;
+    let ko = (QH + g) * HD;
+    let vo = (QH + KVH + g) * HD;
+    var ssq = 0.0;
+    var ssk = 0.0;
     for (var d = tid; d < HD; d += WG) {
-        let x = QKV[head * HD + d] + B[head * HD + d];
-        if (which == 0u) { q[d] = x; } else if (which == 1u) { k[d] = x; } else { v[d] = x; }
-        ss += x * x;
+        let xq = QKV[qo + d] + B[qo + d];
+        let xk = QKV[ko + d] + B[ko + d];
+        q[d] = xq;
+        k[d] = xk;
+        v[d] = QKV[vo + d] + B[vo + d];
+        ssq += xq * xq;
+        ssk += xk * xk;
     }
     workgroupBarrier();
-    if (!rotate) {
-        return;
-    }
-    var scale = 1.0;
+    var sq = 1.0;
+    var sk = 1.0;
     if (QK_NORM) {
-        scale = 1.0 / sqrt(reduce(tid, ss, false) / f32(HD) + EPS);
+        sq = 1.0 / sqrt(reduce(tid, ssq, false) / f32(HD) + EPS);
+        sk = 1.0 / sqrt(reduce(tid, ssk, false) / f32(HD) + EPS);
     }
     let pos = f32(step.pos0);
     for (var i = tid; i < HD / 2u; i += WG) {
@@ -67,26 +74,23 @@ fn prepare(tid: u32, head: u32, gain: u32, rotate: bool, which: u32) {
             i0 = i;
             i1 = i + HD / 2u;
         }
-        var g0 = 1.0;
-        var g1 = 1.0;
+        var gq = vec2<f32>(1.0);
+        var gk = vec2<f32>(1.0);
         if (QK_NORM) {
-            g0 = NG[gain + i0] * scale;
-            g1 = NG[gain + i1] * scale;
+            gq = vec2<f32>(NG[i0], NG[i1]) * sq;
+            gk = vec2<f32>(NG[HD + i0], NG[HD + i1]) * sk;
         }
         let a = pos * FREQ[i];
         let c = cos(a);
         let s = sin(a);
-        if (which == 0u) {
-            let x0 = q[i0] * g0;
-            let x1 = q[i1] * g1;
-            q[i0] = x0 * c - x1 * s;
-            q[i1] = x0 * s + x1 * c;
-        } else {
-            let x0 = k[i0] * g0;
-            let x1 = k[i1] * g1;
-            k[i0] = x0 * c - x1 * s;
-            k[i1] = x0 * s + x1 * c;
-        }
+        let q0 = q[i0] * gq.x;
+        let q1 = q[i1] * gq.y;
+        q[i0] = q0 * c - q1 * s;
+        q[i1] = q0 * s + q1 * c;
+        let k0 = k[i0] * gk.x;
+        let k1 = k[i1] * gk.y;
+        k[i0] = k0 * c - k1 * s;
+        k[i1] = k0 * s + k1 * c;
     }
     workgroupBarrier();
 }
@@ -96,9 +100,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let h = wid.x;
     let g = h / (QH / KVH);
     let pos = step.pos0;
-    prepare(tid, h, 0u, true, 0u);
-    prepare(tid, QH + g, HD, true, 1u);
-    prepare(tid, QH + KVH + g, 0u, false, 2u);
+    prepare(tid, h, g);
     let kv_stride = KVH * D4;
     if (h % (QH / KVH) == 0u) {           // one workgroup per group stores this position's k and v
         for (var d = tid; d < D4; d += WG) {
@@ -138,12 +140,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         l = l * alpha + reduce(tid, local_sum, false);    // the barriers inside also publish p[]
         acc *= alpha;
         if (grp < VG) {
-            for (var j = grp; j < cn; j += VG) {
-                if (c0 + j == pos) {
-                    acc += p[j] * v4(lane);
-                } else {
-                    acc += p[j] * Vc[(c0 + j) * kv_stride + g * D4 + lane];
-                }
+            // keys before pos from the cache; pos itself (the chunk's last key when it holds it) from v
+            let cached = min(cn, pos - c0);
+            acc = weigh_values(acc, c0, cached, grp, kv_stride, g * D4 + lane);
+            if (cached < cn && grp == cached % VG) {
+                acc += p[cached] * v4(lane);
             }
         }
         m = m_new;

@@ -208,7 +208,7 @@ def test_rope_store(dev, neox, qk_norm):
 
 
 @pytest.mark.parametrize("QH,KVH,D,pos,neox,qk_norm", [(9, 3, 64, 0, False, False), (4, 2, 32, 300, True, True),
-                                                        (2, 1, 128, 5, False, False)])
+                                                        (2, 1, 128, 5, False, False), (3, 1, 64, 1500, False, False)])
 def test_attention_decode_equals_rope_store_then_attention(dev, QH, KVH, D, pos, neox, qk_norm):
     ctx, eps = pos + 3, 1e-6
     rng = np.random.default_rng(pos + D)
@@ -268,13 +268,16 @@ def test_swiglu(dev):
     np.testing.assert_allclose(read(dev, H, g.size).reshape(T, F), g / (1 + np.exp(-g)) * u, rtol=1e-5, atol=1e-6)
 
 
-def test_argmax(dev):
+# ties (the lower index wins): across threads; within one thread's group of four loads; across its groups; a maximum
+# in the tail after the last full group of 1024
+@pytest.mark.parametrize("top", [(1234, 40000), (300, 812), (300, 300 + 3 * 1024), (49156,)])
+def test_argmax(dev, top):
     V = 49157
     rng = np.random.default_rng(7)
     logits = rng.standard_normal(V).astype(np.float32)
-    logits[[1234, 40000]] = 9.0                 # a tie: the lower index wins
+    logits[list(top)] = 9.0
     L = upload(dev, logits)
     tok = dev.create_buffer(16); log = dev.create_buffer(64)
     run(dev, kernels.argmax(V), [L, tok, log, step_buffer(dev, 1, out_index=5)], (1, 1, 1))
-    assert read(dev, tok, 1, np.uint32)[0] == 1234
-    assert read(dev, log, 16, np.uint32)[5] == 1234
+    assert read(dev, tok, 1, np.uint32)[0] == top[0]
+    assert read(dev, log, 16, np.uint32)[5] == top[0]

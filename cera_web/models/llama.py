@@ -223,5 +223,5 @@ class LlamaModel(GPUModel):
     def record_head(self, T):
         a, rec = self.args, Recorder(self.dev)
         self.linear(rec, T, self.lm_head, self.x, self.logits, gain=self.norms[self.final_norm], last_only=True)
-        rec.add(kernels.argmax(a.vocab), [self.logits, self.tokens, self.log, self.step], (1, 1, 1))
+        rec.add(kernels.argmax(a.vocab), [self.logits, self.tokens, self.log, self.step], (1, 1, 1), "argmax")
         return rec.finish()
