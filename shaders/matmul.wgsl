@@ -25,7 +25,8 @@
 //   3 step: uniform Step
 //   4 G: array<vec4<f32>>        [K] the norm's gain (read only with NORM; bind any buffer otherwise)
 // Dispatch: ceil(N / (64 / LANES)) workgroups of 64 threads, spread over x and y (flat_group); LANES threads a row,
-// each striding over the row's blocks; partial sums meet in workgroup memory.
+// each striding over the row's blocks (and summing the squares of the X values it uses, for the norm); partial sums
+// meet in workgroup memory.
 @group(0) @binding(0) var<storage, read> W: array<u32>;
 @group(0) @binding(1) var<storage, read> X: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read_write> Y: array<f32>;
@@ -36,7 +37,7 @@ const ROWS: u32 = 64u / LANES;   // rows per workgroup
 const NB: u32 = K / BLOCK;       // blocks per row
 const K4: u32 = K / 4u;
 
-var<workgroup> partial: array<array<f32, TB>, 64>;
+var<workgroup> partial: array<array<vec4<f32>, TB>, 64>;
 
 // The input as the format's block_dot sees it: vec4 i of X, times the norm's gain. The norm's per-token scale
 // 1/rms is a common factor of each output, applied once at the end.
@@ -47,23 +48,9 @@ fn xin(i: u32) -> vec4<f32> {
     return X[i];
 }
 
-// Sum over the workgroup of each thread's `v`, for every token of the batch (all 64 threads must call it).
-fn workgroup_sum(tid: u32, v: array<f32, TB>) -> array<f32, TB> {
-    partial[tid] = v;
-    workgroupBarrier();
-    for (var stride = 32u; stride > 0u; stride /= 2u) {
-        if (tid < stride) {
-            for (var i = 0u; i < TB; i++) {
-                partial[tid][i] += partial[tid + stride][i];
-            }
-        }
-        workgroupBarrier();
-    }
-    let r = partial[0];
-    workgroupBarrier();
-    return r;
-}
-
+// Each thread accumulates, per token of the batch, a vec4 (its share of the row's dot product, of the GLU up row's,
+// of the sum of squares of X for the norm, unused). A row's LANES threads together cover every block of the row,
+// so one reduction over the lanes gives all three: one tree of barriers instead of one per quantity.
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) tid: u32) {
@@ -76,41 +63,24 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         t_begin = t_end - 1u;
     }
     for (var t0 = t_begin; t0 < t_end; t0 += TB) {
-        // RMSNorm scales of this batch's tokens
-        var xscale: array<f32, TB>;
-        for (var i = 0u; i < TB; i++) { xscale[i] = 1.0; }
-        if (NORM) {
-            // on GPUs the workgroup shares the sum of squares; on CPU adapters (LANES = 1) each thread sums the
-            // whole row itself, which costs less than the barriers
-            let share = LANES > 1u;
-            var ss: array<f32, TB>;
-            for (var i = 0u; i < TB; i++) {
-                ss[i] = 0.0;
-                let t = t0 + i;
-                if (t < t_end) {
-                    for (var k = select(0u, tid, share); k < K4; k += select(1u, 64u, share)) {
-                        let v = X[t * K4 + k];
-                        ss[i] += dot(v, v);
-                    }
-                }
-            }
-            if (share) {
-                ss = workgroup_sum(tid, ss);
-            }
-            for (var i = 0u; i < TB; i++) { xscale[i] = 1.0 / sqrt(ss[i] / f32(K) + EPS); }
-        }
-        var acc: array<f32, TB>;
-        var acc2: array<f32, TB>;     // GLU: the up projection
-        for (var i = 0u; i < TB; i++) { acc[i] = 0.0; acc2[i] = 0.0; }   // explicit: some compilers hoist vars
+        var acc: array<vec4<f32>, TB>;
+        for (var i = 0u; i < TB; i++) { acc[i] = vec4<f32>(0.0); }   // explicit: some compilers hoist vars
         if (valid) {
             for (var b = lane; b < NB; b += LANES) {
                 for (var i = 0u; i < TB; i++) {
                     let t = t0 + i;
                     if (t < t_end) {
-                        acc[i] += block_dot(row, b, t * K4 + b * (BLOCK / 4u));
+                        let x = t * K4 + b * (BLOCK / 4u);
+                        var d = vec4<f32>(block_dot(row, b, x), 0.0, 0.0, 0.0);
                         if (GLU) {
-                            acc2[i] += block_dot(row + N, b, t * K4 + b * (BLOCK / 4u));
+                            d.y = block_dot(row + N, b, x);
                         }
+                        if (NORM) {
+                            for (var e = 0u; e < BLOCK / 4u; e++) {
+                                d.z += dot(X[x + e], X[x + e]);
+                            }
+                        }
+                        acc[i] += d;
                     }
                 }
             }
@@ -127,18 +97,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             }
             acc = partial[tid];
             workgroupBarrier();
-            if (GLU) {
-                partial[tid] = acc2;
-                workgroupBarrier();
-                for (var stride = LANES / 2u; stride > 0u; stride /= 2u) {
-                    if (lane < stride) {
-                        for (var i = 0u; i < TB; i++) { partial[tid][i] += partial[tid + stride][i]; }
-                    }
-                    workgroupBarrier();
-                }
-                acc2 = partial[tid];
-                workgroupBarrier();
-            }
         }
         if (valid && lane == 0u) {
             for (var i = 0u; i < TB; i++) {
@@ -147,9 +105,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                     var out_row = t;
                     if (LAST_ONLY) { out_row = 0u; }
                     let y = out_row * YSTRIDE + YOFF + row;
-                    var v = acc[i] * xscale[i];
+                    var xscale = 1.0;
+                    if (NORM) {
+                        xscale = 1.0 / sqrt(acc[i].z / f32(K) + EPS);
+                    }
+                    var v = acc[i].x * xscale;
                     if (GLU) {
-                        v = v / (1.0 + exp(-v)) * acc2[i] * xscale[i];
+                        v = v / (1.0 + exp(-v)) * acc[i].y * xscale;
                     }
                     if (ACCUM) {
                         Y[y] += v;
