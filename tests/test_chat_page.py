@@ -238,6 +238,46 @@ def test_a_hundred_generations_in_one_page_leak_nothing(browser, server_url):
 
 
 @pytest.mark.browser
+def test_a_lost_gpu_device_is_reported_and_the_model_reloads(browser, server_url):
+    """The GPU device goes away under a loaded model (destroyed from inside the worker, as a driver reset or the
+    browser reclaiming the GPU would): the next run says GPUUnavailableError and what to do, the page stays usable,
+    and loading the model again gives a working engine on a new device."""
+    case = INFO["files"]["qwen3-q8_0"]["text_case"]
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        page.route(f"{server_url}/fake/qwen3.gguf", _serve((SMALL / "qwen3-q8_0.gguf").read_bytes()))
+        page.goto(f"{server_url}/?model=/fake/qwen3.gguf")
+        status, output, alert = (page.get_by_role("status"), page.get_by_role("region", name="Output"),
+                                 page.get_by_role("alert"))
+        expect(status).to_have_text(re.compile(r"^Ready"), timeout=LOAD_MS)
+        page.get_by_label("Chat template").set_checked(False)
+
+        def generate():
+            page.get_by_label("Prompt").fill(case["prompt"])
+            page.get_by_label("Max tokens").fill(str(len(case["greedy_ids"])))
+            page.get_by_role("button", name="Generate").click()
+
+        generate()
+        expect(status).to_have_text(re.compile(r"^Ready \("), timeout=GENERATE_MS)
+        assert output.text_content() == case["text"]
+        assert len(page.workers) == 1
+        page.workers[0].evaluate("webapp._engine.dev.device.destroy()")     # the device is lost
+        generate()
+        expect(alert).to_contain_text("GPUUnavailableError", timeout=GENERATE_MS)
+        expect(alert).to_contain_text("reload the model")
+        page.get_by_label("Model URL").fill("/fake/qwen3.gguf")
+        page.get_by_role("button", name="Load", exact=True).click()
+        expect(status).to_have_text(re.compile(r"^Ready"), timeout=LOAD_MS)
+        expect(alert).to_have_count(0)
+        generate()
+        expect(status).to_have_text(re.compile(r"^Ready \("), timeout=GENERATE_MS)
+        assert output.text_content() == case["text"]
+    finally:
+        context.close()
+
+
+@pytest.mark.browser
 def test_without_webgpu_the_page_runs_on_the_cpu_when_asked(browser, server_url):
     case = INFO["files"]["qwen3-q8_0"]["text_case"]
     b = browser.browser_type.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS_NO_WEBGPU)
