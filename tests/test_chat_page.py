@@ -208,29 +208,44 @@ def test_stop_regenerate_clear_and_bad_settings_on_a_tiny_model(browser, server_
         context.close()
 
 
+TINY_CASE = INFO["files"]["qwen3-q8_0"]["text_case"]
+
+
+class RawPage:
+    """The page in raw-completion mode with the tiny qwen3 model loaded (served at /fake/qwen3.gguf)."""
+
+    def __init__(self, context, server_url):
+        self.page = page = context.new_page()
+        page.route(f"{server_url}/fake/qwen3.gguf", _serve((SMALL / "qwen3-q8_0.gguf").read_bytes()))
+        page.goto(f"{server_url}/?model=/fake/qwen3.gguf")
+        self.status, self.output = page.get_by_role("status"), page.get_by_role("region", name="Output")
+        self.alert = page.get_by_role("alert")
+        expect(self.status).to_have_text(re.compile(r"^Ready"), timeout=LOAD_MS)
+        page.get_by_label("Chat template").set_checked(False)
+
+    def generate(self, wait=True):
+        """The tiny model's text case, greedy; with wait: until it is done."""
+        self.page.get_by_label("Prompt").fill(TINY_CASE["prompt"])
+        self.page.get_by_label("Max tokens").fill(str(len(TINY_CASE["greedy_ids"])))
+        self.page.get_by_role("button", name="Generate").click()
+        if wait:
+            expect(self.status).to_have_text(re.compile(r"^Ready \("), timeout=GENERATE_MS)
+
+
 @pytest.mark.browser
 def test_a_hundred_generations_in_one_page_leak_nothing(browser, server_url):
     """100 raw completions in one page (a tiny model, so it is quick): every one gives the greedy text, and the memory
     line the page refreshes after each run (GPU buffers and bytes, the Pyodide heap) is the same after the 100th as
     after the 10th."""
-    case = INFO["files"]["qwen3-q8_0"]["text_case"]
     context = browser.new_context()
     try:
-        page = context.new_page()
-        page.route(f"{server_url}/fake/qwen3.gguf", _serve((SMALL / "qwen3-q8_0.gguf").read_bytes()))
-        page.goto(f"{server_url}/?model=/fake/qwen3.gguf")
-        status, output = page.get_by_role("status"), page.get_by_role("region", name="Output")
-        expect(status).to_have_text(re.compile(r"^Ready"), timeout=LOAD_MS)
-        page.get_by_label("Prompt").fill(case["prompt"])
-        page.get_by_label("Max tokens").fill(str(len(case["greedy_ids"])))
-        page.get_by_label("Chat template").set_checked(False)
+        raw = RawPage(context, server_url)
         memory = {}
         for i in range(1, 101):
-            page.get_by_role("button", name="Generate").click()
-            expect(status).to_have_text(re.compile(r"^Ready \("), timeout=GENERATE_MS)
-            assert output.text_content() == case["text"], f"generation {i}"
+            raw.generate()
+            assert raw.output.text_content() == TINY_CASE["text"], f"generation {i}"
             if i in (10, 100):
-                memory[i] = page.locator("#memory").text_content()
+                memory[i] = raw.page.locator("#memory").text_content()
         assert "buffers" in memory[10] and "Python heap" in memory[10], memory
         assert memory[100] == memory[10], memory
     finally:
@@ -242,37 +257,23 @@ def test_a_lost_gpu_device_is_reported_and_the_model_reloads(browser, server_url
     """The GPU device goes away under a loaded model (destroyed from inside the worker, as a driver reset or the
     browser reclaiming the GPU would): the next run says GPUUnavailableError and what to do, the page stays usable,
     and loading the model again gives a working engine on a new device."""
-    case = INFO["files"]["qwen3-q8_0"]["text_case"]
     context = browser.new_context()
     try:
-        page = context.new_page()
-        page.route(f"{server_url}/fake/qwen3.gguf", _serve((SMALL / "qwen3-q8_0.gguf").read_bytes()))
-        page.goto(f"{server_url}/?model=/fake/qwen3.gguf")
-        status, output, alert = (page.get_by_role("status"), page.get_by_role("region", name="Output"),
-                                 page.get_by_role("alert"))
-        expect(status).to_have_text(re.compile(r"^Ready"), timeout=LOAD_MS)
-        page.get_by_label("Chat template").set_checked(False)
-
-        def generate():
-            page.get_by_label("Prompt").fill(case["prompt"])
-            page.get_by_label("Max tokens").fill(str(len(case["greedy_ids"])))
-            page.get_by_role("button", name="Generate").click()
-
-        generate()
-        expect(status).to_have_text(re.compile(r"^Ready \("), timeout=GENERATE_MS)
-        assert output.text_content() == case["text"]
+        raw = RawPage(context, server_url)
+        page = raw.page
+        raw.generate()
+        assert raw.output.text_content() == TINY_CASE["text"]
         assert len(page.workers) == 1
         page.workers[0].evaluate("webapp._engine.dev.device.destroy()")     # the device is lost
-        generate()
-        expect(alert).to_contain_text("GPUUnavailableError", timeout=GENERATE_MS)
-        expect(alert).to_contain_text("reload the model")
+        raw.generate(wait=False)
+        expect(raw.alert).to_contain_text("GPUUnavailableError", timeout=GENERATE_MS)
+        expect(raw.alert).to_contain_text("reload the model")
         page.get_by_label("Model URL").fill("/fake/qwen3.gguf")
         page.get_by_role("button", name="Load", exact=True).click()
-        expect(status).to_have_text(re.compile(r"^Ready"), timeout=LOAD_MS)
-        expect(alert).to_have_count(0)
-        generate()
-        expect(status).to_have_text(re.compile(r"^Ready \("), timeout=GENERATE_MS)
-        assert output.text_content() == case["text"]
+        expect(raw.status).to_have_text(re.compile(r"^Ready"), timeout=LOAD_MS)
+        expect(raw.alert).to_have_count(0)
+        raw.generate()
+        assert raw.output.text_content() == TINY_CASE["text"]
     finally:
         context.close()
 
