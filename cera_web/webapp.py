@@ -300,7 +300,7 @@ async def load_source(source, origin: str | None = None) -> bool:
         except Exception as exc:
             traceback.print_exception(exc, file=sys.stderr)
     _send(type="ready", model=engine.name, backend=engine.backend, memory=memory_summary(engine), origin=origin,
-          cpu=_on_cpu_fallback(engine))
+          cpu=_on_cpu_fallback(engine), split=split_tensors(engine))
     return True
 
 
@@ -311,10 +311,9 @@ def _on_cpu_fallback(engine) -> bool:
 
 
 def memory_summary(engine) -> dict | None:
-    """Bytes of GPU memory a loaded engine holds: {weights, kv_cache, other, total, buffers, split}. Weights are
-    the model's packed tensors, kv_cache its K/V buffers, other the rest (activations, logits, norms, sampling);
-    split: {tensor name: buffers} for the tensors too big for one binding. None for the CPU fallback (the numpy
-    reference model)."""
+    """Bytes of GPU memory a loaded engine holds: {weights, kv_cache, other, total, buffers} (ints). Weights are the
+    model's packed tensors, kv_cache its K/V buffers, other the rest (activations, logits, norms, sampling). None
+    for the CPU fallback (the numpy reference model). See split_tensors for the tensors split across buffers."""
     model, dev = engine.model, engine.dev
     if _on_cpu_fallback(engine):
         return None          # the numpy reference model holds no GPU memory
@@ -327,9 +326,14 @@ def memory_summary(engine) -> dict | None:
     live = list(dev.live_buffers)
     other = sum(int(b.size) for b in live if id(b) not in weights and id(b) not in kv)
     w, k = sum(weights.values()), sum(kv.values())
-    split = {name: len(parts) for name, parts in model.split_tensors().items()}
-    return {"weights": w, "kv_cache": k, "other": other, "total": w + k + other, "buffers": len(live),
-            "split": split}
+    return {"weights": w, "kv_cache": k, "other": other, "total": w + k + other, "buffers": len(live)}
+
+
+def split_tensors(engine) -> dict:
+    """{tensor name: number of GPU buffers} of the weights too big for one binding (see models/base.py pieces)."""
+    if _on_cpu_fallback(engine):
+        return {}
+    return {name: len(parts) for name, parts in engine.model.split_tensors().items()}
 
 
 # -- generating ------------------------------------------------------------------------------------------------------

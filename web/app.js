@@ -31,6 +31,7 @@ const state = {
   pending: null,          // the content element of the assistant turn being streamed
   sending: false,         // the chat run in flight answers a new message (not a Regenerate)
   lastSent: '',           // that message's text
+  split: null,            // {tensor: buffers} of the loaded model's weights split across buffers
 };
 
 function refreshControls() {
@@ -123,6 +124,7 @@ worker.onmessage = (event) => {
       state.loading = false;
       ui.modelName.textContent = msg.model;
       ui.backend.textContent = msg.backend;
+      state.split = msg.split;   // the tensors split across buffers (listed with the memory)
       ui.memory.textContent = msg.cpu ? 'none (running on the CPU)' : formatMemory(msg.memory);
       ui.status.textContent = 'Ready';
       ui.cpuOffer.hidden = true;
@@ -183,7 +185,7 @@ worker.onerror = (event) => {
 
 function formatMemory(m) {
   if (!m) return '—';
-  const split = Object.entries(m.split || {}).map(([name, n]) => `${name} split into ${n} buffers`);
+  const split = Object.entries(state.split || {}).map(([name, n]) => `${name} split into ${n} buffers`);
   return `${formatBytes(m.total)}: weights ${formatBytes(m.weights)}, KV cache ${formatBytes(m.kv_cache)}, ` +
          `other ${formatBytes(m.other)} (${m.buffers} buffers)` + (split.length ? `; ${split.join(', ')}` : '') +
          (m.wasm_heap ? `; Python heap ${formatBytes(m.wasm_heap)}` : '');

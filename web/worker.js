@@ -55,7 +55,7 @@
 //   {type: 'settings', fields, raw}             after Python starts: the generation settings (name, label, default,
 //                                               min, max, help: SamplingParams.describe()) and the raw-completion
 //                                               defaults (greedy), for the settings form
-//   {type: 'ready', model, backend, memory, origin, cpu}
+//   {type: 'ready', model, backend, memory, origin, cpu, split: {tensor: buffers} of weights split across buffers}
 //                                               a model is loaded and usable; backend describes the GPU adapter;
 //                                               memory: {weights, kv_cache, other, total, buffers} GPU bytes (null
 //                                               on the CPU); origin: 'cache', 'download' or 'file'; cpu: running on
