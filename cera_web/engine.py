@@ -25,7 +25,6 @@ from .errors import ContextOverflowError, GPUUnavailableError, InputError, Unsup
 from .gguf import parse_gguf
 from .gpu import get_device
 from .models import model_class
-from .models.base import LOG_SIZE
 from .sampling import GREEDY, GPUSampler, SamplingParams, StopMatcher, random_seed
 from .source import FileSource
 
@@ -344,22 +343,28 @@ class Engine:
         prev = first
         while not stop:
             # submit up to steps_per_read steps, then read their tokens back at once
-            n = max(1, min(self.steps_per_read, params.max_tokens - len(result.tokens), ctx - pos, LOG_SIZE))
+            n = max(1, min(self.steps_per_read, params.max_tokens - len(result.tokens), ctx - pos,
+                           model.max_steps_per_read))
             h = time.perf_counter()
             for i in range(n):
                 model.decode(pos + i, i)
             result.host_ms += (time.perf_counter() - h) * 1000
             new = await model.read_log(n)
-            self._cache += [prev] + new[:-1]        # the inputs of those steps now have their K/V in the cache
+            inputs = [prev] + new[:-1]              # step i's input, now in the cache (K/V rows, conv state)
             prev = new[-1]
-            for tok in new:
+            used = n                                # steps whose input stays part of the sequence
+            for i, tok in enumerate(new):
                 pos += 1
                 if self._cancel:
-                    stop = "cancelled"      # tokens read after the request are dropped
+                    stop, used = "cancelled", i      # tokens read after the request are dropped
                     break
                 stop = accept(tok, pos)
                 if stop:
+                    used = i + 1
                     break   # tokens after a stop are discarded; their cache rows are overwritten later
+            self._cache += inputs[:used]
+            if used < n and not model.keep_state(used - 1):   # a running state (LFM2) is taken back to step used - 1
+                self._cache = []
         result.decode_ms = (time.perf_counter() - t1) * 1000
         result.stop_reason = stop
 

@@ -140,6 +140,31 @@ def test_lfm2_generate_chunked_and_fresh_state(dev):
 
 # -- the convolution kernel on its own ----------------------------------------------------------------------------
 
+@gpu
+@pytest.mark.parametrize("stem", ["lfm2-q8_0", "qwen3-q8_0"])
+def test_a_run_stopped_inside_a_read_is_continued_from_where_it_stopped(stem):
+    """Decode runs 8 steps a readback; a stop token 3 tokens in leaves 5 steps too many in the cache. The next prompt
+    that extends what was kept reuses it (for LFM2: the conv state kept after the last used step is restored) and
+    gives the tokens of a run from scratch."""
+    from cera_web.engine import Engine
+    from cera_web.sampling import GREEDY
+    eng = run(Engine.load(SMALL / f"{stem}.gguf", context_size=64, chunk=16))     # its own device (close ends it)
+    try:
+        eng.steps_per_read = 8
+        ids, greedy = ref(stem, "prompt_ids").tolist(), ref(stem, "greedy_ids").tolist()
+        k = 3
+        assert greedy[k] not in greedy[:k]
+        first = run(eng.generate(ids, GREEDY.replace(max_tokens=12, stop_token_ids=[greedy[k]])))
+        assert first.tokens[:k] == greedy[:k] and first.stop_reason == "stop"
+        follow = ids + greedy[:k + 1] + ids[:5]          # what was kept, the stop token, more text
+        again = run(eng.generate(follow, GREEDY.replace(max_tokens=8), reuse_cache=True))
+        assert again.reused_tokens == len(ids) + k
+        scratch = run(eng.generate(follow, GREEDY.replace(max_tokens=8)))
+        assert scratch.reused_tokens == 0 and again.tokens == scratch.tokens
+    finally:
+        eng.close()
+
+
 def conv_reference(bcx, w, state):
     """Token by token, as decoding does: bx = B*x; out = sum_k state[k]*w[:, k] + bx*w[:, L-1]; y = C*out; shift."""
     H, L = w.shape

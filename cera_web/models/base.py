@@ -215,6 +215,14 @@ class GPUModel:
         before it). Models with a running state (LFM2's convolution state, cleared by reset_state) are not."""
         return not callable(getattr(self, "reset_state", None))
 
+    max_steps_per_read = LOG_SIZE     # decode steps the engine may submit between two readbacks
+
+    def keep_state(self, step: int) -> bool:
+        """The engine ran decode steps past a stop: keep the model's state as it was after decode step ``step`` of
+        the last read (-1: before the first). Attention models need nothing (later cache rows are simply
+        overwritten). Returns whether the state is now that one (False: the engine forgets what the cache holds)."""
+        return self.rewindable
+
     def _head(self, head):
         return [head, self.sampler_plan] if self.sampler_plan is not None else [head]
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..reference import ReferenceModel
 from ..sampling import RING, SamplingParams, sample_numpy, uniform
+from .base import LOG_SIZE
 
 
 class CPUDevice:
@@ -62,7 +63,7 @@ class CPUModel:
         self.sampler_plan = None
         self.passes = 0
         self.logits = None
-        self._log = [0] * 256
+        self._log = [0] * LOG_SIZE
         self._next = 0
 
     def make_sampler(self):
@@ -84,6 +85,11 @@ class CPUModel:
         if with_head:
             self.logits = logits
             self._next = self._log[0] = self._head(logits, pos0 + len(ids))
+
+    max_steps_per_read = LOG_SIZE
+
+    def keep_state(self, step: int) -> bool:
+        return self.rewindable          # the reference's LFM2 conv state is not snapshotted
 
     def decode(self, pos: int, out_index: int):
         self.passes += 1
