@@ -182,8 +182,25 @@ def rope(heads: int, head_dim: int, neox: bool, at_pos: bool) -> str:
     return build("rope", HEADS=heads, HD=head_dim, NEOX=neox, AT_POS=at_pos)
 
 
+def attention_tile(head_dim: int) -> tuple[int, int]:
+    """(ROWS, BK) of attention.wgsl: query rows a workgroup (one thread per vec4 of each row's output, at most 256
+    threads) and keys a tile: as many as fit 16 KiB of workgroup memory beside the rows' queries and scores, at most
+    ROWS so that each thread fetches at most one vec4 of the tile's keys and one of its values."""
+    d4 = head_dim // 4
+    rows = 256 // d4
+    words = 4096 - rows * (d4 * 4 + 1)            # f32 words left beside the queries (and one per row's scores)
+    return rows, min(rows, words // ((2 * d4 + 1) * 4 + rows))   # a key: padded key row, value row, a score a row
+
+
 def attention(heads: int, kv_heads: int, head_dim: int, scale: float) -> str:
-    return build("attention", includes=("attention_common",), HEADS=heads, KV_HEADS=kv_heads, HD=head_dim, SCALE=float(scale))
+    rows, keys = attention_tile(head_dim)
+    return build("attention", HEADS=heads, KV_HEADS=kv_heads, HD=head_dim, SCALE=float(scale), ROWS=rows, BK=keys)
+
+
+def attention_groups(heads: int, kv_heads: int, head_dim: int, T: int) -> tuple[int, int, int]:
+    """Dispatch of attention.wgsl for passes of up to T tokens: per KV head, the T * heads / kv_heads query rows."""
+    rows = attention_tile(head_dim)[0]
+    return (kv_heads, -(-T * (heads // kv_heads) // rows), 1)
 
 
 def swiglu(F: int) -> str:

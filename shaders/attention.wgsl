@@ -1,91 +1,113 @@
-// Causal grouped-query attention over the KV cache, for each token t of the pass and each query head h:
-//   n = step.pos0 + t + 1 (keys up to and including its own position), g = h / (HEADS / KV_HEADS),
+// Causal grouped-query attention over the KV cache for a prompt chunk (decoding uses attention_decode.wgsl), for each
+// token t of the pass and each query head h:
+//   n = step.pos0 + t + 1 (keys up to and including its own position), g = h / G (G = HEADS / KV_HEADS),
 //   out[t, h, :] = sum_j softmax_j(SCALE * Q[t, h, :] · Kc[j, g, :]) * Vc[j, g, :]   for j < n.
-// Keys are taken in chunks of CHUNK with an online softmax (running max and sum), so any context length works
-// with a fixed amount of workgroup memory. Scores: one thread a key. Weighted values: the 256 threads form
-// 256 / (HD/4) key groups, each thread summing one vec4 of the head over every (key group)-th key; the groups'
-// partial sums meet once at the end.
+// Flash-attention style: a workgroup takes ROWS query rows of one KV head g. The pass's rows of group g are taken
+// token-major over the G query heads that share g's keys and values: row i is token i / G, head g * G + i % G.
+// Thread (r, c) (r < ROWS, c < D4) works on row r and owns vec4 c of its output. Keys come in tiles of BK: the
+// tile's keys and values are stored in workgroup memory once for all rows (the next tile's are fetched into
+// registers meanwhile); thread c of a row scores the row's keys c, c + D4, ... of the tile; then each thread of the
+// row updates the row's online softmax (running max m and sum l) and its vec4 of the weighted value sum. A row stops
+// at its own causal limit; the workgroup runs to its last row's. Workgroups take the rows from the end (y = 0 the
+// last ROWS), so those with the most keys start first (H200: 165 -> 139 us at 512 tokens, BENCHMARKS.md).
 //
-// Constants: HEADS, KV_HEADS, HD (head size: a multiple of 4, at most 1024), SCALE (f32, usually 1/sqrt(HD)).
+// Constants: HEADS, KV_HEADS, HD (head size: a multiple of 4, at most 1024), SCALE (f32, usually 1/sqrt(HD)),
+//   ROWS (query rows a workgroup, at most 256 / (HD / 4)), BK (keys a tile, at most ROWS): kernels.attention_tile.
 // Bindings:
 //   0 Q:   array<vec4<f32>>     [n_tokens, HEADS * HD / 4]
-//   1 Kc:  array<vec4<f32>>     [context, KV_HEADS * HD / 4]   (rows < step.seq_len are filled)
+//   1 Kc:  array<vec4<f32>>     [context, KV_HEADS * HD / 4]   (rows < step.pos0 + step.n_tokens are filled)
 //   2 Vc:  array<vec4<f32>>     [context, KV_HEADS * HD / 4]
 //   3 O:   array<vec4<f32>>     [n_tokens, HEADS * HD / 4]
 //   4 step: uniform Step
-// Dispatch: (HEADS, n_tokens_max): one workgroup of 256 threads per (head, token); tokens past the pass's end
-// return at once.
+// Dispatch: (KV_HEADS, ceil(n_tokens_max * G / ROWS)) (kernels.attention_groups), ROWS * HD / 4 threads a
+// workgroup; rows of tokens past step.n_tokens write nothing.
 @group(0) @binding(0) var<storage, read> Q: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read> Kc: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read> Vc: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> O: array<vec4<f32>>;
 @group(0) @binding(4) var<uniform> step: Step;
 
-const WG: u32 = 256u;
-const CHUNK: u32 = 256u;
 const D4: u32 = HD / 4u;          // vec4s a head
-const VG: u32 = WG / D4;          // key groups in the value sum
+const G: u32 = HEADS / KV_HEADS;  // query heads a KV head
+const WG: u32 = ROWS * D4;
+const KP: u32 = D4 + 1u;          // vec4s a key in ks: padded so threads scoring consecutive keys read other banks
+const SP: u32 = BK + 1u;          // scores a row in s
+const KPT: u32 = (BK + D4 - 1u) / D4;   // keys a thread scores
 
-var<workgroup> q: array<vec4<f32>, D4>;
-var<workgroup> p: array<f32, CHUNK>;
-var<workgroup> part: array<vec4<f32>, WG>;
+var<workgroup> qs: array<vec4<f32>, WG>;       // the rows' queries
+var<workgroup> ks: array<vec4<f32>, BK * KP>;  // the tile's keys
+var<workgroup> vs: array<vec4<f32>, BK * D4>;  // and values
+var<workgroup> s: array<f32, ROWS * SP>;       // the rows' scores of the tile
 
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
-    let h = wid.x;
-    let t = wid.y;
-    if (t >= step.n_tokens) {
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) tid: u32) {
+    let g = wid.x;
+    let row0 = (nwg.y - 1u - wid.y) * ROWS;   // the last rows (the most keys) first
+    if (row0 / G >= step.n_tokens) {
         return;
     }
-    let g = h / (HEADS / KV_HEADS);
-    let n = step.pos0 + t + 1u;
+    let r = tid / D4;
+    let c = tid % D4;
+    let t = (row0 + r) / G;
+    let h = g * G + (row0 + r) % G;
+    let tq = min(t, step.n_tokens - 1u);   // rows past the pass's end compute its last token's and write nothing
+    qs[tid] = Q[(tq * HEADS + h) * D4 + c];
+    let n = step.pos0 + tq + 1u;
+    let n_max = step.pos0 + min((row0 + ROWS - 1u) / G, step.n_tokens - 1u) + 1u;
+    // thread (r, c) with r < BK loads vec4 c of key r of each tile
     let kv_stride = KV_HEADS * D4;
-    for (var d = tid; d < D4; d += WG) {
-        q[d] = Q[t * HEADS * D4 + h * D4 + d];
+    let col = g * D4 + c;
+    let loads = r < BK;
+    var k_next = vec4<f32>(0.0);
+    var v_next = vec4<f32>(0.0);
+    if (loads && r < n_max) {
+        k_next = Kc[r * kv_stride + col];
+        v_next = Vc[r * kv_stride + col];
     }
-    workgroupBarrier();
-
-    let lane = tid % D4;              // this thread's vec4 of the head in the value sum
-    let grp = tid / D4;               // and its key group
     var m = -3.0e38;                  // running max
     var l = 0.0;                      // running sum of exp
     var acc = vec4<f32>(0.0);
-    for (var c0 = 0u; c0 < n; c0 += CHUNK) {
-        let cn = min(CHUNK, n - c0);
-        var local_max = -3.0e38;
-        for (var j = tid; j < cn; j += WG) {
-            let k = (c0 + j) * kv_stride + g * D4;
-            var s = 0.0;
-            for (var d = 0u; d < D4; d++) {
-                s += dot(q[d], Kc[k + d]);
-            }
-            s *= SCALE;
-            p[j] = s;
-            local_max = max(local_max, s);
+    for (var k0 = 0u; k0 < n_max; k0 += BK) {
+        if (loads) {
+            ks[r * KP + c] = k_next;
+            vs[r * D4 + c] = v_next;
         }
-        let m_new = max(m, reduce(tid, local_max, true));
-        var local_sum = 0.0;
-        for (var j = tid; j < cn; j += WG) {
-            let e = exp(p[j] - m_new);
-            p[j] = e;
-            local_sum += e;
+        workgroupBarrier();
+        let key = k0 + BK + r;
+        if (loads && key < n_max) {
+            k_next = Kc[key * kv_stride + col];
+            v_next = Vc[key * kv_stride + col];
+        }
+        let jn = select(0u, min(BK, n - k0), n > k0);   // the row's keys in this tile
+        for (var i = 0u; i < KPT; i++) {
+            let j = c + i * D4;
+            if (j < jn) {
+                var dv = vec4<f32>(0.0);
+                for (var d = 0u; d < D4; d++) {
+                    dv += qs[r * D4 + d] * ks[j * KP + d];
+                }
+                s[r * SP + j] = SCALE * ((dv.x + dv.y) + (dv.z + dv.w));
+            }
+        }
+        workgroupBarrier();
+        // loops of constant length, the scores of keys past jn masked
+        var m_new = m;
+        for (var j = 0u; j < BK; j++) {
+            m_new = select(m_new, max(m_new, s[r * SP + j]), j < jn);
         }
         let alpha = exp(m - m_new);
-        l = l * alpha + reduce(tid, local_sum, false);   // the barriers inside also publish p[]
+        l *= alpha;
         acc *= alpha;
-        if (grp < VG) {
-            acc = weigh_values(acc, c0, cn, grp, kv_stride, g * D4 + lane);
+        for (var j = 0u; j < BK; j++) {
+            let p = select(0.0, exp(s[r * SP + j] - m_new), j < jn);
+            l += p;
+            acc += p * vs[j * D4 + c];
         }
         m = m_new;
         workgroupBarrier();
     }
-    part[tid] = acc;
-    workgroupBarrier();
-    if (tid < D4) {
-        var sum = vec4<f32>(0.0);
-        for (var i = 0u; i < VG; i++) {
-            sum += part[i * D4 + tid];
-        }
-        O[t * HEADS * D4 + h * D4 + tid] = sum / l;
+    if (t < step.n_tokens) {
+        O[(t * HEADS + h) * D4 + c] = acc / l;
     }
 }

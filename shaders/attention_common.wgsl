@@ -1,5 +1,4 @@
-// Pieces shared by the attention kernels (attention.wgsl, attention_decode.wgsl; included by cera_web/kernels.py
-// after the kernel). They use the kernel's WG (threads per workgroup, a power of two), VG (key groups of the value
+// Pieces of the decode attention kernel (attention_decode.wgsl; included by cera_web/kernels.py after the kernel). They use the kernel's WG (threads per workgroup, a power of two), VG (key groups of the value
 // sum), its value cache Vc: array<vec4<f32>> and its probabilities p: array<f32, CHUNK>.
 
 // Workgroup-wide reduction. Every thread must call it (it has barriers); all get the result: the sum, or the maximum

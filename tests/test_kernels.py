@@ -225,7 +225,7 @@ def test_attention_decode_equals_rope_store_then_attention(dev, QH, KVH, D, pos,
     Q, Kc, Vc, O = dev.create_buffer(QH * D * 4), f32_buffer(dev, cache_k), f32_buffer(dev, cache_v), \
         dev.create_buffer(QH * D * 4)
     run(dev, kernels.rope_store(QH, KVH, D, neox, qk_norm, eps), ins + [Q, Kc, Vc, step], (QH + 2 * KVH, 1, 1))
-    run(dev, kernels.attention(QH, KVH, D, scale), [Q, Kc, Vc, O, step], (QH, 1, 1))
+    run(dev, kernels.attention(QH, KVH, D, scale), [Q, Kc, Vc, O, step], kernels.attention_groups(QH, KVH, D, 1))
     # fused path, on its own copy of the cache
     Kc2, Vc2, O2 = f32_buffer(dev, cache_k), f32_buffer(dev, cache_v), dev.create_buffer(QH * D * 4)
     run(dev, kernels.attention_decode(QH, KVH, D, neox, scale, qk_norm, eps), ins + [Kc2, Vc2, O2, step],
@@ -235,18 +235,26 @@ def test_attention_decode_equals_rope_store_then_attention(dev, QH, KVH, D, pos,
     np.testing.assert_allclose(read(dev, Vc2, ctx * KVH * D), read(dev, Vc, ctx * KVH * D), atol=1e-6)
 
 
-@pytest.mark.parametrize("H,KV,D,pos0,T", [(9, 3, 64, 0, 5), (4, 1, 32, 300, 3), (2, 2, 128, 0, 1)])
-def test_attention(dev, H, KV, D, pos0, T):
+# GQA ratios 1, 2, 3; head sizes 32, 64, 128 (and 36: a row of 9 vec4s) with 32, 16, 8, 28 query rows a workgroup,
+# so T and T * H / KV are mostly not multiples of it; earlier chunks in the cache (pos0 > 0) and a first chunk
+# (keys tiles of 30, 16, 8, 28 then end inside a tile); T_max > T: rows of tokens past the pass must not write
+@pytest.mark.parametrize("H,KV,D,pos0,T,T_max", [(9, 3, 64, 0, 5, 5), (9, 3, 64, 37, 21, 24), (4, 1, 32, 300, 3, 3),
+                                                 (2, 2, 128, 0, 1, 1), (4, 2, 128, 13, 19, 25), (6, 3, 32, 70, 45, 50),
+                                                 (3, 3, 64, 511, 17, 17), (4, 4, 36, 5, 29, 32)])
+def test_attention(dev, H, KV, D, pos0, T, T_max):
     ctx = pos0 + T + 4
     rng = np.random.default_rng(5)
-    q = rng.standard_normal((T, H, D)).astype(np.float32)
+    q = rng.standard_normal((T_max, H, D)).astype(np.float32)
     k = rng.standard_normal((ctx, KV, D)).astype(np.float32)
     v = rng.standard_normal((ctx, KV, D)).astype(np.float32)
+    k[pos0 + T:] = np.nan   # cache rows past the pass are not filled
+    v[pos0 + T:] = np.nan
     bufs = [upload(dev, a) for a in (q, k, v)]
-    O = dev.create_buffer(q.nbytes)
+    O = upload(dev, np.full_like(q, 7.0))
     scale = 1 / math.sqrt(D)
-    run(dev, kernels.attention(H, KV, D, scale), bufs + [O, step_buffer(dev, T, pos0)], (H, T, 1))
-    want = np.zeros_like(q)
+    run(dev, kernels.attention(H, KV, D, scale), bufs + [O, step_buffer(dev, T, pos0)],
+        kernels.attention_groups(H, KV, D, T_max))
+    want = np.full_like(q, 7.0)
     for t in range(T):
         n = pos0 + t + 1
         for h in range(H):

@@ -187,7 +187,8 @@ class LlamaModel(GPUModel):
                     [self.qkv, bias, qk_gain, self.freq, self.q, self.k_cache[i], self.v_cache[i], self.step],
                     (a.heads + 2 * a.kv_heads, T, 1), "rope")
             rec.add(kernels.attention(a.heads, a.kv_heads, a.head_dim, scale),
-                    [self.q, self.k_cache[i], self.v_cache[i], self.att, self.step], (a.heads, T, 1), "attention")
+                    [self.q, self.k_cache[i], self.v_cache[i], self.att, self.step],
+                    kernels.attention_groups(a.heads, a.kv_heads, a.head_dim, T), "attention")
         self.linear(rec, T, p + "attn_output.weight", self.att, self.x, accum=True)
 
     def ffn_block(self, rec, T, i):
