@@ -48,6 +48,21 @@ fn xin(i: u32) -> vec4<f32> {
     return X[i];
 }
 
+// Block b of a row's terms for token t: (W[row] · xin, with GLU W[row + N] · xin, the sum of squares of X there).
+fn block_terms(row: u32, b: u32, t: u32) -> vec4<f32> {
+    let x = t * K4 + b * (BLOCK / 4u);
+    var d = vec4<f32>(block_dot(row, b, x), 0.0, 0.0, 0.0);
+    if (GLU) {
+        d.y = block_dot(row + N, b, x);
+    }
+    if (NORM) {
+        for (var e = 0u; e < BLOCK / 4u; e++) {
+            d.z += dot(X[x + e], X[x + e]);
+        }
+    }
+    return d;
+}
+
 // Each thread accumulates, per token of the batch, a vec4 (its share of the row's dot product, of the GLU up row's,
 // of the sum of squares of X for the norm, unused). A row's LANES threads together cover every block of the row,
 // so one reduction over the lanes gives all three: one tree of barriers instead of one per quantity.
@@ -66,21 +81,26 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         var acc: array<vec4<f32>, TB>;
         for (var i = 0u; i < TB; i++) { acc[i] = vec4<f32>(0.0); }   // explicit: some compilers hoist vars
         if (valid) {
-            for (var b = lane; b < NB; b += LANES) {
+            // four of this thread's blocks at a time, so that their loads are in flight together (a long row is
+            // otherwise bound by one load's latency after another), then the rest one by one
+            var b = lane;
+            for (; b + 3u * LANES < NB; b += 4u * LANES) {
                 for (var i = 0u; i < TB; i++) {
                     let t = t0 + i;
                     if (t < t_end) {
-                        let x = t * K4 + b * (BLOCK / 4u);
-                        var d = vec4<f32>(block_dot(row, b, x), 0.0, 0.0, 0.0);
-                        if (GLU) {
-                            d.y = block_dot(row + N, b, x);
-                        }
-                        if (NORM) {
-                            for (var e = 0u; e < BLOCK / 4u; e++) {
-                                d.z += dot(X[x + e], X[x + e]);
-                            }
-                        }
-                        acc[i] += d;
+                        let d0 = block_terms(row, b, t);
+                        let d1 = block_terms(row, b + LANES, t);
+                        let d2 = block_terms(row, b + 2u * LANES, t);
+                        let d3 = block_terms(row, b + 3u * LANES, t);
+                        acc[i] += (d0 + d1) + (d2 + d3);
+                    }
+                }
+            }
+            for (; b < NB; b += LANES) {
+                for (var i = 0u; i < TB; i++) {
+                    let t = t0 + i;
+                    if (t < t_end) {
+                        acc[i] += block_terms(row, b, t);
                     }
                 }
             }
