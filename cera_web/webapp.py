@@ -125,7 +125,7 @@ def fit_report(gguf, limits: dict, context_size: int = CONTEXT_SIZE) -> dict:
     returns {weights, kv_cache, largest_tensor, largest_bytes, buffer_limit, split} (bytes; split: the names of the
     tensors that will be split). WebGPU does not say how much memory a GPU has in all, so the total is reported,
     not checked: the browser reports a failed allocation at upload."""
-    from .models.base import SPLIT_ROWS
+    from .models.base import SPLIT_ROWS, smallest_piece
     binding = int(limits.get("max-storage-buffer-binding-size", 1 << 27))
     max_buffer = int(limits.get("max-buffer-size", 1 << 28))
     cap = min(binding, max_buffer)
@@ -134,18 +134,15 @@ def fit_report(gguf, limits: dict, context_size: int = CONTEXT_SIZE) -> dict:
     largest = max(tensors, key=lambda t: t.nbytes, default=None)
     kv_layer, kv_total = _kv_estimate(gguf, context_size)
 
-    def least(t):     # the smallest buffer tensor t can live in: SPLIT_ROWS of its rows, or all of a 1-D tensor
-        rows = t.shape[-1] if len(t.shape) > 1 else 1
-        return min(t.nbytes, t.nbytes // rows * SPLIT_ROWS) if rows > 1 else t.nbytes
-
-    worst = max(tensors, key=least, default=None)
-    if worst is not None and least(worst) > cap:
+    worst = max(tensors, key=smallest_piece, default=None)
+    need = smallest_piece(worst) if worst is not None else 0
+    if need > cap:
         piece = f"{SPLIT_ROWS} of its rows" if len(worst.shape) > 1 else "a vector cannot be split"
         raise UnsupportedModelError(
             f"tensor {worst.name!r} ({worst.type.name}, shape {list(worst.shape)}) needs a GPU buffer of at least "
-            f"{_mib(least(worst))} ({piece}), but this GPU binds at most {_mib(cap)} at once ({limit_name} = {cap} "
-            f"bytes): needed {least(worst)} bytes, available {cap}. Use a smaller model, or a browser or GPU with a "
-            f"larger {limit_name}")
+            f"{_mib(need)} ({piece}), but this GPU binds at most {_mib(cap)} at once ({limit_name} = {cap} bytes): "
+            f"needed {need} bytes, available {cap}. Use a smaller model, or a browser or GPU with a larger "
+            f"{limit_name}")
     split = [t.name for t in tensors if t.nbytes > cap]
     report = {"weights": sum(t.nbytes for t in tensors), "kv_cache": kv_total,
               "largest_tensor": largest.name if largest else None, "largest_bytes": largest.nbytes if largest else 0,
@@ -233,20 +230,19 @@ async def prepare(limits_json: str = "", cpu: bool = False) -> bool:
 async def load(array_buffer, name: str, origin: str = "download") -> bool:
     """Load a model from a JS ArrayBuffer (in the browser). Returns whether it succeeded. origin: where the bytes
     came from ('download', 'cache', 'file'), passed on in the 'ready' message."""
-    try:
-        from .gpu.browser import ArrayBufferSource
-        source = ArrayBufferSource(array_buffer, name)
-    except Exception as exc:
-        _report(exc, "load")
-        return False
-    return await load_source(source, origin)
+    from .gpu.browser import ArrayBufferSource
+    return await _load_from(ArrayBufferSource, array_buffer, name, origin)
 
 
 async def load_blob(blob, name: str, origin: str = "file") -> bool:
     """Load a model from a JS Blob or File (in a worker), read a slice at a time. Returns whether it succeeded."""
+    from .gpu.browser import BlobSource
+    return await _load_from(BlobSource, blob, name, origin)
+
+
+async def _load_from(source_class, data, name: str, origin: str) -> bool:
     try:
-        from .gpu.browser import BlobSource
-        source = BlobSource(blob, name)
+        source = source_class(data, name)
     except Exception as exc:
         _report(exc, "load")
         return False

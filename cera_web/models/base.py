@@ -19,6 +19,13 @@ LOG_SIZE = 256      # token log entries (steps that can run between two readback
 SPLIT_ROWS = 16     # a tensor split across buffers is split at multiples of this many rows (see GPUModel.pieces)
 
 
+def smallest_piece(info) -> int:
+    """The fewest bytes a buffer holding part of tensor ``info`` needs: SPLIT_ROWS of its rows (all of it when it has
+    no more, or is 1-D: a vector is not split)."""
+    rows = info.shape[-1] if len(info.shape) > 1 else 1
+    return min(info.nbytes, info.nbytes // rows * SPLIT_ROWS)
+
+
 class Recorder:
     """Collects (pipeline, bind group, workgroups) triples; kernels are compiled through the device's cache."""
 
@@ -80,16 +87,6 @@ class GPUModel:
         return min(int(limits.get("max-storage-buffer-binding-size", 1 << 27)),
                    int(limits.get("max-buffer-size", 1 << 28)))
 
-    def weight(self, name: str):
-        """The GPU buffer holding tensor ``name`` exactly as packed in the file (uploaded on first use), for kernels
-        that need the whole tensor in one binding; see pieces() for the row ranges of a tensor split across buffers."""
-        parts = self.pieces(name)
-        if len(parts) > 1:
-            raise UnsupportedModelError(
-                f"tensor {name!r} ({self.gguf.tensor(name).nbytes} bytes) is split across {len(parts)} GPU buffers "
-                f"(this GPU binds at most {self.buffer_limit} bytes at once), and its kernel needs it whole")
-        return parts[0][0]
-
     def pieces(self, name: str) -> list:
         """Tensor ``name`` on the GPU as [(buffer, first row, rows)], exactly as packed in the file (uploaded on
         first use). One buffer when it fits the device's buffer limit; otherwise consecutive ranges of whole rows,
@@ -105,13 +102,13 @@ class GPUModel:
             if info.nbytes <= limit:
                 ranges = [(0, rows)]
             else:
-                most = limit // row_bytes // SPLIT_ROWS * SPLIT_ROWS
-                if len(info.shape) < 2 or most == 0:
-                    need = row_bytes * SPLIT_ROWS if len(info.shape) > 1 else info.nbytes
+                need = smallest_piece(info)
+                if need > limit:
                     raise UnsupportedModelError(
                         f"tensor {name!r} ({info.type.name}, shape {list(info.shape)}) needs GPU buffers of at least "
                         f"{need} bytes ({SPLIT_ROWS} rows), but this GPU binds at most {limit} bytes at once: use a "
                         f"GPU or browser with a larger maxStorageBufferBindingSize")
+                most = limit // row_bytes // SPLIT_ROWS * SPLIT_ROWS
                 count = -(-rows // most)
                 per = -(-rows // count // SPLIT_ROWS) * SPLIT_ROWS           # <= most: most is a multiple too
                 ranges = [(r0, min(per, rows - r0)) for r0 in range(0, rows, per)]
@@ -119,12 +116,9 @@ class GPUModel:
             for r0, n in ranges:
                 label = name if len(ranges) == 1 else f"{name}[{r0}:{r0 + n}]"
                 buf = self.dev.create_buffer(n * row_bytes, label=label)
-                self.dev.copy_into(buf, 0, self.source, info.offset + r0 * row_bytes, n * row_bytes)
+                self._upload(buf, 0, info.offset + r0 * row_bytes, n * row_bytes)
                 self.weights[label] = buf
                 parts.append((buf, r0, n))
-                self._uploaded += n * row_bytes
-                if self.on_progress:
-                    self.on_progress("upload", self._uploaded, max(self._to_upload, self._uploaded))
             self._pieces[name] = parts
         return parts
 
@@ -158,13 +152,17 @@ class GPUModel:
             buf = self.dev.create_buffer(total, label=key)
             at = 0
             for info in infos:
-                self.dev.copy_into(buf, at, self.source, info.offset, info.nbytes)
+                self._upload(buf, at, info.offset, info.nbytes)
                 at += info.nbytes
-                self._uploaded += info.nbytes
             self.weights[key] = buf
-            if self.on_progress:
-                self.on_progress("upload", self._uploaded, max(self._to_upload, self._uploaded))
         return buf
+
+    def _upload(self, buf, at: int, offset: int, nbytes: int):
+        """Copy nbytes of the file from offset into buf at byte at, counting them for the progress report."""
+        self.dev.copy_into(buf, at, self.source, offset, nbytes)
+        self._uploaded += nbytes
+        if self.on_progress:
+            self.on_progress("upload", self._uploaded, max(self._to_upload, self._uploaded))
 
     def check_weight(self, name: str, rows: int, cols: int, why: str):
         """Raise UnsupportedModelError unless 2-D weight ``name`` is rows x cols (what the metadata implies)."""
@@ -240,7 +238,11 @@ class GPUModel:
     def decode(self, pos: int, out_index: int):
         """Submit one decode step: the token in tokens[0] at position pos; its successor goes to log[out_index]."""
         self.set_step(1, pos, out_index)
-        self.dev.submit([self.plan_decode, *self._head(self.plan_head_decode)])
+        self.dev.submit([self.plan_decode, *self._head(self.plan_head_decode)], self.step_copies(out_index))
+
+    def step_copies(self, out_index: int) -> list:
+        """Buffer copies to run after decode step out_index of a read (see keep_state): none for attention models."""
+        return []
 
     async def read_log(self, n: int) -> list[int]:
         raw = await self.dev.read(self.log, 0, 4 * n)

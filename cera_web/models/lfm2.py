@@ -134,6 +134,7 @@ class Lfm2Model(QwenModel):
         self.conv_out = dev.create_buffer(4 * T * H, label="conv out")       # [T, hidden] C * conv(B * x)
         self.logits = dev.create_buffer(4 * a.vocab, label="logits")         # [vocab], last token only
         # per layer: KV cache [context, kv_dim] (attention) or conv taps [H, L] and state [L - 1, H] (conv)
+        self._state_bytes = 4 * (a.l_cache - 1) * H     # one conv layer's state: [L - 1, hidden] floats
         # conv_snap: each conv layer's state after each decode step of a read (keep_state restores one of them)
         self.k_cache, self.v_cache, self.conv_w, self.conv_state, self.conv_snap = {}, {}, {}, {}, {}
         for i in range(a.n_layers):
@@ -142,8 +143,8 @@ class Lfm2Model(QwenModel):
                 self.v_cache[i] = dev.create_buffer(4 * context_size * kv_dim, label=f"v{i}")
             else:
                 self.conv_w[i] = self.f32_buffer(self.conv_taps(i), f"conv{i}")
-                self.conv_state[i] = dev.create_buffer(4 * (a.l_cache - 1) * H, label=f"conv state {i}")
-                self.conv_snap[i] = dev.create_buffer(4 * (a.l_cache - 1) * H * self.max_steps_per_read,
+                self.conv_state[i] = dev.create_buffer(self._state_bytes, label=f"conv state {i}")
+                self.conv_snap[i] = dev.create_buffer(self._state_bytes * self.max_steps_per_read,
                                                       label=f"conv state {i} after each step")
                 self.check_conv(i)
         freq = a.rope_theta ** (-np.arange(0, a.head_dim, 2, dtype=np.float64) / a.head_dim)
@@ -196,18 +197,16 @@ class Lfm2Model(QwenModel):
     # read can be rewound to its last step (a chat's next turn then continues from it instead of starting over)
     max_steps_per_read = 32
 
-    def decode(self, pos: int, out_index: int):
-        """One decode step (see GPUModel.decode), then a copy of every conv state into slot out_index."""
-        self.set_step(1, pos, out_index)
-        n = 4 * (self.args.l_cache - 1) * self.args.hidden
-        copies = [(self.conv_state[i], 0, self.conv_snap[i], out_index * n, n) for i in self.conv_state]
-        self.dev.submit([self.plan_decode, *self._head(self.plan_head_decode)], copies)
+    def step_copies(self, out_index: int) -> list:
+        """After decode step out_index: every conv state into its slot out_index."""
+        n = self._state_bytes
+        return [(self.conv_state[i], 0, self.conv_snap[i], out_index * n, n) for i in self.conv_state]
 
     def keep_state(self, step: int) -> bool:
         """Restore the conv states kept after decode step ``step`` of the last read (-1: not kept: False)."""
         if step < 0:
             return False
-        n = 4 * (self.args.l_cache - 1) * self.args.hidden
+        n = self._state_bytes
         self.dev.submit([], [(self.conv_snap[i], step * n, self.conv_state[i], 0, n) for i in self.conv_state])
         return True
 
