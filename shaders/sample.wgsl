@@ -135,8 +135,14 @@ fn before(ka: u32, ia: u32, kb: u32, ib: u32, by_id: bool) -> bool {
     return ka > kb || (ka == kb && ia < ib);
 }
 
-// Bitonic sort of the first n2 entries (n2 a power of two, uniform).
-fn sort_list(tid: u32, n2: u32, by_id: bool) {
+// Bitonic sort of the first n entries (n uniform), padded up to the next power of two with entries that sort last.
+fn sort_list(tid: u32, n: u32, by_id: bool) {
+    let n2 = next_pow2(n);
+    for (var j = n + tid; j < n2; j += WG) {
+        atomicStore(&tab[j], 0u);
+        atomicStore(&tab[CAP + j], NONE);
+    }
+    workgroupBarrier();
     for (var k = 2u; k <= n2; k <<= 1u) {
         for (var j = k >> 1u; j > 0u; j >>= 1u) {
             for (var i = tid; i < n2; i += WG) {
@@ -530,13 +536,7 @@ fn main(@builtin(local_invocation_index) tid: u32) {
                 uni = atomicLoad(&n_cand);
             }
             let n = workgroupUniformLoad(&uni);
-            let n2 = next_pow2(n);
-            for (var j = n + tid; j < n2; j += WG) {    // padding sorts last
-                atomicStore(&tab[j], 0u);
-                atomicStore(&tab[CAP + j], NONE);
-            }
-            workgroupBarrier();
-            sort_list(tid, n2, false);
+            sort_list(tid, n, false);
             prefix_sums(tid, n);
             if (tid == 0u) {
                 var t_k = 0u;
@@ -553,13 +553,7 @@ fn main(@builtin(local_invocation_index) tid: u32) {
                 uni = max(count_at_least(n, thr), 1u);
             }
             let n_keep = workgroupUniformLoad(&uni);
-            let n2k = next_pow2(n_keep);
-            for (var j = n_keep + tid; j < n2k; j += WG) {
-                atomicStore(&tab[j], 0u);
-                atomicStore(&tab[CAP + j], NONE);
-            }
-            workgroupBarrier();
-            sort_list(tid, n2k, true);
+            sort_list(tid, n_keep, true);
             prefix_sums(tid, n_keep);
             if (tid == 0u) {
                 let r = uniform01(pos) * hist[n_keep - 1u];
