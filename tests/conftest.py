@@ -96,6 +96,23 @@ def page(browser):
         context.close()
 
 
+@pytest.fixture
+def cancel_in_prefill(monkeypatch):
+    """cancel_in_prefill(engine): from now on each prefill chunk of engine's model runs, then cancels the engine
+    (as a person pressing Stop while the prompt is processed would); returns the list of chunk positions run."""
+    def patch(engine):
+        model, real, calls = engine.model, engine.model.prefill, []
+
+        def prefill(ids, pos0, with_head):
+            calls.append(pos0)
+            real(ids, pos0, with_head)
+            engine.cancel()
+
+        monkeypatch.setattr(model, "prefill", prefill)
+        return calls
+    return patch
+
+
 def pytest_collection_modifyitems(config, items):
     """Run the browser tests last. Fast tests fail first; and while the session's Playwright (sync API) is running it
     keeps an asyncio loop in the main thread, so tests that call asyncio.run() must not come after it starts."""

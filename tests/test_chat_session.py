@@ -67,7 +67,7 @@ def test_regenerate(engine, chat):
     assert c.tokens == second.tokens[:2] and c.stop_reason == "max_tokens"
 
 
-def test_cancel_keeps_partial_reply_and_prefill_cancel_drops_the_turn(engine, monkeypatch):
+def test_cancel_keeps_partial_reply_and_prefill_cancel_drops_the_turn(engine, monkeypatch, cancel_in_prefill):
     session = ChatSession(engine, system="Be brief.", params=GREEDY10)
     seen = []
 
@@ -85,14 +85,7 @@ def test_cancel_keeps_partial_reply_and_prefill_cancel_drops_the_turn(engine, mo
 
     # cancelled during prefill: the turn is dropped, the conversation is as before
     before = [dict(m) for m in session.messages]
-    model, real, calls = engine.model, engine.model.prefill, []
-
-    def prefill(ids, pos0, with_head):
-        calls.append(pos0)
-        real(ids, pos0, with_head)
-        session.cancel()
-
-    monkeypatch.setattr(model, "prefill", prefill)
+    calls = cancel_in_prefill(engine)
     res = run(session.send("Name one French cheese, and say where it comes from."))
     monkeypatch.undo()
     assert res.stop_reason == "cancelled" and res.tokens == [] and len(calls) == 1

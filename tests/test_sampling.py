@@ -333,7 +333,7 @@ def test_stop_strings_split_across_tokens(engine):
 
 
 @pytest.mark.gpu
-def test_cancel_mid_decode_and_during_prefill(engine, monkeypatch):
+def test_cancel_mid_decode_and_during_prefill(engine, monkeypatch, cancel_in_prefill):
     p = PROMPTS["raw_capital"]
     engine.steps_per_read = 4
     seen = []
@@ -349,14 +349,7 @@ def test_cancel_mid_decode_and_during_prefill(engine, monkeypatch):
 
     # during prefill: stops after the chunk in flight
     q = PROMPTS["chat_capital"]                          # 37 tokens: chunks of 8
-    model, real, calls = engine.model, engine.model.prefill, []
-
-    def prefill(ids, pos0, with_head):
-        calls.append(pos0)
-        real(ids, pos0, with_head)
-        engine.cancel()
-
-    monkeypatch.setattr(model, "prefill", prefill)
+    calls = cancel_in_prefill(engine)
     res = run(engine.generate(q["prompt_ids"], max_tokens=4))
     assert res.stop_reason == "cancelled" and res.tokens == [] and calls == [0]
     monkeypatch.undo()
