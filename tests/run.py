@@ -8,7 +8,8 @@ Sets up everything a fresh Debian machine with only python3 lacks, then runs pyt
    otherwise a warning says what to install.
 2. a virtual environment at .venv with `pip install -e '.[test]'`, redone only when pyproject.toml
    (or the Python version) changed since the last install.
-3. the pinned assets of assets.json (Pyodide, numpy for Pyodide, wheels, the default model).
+3. the pinned assets of assets.json (Pyodide, numpy for Pyodide, wheels, the default model and the real
+   checkpoints the model tests use).
 4. exec .venv/bin/python -m pytest with the given arguments.
 
 Standard library only; Python 3.11+.
@@ -100,7 +101,7 @@ def main(argv):
     install_system_packages()
     ensure_venv()
     say("checking the pinned assets (assets.json)")
-    run([VENV_PYTHON, "-m", "cera_web.assets"], cwd=ROOT)
+    run([VENV_PYTHON, "-m", "cera_web.assets", "--models"], cwd=ROOT)
     args = argv or ["-q"]
     cmd = [str(VENV_PYTHON), "-m", "pytest", *args]
     say("$ " + " ".join(cmd))

