@@ -1,4 +1,5 @@
-"""Byte-level BPE tokenizer built from GGUF metadata (`tokenizer.ggml.model == "gpt2"`).
+"""Tokenizers built from GGUF metadata: byte-level BPE (`tokenizer.ggml.model == "gpt2"`) and
+SentencePiece-style BPE (`"llama"`, e.g. Gemma 3).
 
 Encoding a string, in order (lone UTF-16 surrogates, which UTF-8 cannot carry, first become U+FFFD, as a
 browser's TextEncoder does):
@@ -29,8 +30,19 @@ Pre-tokenizers (names as llama.cpp's `tokenizer.ggml.pre`, aliases grouped as ll
   (`ignore_merges`), and BOS is added by default. llama.cpp maps "lfm2" to exactly this.
   "dbrx" and "smaug-bpe" use the same regex without those two defaults.
 - qwen2 style (qwen2, deepseek-r1-qwen, stablelm2, megrez): the Llama 3 regex with single digits.
-Not supported: SentencePiece ("llama"), WordPiece, Unigram and other `tokenizer.ggml.model` values,
-and pre-tokenizers with hand-made character ranges (deepseek-llm, deepseek-coder, ...).
+Not supported: WordPiece, Unigram and other `tokenizer.ggml.model` values, and pre-tokenizers with
+hand-made character ranges (deepseek-llm, deepseek-coder, ...).
+
+SentencePiece-style BPE (`tokenizer.ggml.model == "llama"`: tokens, `tokenizer.ggml.scores`, no merges) first
+turns every space into "▁" (as SentencePiece's normalizer does, so a user-defined token of spaces also matches a
+written "▁▁"), splits out special tokens as in step 1 (Gemma's user-defined tokens include runs of up to 31
+spaces, tabs and newlines and some HTML tags; leftmost-longest), then encodes each ordinary stretch without
+pre-tokenization ("▁" is put in front of a stretch that starts the text or follows a special token when
+`tokenizer.ggml.add_space_prefix`): the stretch starts as one
+symbol per character, and the adjacent pair whose concatenation is a normal or user-defined token with the
+highest score is merged (leftmost on ties) until no pair is a token. A symbol left that is no token (a character
+outside the vocabulary) becomes its UTF-8 bytes as `<0xNN>` tokens. Decoding maps "▁" back to a space and
+`<0xNN>` tokens to their byte.
 
 Regexes run on the third-party `regex` module when it is importable, otherwise on the stdlib `re`
 module through exact translations of `\\p{L}`, `\\p{N}` and `\\s` (see unicode_classes.py). Both
@@ -193,12 +205,18 @@ class Tokenizer:
 
     def __init__(self, tokens, merges, token_types=None, *, pre="gpt2", bos_id=None, eos_id=None,
                  unk_id=None, pad_id=None, add_bos=None, add_eos=False, eog_ids=(),
-                 chat_template=None, regex_engine="auto"):
+                 chat_template=None, regex_engine="auto", model="gpt2", scores=None,
+                 add_space_prefix=False):
         """tokens: list[str] in the byte-level alphabet (control / user-defined tokens as plain text);
         merges: list[str] "left right" in priority order; token_types: GGUF token types (default all
         NORMAL); pre: pre-tokenizer name; add_bos None means the pre-tokenizer's default;
-        eog_ids: extra end-of-generation ids; regex_engine: "auto", "regex" or "re"."""
-        spec = PRE_TOKENIZERS.get(pre)
+        eog_ids: extra end-of-generation ids; regex_engine: "auto", "regex" or "re".
+        model "llama" (SentencePiece-style BPE): tokens use "▁" for spaces, `scores` (one float per token)
+        rank the merges, `merges` and `pre` are unused, add_bos defaults to True."""
+        if model not in ("gpt2", "llama"):
+            raise ValueError(f"model must be 'gpt2' or 'llama', not {model!r}")
+        self.model = model
+        spec = PRE_TOKENIZERS.get("default" if model == "llama" else pre)
         if spec is None:
             raise UnsupportedModelError(
                 f"pre-tokenizer tokenizer.ggml.pre = {pre!r} is not supported; supported names: "
@@ -247,7 +265,7 @@ class Tokenizer:
         self.eos_id = check("eos_token_id", eos_id)
         self.unk_id = check("unknown_token_id", unk_id)
         self.pad_id = check("padding_token_id", pad_id)
-        self.add_bos = spec.add_bos if add_bos is None else bool(add_bos)
+        self.add_bos = (spec.add_bos or model == "llama") if add_bos is None else bool(add_bos)
         self.add_eos = bool(add_eos)
         if self.add_bos and self.bos_id is None:
             raise GGUFFormatError("the tokenizer adds a BOS token but tokenizer.ggml.bos_token_id is missing")
@@ -267,12 +285,37 @@ class Tokenizer:
         self._special_user: dict[str, int] = {}
         for i, (t, ty) in enumerate(zip(self._tokens, self._types)):
             if t and ty in (CONTROL, UNKNOWN, USER_DEFINED):
+                if model == "llama":  # matched after spaces became "▁", as SentencePiece's normalizer does
+                    t = t.replace(" ", "\u2581")
                 self._special_any[t] = i
                 if ty == USER_DEFINED:
                     self._special_user[t] = i
 
         self._cache: dict[str, tuple[int, ...]] = {}
         self._bytes: list[bytes | None] = [None] * n  # per-id decoded bytes, filled lazily
+        if model == "llama":
+            self._init_spm(scores, add_space_prefix)
+
+    def _init_spm(self, scores, add_space_prefix):
+        """SentencePiece-style BPE: the mergeable pieces with their scores, and the <0xNN> byte tokens."""
+        if scores is None:
+            raise GGUFFormatError("tokenizer.ggml.model is 'llama' but tokenizer.ggml.scores is missing")
+        scores = list(scores)
+        if len(scores) != len(self._tokens):
+            raise GGUFFormatError(f"tokenizer.ggml.scores has {len(scores)} entries but tokenizer.ggml.tokens "
+                                  f"has {len(self._tokens)}; the model file is inconsistent")
+        self.add_space_prefix = bool(add_space_prefix)
+        self._pieces: dict[str, tuple[float, int]] = {}  # text -> (score, id): what merges may produce
+        self._byte_ids = [self.unk_id] * 256
+        for i, (t, ty) in enumerate(zip(self._tokens, self._types)):
+            if ty in (NORMAL, USER_DEFINED) and t not in self._pieces:
+                try:
+                    self._pieces[t] = (float(scores[i]), i)
+                except (TypeError, ValueError):
+                    raise GGUFFormatError(f"tokenizer.ggml.scores[{i}] should be a number, found "
+                                          f"{_describe(scores[i])}; the model file is corrupt") from None
+            elif ty == BYTE and len(t) == 6 and t.startswith("<0x") and t.endswith(">"):
+                self._byte_ids[int(t[3:5], 16)] = i
 
     # --- construction from a GGUF file ----------------------------------------------------------
 
@@ -289,20 +332,23 @@ class Tokenizer:
             if key in md and not isinstance(_meta_str(md[key]), str):
                 raise GGUFFormatError(f"{key} should be a string, found {_describe(md[key])}; the model file is "
                                       f"corrupt")
-        if model != "gpt2":
-            kinds = {"llama": "SentencePiece", "bert": "WordPiece", "t5": "Unigram", "rwkv": "RWKV"}
+        if model not in ("gpt2", "llama"):
+            kinds = {"bert": "WordPiece", "t5": "Unigram", "rwkv": "RWKV"}
             kind = kinds.get(model, "this")
             raise UnsupportedModelError(
                 f"tokenizer.ggml.model = {model!r}: {kind} tokenizers are not supported yet; only "
-                f"byte-level BPE ('gpt2', used by SmolLM2, Llama 3, Qwen2/3, LFM2) is. Use a model "
-                f"with a byte-level BPE tokenizer.")
-        if "tokenizer.ggml.merges" not in md:
+                f"byte-level BPE ('gpt2', used by SmolLM2, Llama 3, Qwen2/3, LFM2) and SentencePiece-style "
+                f"BPE ('llama', used by Gemma 3) are. Use a model with one of these tokenizers.")
+        if model == "gpt2" and "tokenizer.ggml.merges" not in md:
             raise GGUFFormatError("tokenizer.ggml.model is 'gpt2' but tokenizer.ggml.merges is missing")
+        if model == "llama" and "tokenizer.ggml.scores" not in md:
+            raise GGUFFormatError("tokenizer.ggml.model is 'llama' but tokenizer.ggml.scores is missing")
         types = md.get("tokenizer.ggml.token_type")
+        scores = md.get("tokenizer.ggml.scores")
         eog = [md[k] for k in ("tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id") if k in md]
         return cls(
             _meta_list(md["tokenizer.ggml.tokens"], "tokenizer.ggml.tokens"),
-            _meta_list(md["tokenizer.ggml.merges"], "tokenizer.ggml.merges"),
+            _meta_list(md.get("tokenizer.ggml.merges", []), "tokenizer.ggml.merges"),
             None if types is None else _meta_list(types, "tokenizer.ggml.token_type"),
             pre=_meta_str(md.get("tokenizer.ggml.pre", "default")),
             bos_id=md.get("tokenizer.ggml.bos_token_id"),
@@ -314,6 +360,10 @@ class Tokenizer:
             eog_ids=eog,
             chat_template=_meta_str(md.get("tokenizer.chat_template")),
             regex_engine=regex_engine,
+            model=model,
+            scores=None if scores is None else _meta_list(scores, "tokenizer.ggml.scores"),
+            add_space_prefix=bool(_meta_flag(md.get("tokenizer.ggml.add_space_prefix", model == "llama"),
+                                             "tokenizer.ggml.add_space_prefix")),
         )
 
     # --- vocabulary -----------------------------------------------------------------------------
@@ -357,6 +407,8 @@ class Tokenizer:
             text.encode("utf-8")
         except UnicodeEncodeError:
             text = _SURROGATE.sub("\ufffd", text)
+        if self.model == "llama":
+            text = text.replace(" ", "\u2581")
         ids: list[int] = []
         if add_special and self.add_bos:
             ids.append(self.bos_id)
@@ -388,6 +440,10 @@ class Tokenizer:
         cache = self._cache
         if len(cache) > 100_000:  # bound memory on long sessions; refills quickly
             cache.clear()
+        if self.model == "llama":
+            # every ordinary stretch starts the text or follows a special token
+            out.extend(self._spm_ids("\u2581" + text if self.add_space_prefix else text))
+            return
         for piece in self.pre_tokenize(text):
             ids = cache.get(piece)
             if ids is None:
@@ -415,6 +471,50 @@ class Tokenizer:
             ids.extend(vocab[ch] for ch in s if ch in vocab)
         return tuple(ids)
 
+    def _spm_ids(self, text: str) -> list[int]:
+        """SentencePiece-style BPE of one stretch (spaces already "▁"): merge the adjacent pair that forms the
+        highest-scoring piece (leftmost on ties) until none does; symbols that are no piece become byte tokens."""
+        pieces = self._pieces
+        sym: list[str | None] = list(text)
+        n = len(sym)
+        if n == 0:
+            return []
+        nxt = list(range(1, n + 1))
+        nxt[-1] = -1
+        prv = list(range(-1, n - 1))
+        heap = []
+
+        def push(i, j):
+            pair = sym[i] + sym[j]
+            hit = pieces.get(pair)
+            if hit is not None:
+                heapq.heappush(heap, (-hit[0], i, pair))
+
+        for i in range(n - 1):
+            push(i, i + 1)
+        while heap:
+            _, i, pair = heapq.heappop(heap)
+            j = nxt[i]
+            if sym[i] is None or j < 0 or sym[i] + sym[j] != pair:
+                continue  # stale: a side was merged since this pair was pushed
+            sym[i], sym[j] = pair, None
+            k = nxt[i] = nxt[j]
+            if k >= 0:
+                prv[k] = i
+                push(i, k)
+            if prv[i] >= 0:
+                push(prv[i], i)
+        ids = []
+        for s in sym:
+            if s is None:
+                continue
+            hit = pieces.get(s)
+            if hit is not None:
+                ids.append(hit[1])
+            else:  # byte fallback; a byte without a <0xNN> token becomes the unknown token (if any)
+                ids.extend(b for b in (self._byte_ids[c] for c in s.encode("utf-8")) if b is not None)
+        return ids
+
     # --- decoding -------------------------------------------------------------------------------
 
     def token_bytes(self, token_id: int) -> bytes:
@@ -425,6 +525,11 @@ class Tokenizer:
             text = self._tokens[token_id]
             if self._types[token_id] in (CONTROL, UNKNOWN, USER_DEFINED):
                 b = text.encode("utf-8")
+            elif self.model == "llama":  # SentencePiece: "▁" is a space, <0xNN> a byte
+                if self._types[token_id] == BYTE and len(text) == 6 and text.startswith("<0x"):
+                    b = bytes((int(text[3:5], 16),))
+                else:
+                    b = text.replace("\u2581", " ").encode("utf-8")
             else:  # byte-level alphabet back to bytes; a stray non-alphabet char keeps its UTF-8
                 c2b = CHAR_TO_BYTE
                 b = b"".join(bytes((c2b[c],)) if c in c2b else c.encode("utf-8") for c in text)

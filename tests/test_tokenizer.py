@@ -444,7 +444,9 @@ def test_stream_decoder_flush_dangling(smollm2):
 def test_errors():
     with pytest.raises(UnsupportedModelError, match="no tokenizer metadata"):
         Tokenizer.from_gguf(_Meta({"general.architecture": "llama"}))
-    with pytest.raises(UnsupportedModelError, match="SentencePiece"):
+    with pytest.raises(UnsupportedModelError, match="'t5': Unigram tokenizers are not supported"):
+        Tokenizer.from_gguf(_Meta({"tokenizer.ggml.model": "t5", "tokenizer.ggml.tokens": ["a"]}))
+    with pytest.raises(GGUFFormatError, match="'llama' but tokenizer.ggml.scores is missing"):
         Tokenizer.from_gguf(_Meta({"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": ["a"]}))
     with pytest.raises(UnsupportedModelError, match="'mystery-pre'"):
         _tiny("mystery-pre")
