@@ -63,6 +63,8 @@ def build(kernel: str, *, fmt=None, **consts) -> str:
     parts.append(_read("common.wgsl"))
     body = _read(kernel + ".wgsl")
     parts.append(body)   # WGSL declarations are order independent at module scope
+    if "gate_act(" in body:
+        parts.append(_read("gate_act.wgsl"))
     if fmt is not None:
         if fmt not in FORMATS:
             raise UnsupportedModelError(f"tensor type {GGMLType(fmt).name} has no GPU kernel yet")
@@ -76,10 +78,10 @@ def build(kernel: str, *, fmt=None, **consts) -> str:
 
 
 def matmul(fmt, K: int, N: int, *, norm=False, eps=0.0, accum=False, glu=False, last_only=False,
-           ystride=None, yoff=0, tokens=8, lanes=32) -> str:
+           ystride=None, yoff=0, tokens=8, lanes=32, gelu=False) -> str:
     """See matmul.wgsl. tokens: how many tokens share one pass over the weights (1 suits decode);
-    lanes: threads per row (32 on GPUs, 1 on CPU adapters)."""
-    return build("matmul", fmt=fmt, K=K, N=N, NORM=norm, EPS=float(eps), ACCUM=accum, GLU=glu,
+    lanes: threads per row (32 on GPUs, 1 on CPU adapters); gelu: GeGLU instead of SwiGLU (gate_act.wgsl)."""
+    return build("matmul", fmt=fmt, K=K, N=N, NORM=norm, EPS=float(eps), ACCUM=accum, GLU=glu, GELU=gelu,
                  LAST_ONLY=last_only, YSTRIDE=N if ystride is None else ystride, YOFF=yoff,
                  TB=1 if last_only else tokens, LANES=lanes)
 
@@ -123,13 +125,13 @@ TILES = [(64, 64, 1), (64, 32, 1), (64, 32, 2), (32, 32, 4)]   # the shapes tile
 
 
 def matmul_tiled(fmt, K: int, N: int, *, norm=False, eps=0.0, accum=False, glu=False, ystride=None, yoff=0,
-                 tile=(64, 64, 1)) -> str:
+                 tile=(64, 64, 1), gelu=False) -> str:
     """See matmul_tiled.wgsl: the prefill form of matmul (K a multiple of 32); tile: (rows, tokens, K groups), one
     of TILES, dispatched with tiled_groups(N, T, tile)."""
     if tuple(tile) not in TILES:
         raise ValueError(f"tile {tile}: not one of {TILES}")
     tr, tt, ks = tile
-    return build("matmul_tiled", fmt=fmt, K=K, N=N, NORM=norm, EPS=float(eps), ACCUM=accum, GLU=glu,
+    return build("matmul_tiled", fmt=fmt, K=K, N=N, NORM=norm, EPS=float(eps), ACCUM=accum, GLU=glu, GELU=gelu,
                  YSTRIDE=N if ystride is None else ystride, YOFF=yoff, TR=tr, TT=tt, KS=ks, U=TILED_UNROLL,
                  KT=tiled_step(tile, glu))
 
@@ -160,21 +162,23 @@ def rope_store(q_heads: int, kv_heads: int, head_dim: int, neox: bool, qk_norm: 
 
 
 def attention_decode(q_heads: int, kv_heads: int, head_dim: int, neox: bool, scale: float, qk_norm: bool = False,
-                     eps: float = 1e-6) -> str:
+                     eps: float = 1e-6, window: int = 0) -> str:
     """See attention_decode.wgsl. Keys are scored 1024 a pass (fewer passes, fewer barriers: 677 -> 701 tok/s on the
     H200, docs/bench/h200-s2-keys*.json), 256 for heads over 256 wide, which keeps workgroup memory under 16 KiB."""
     keys = 1024 if head_dim <= 256 else 256
     return build("attention_decode", QH=q_heads, KVH=kv_heads, HD=head_dim, NEOX=neox,
-                 QK_NORM=qk_norm, EPS=float(eps), SCALE=float(scale), KEYS=keys)
+                 QK_NORM=qk_norm, EPS=float(eps), SCALE=float(scale), KEYS=keys, WINDOW=window)
 
 
-def embed(fmt, K: int, N: int, *, row0: int = 0, vocab: int | None = None) -> str:
-    """See embed.wgsl: rows row0 .. row0 + N of a table of ``vocab`` rows (default: the whole table, N)."""
-    return build("embed", fmt=fmt, K=K, N=N, ROW0=row0, VOCAB=N if vocab is None else vocab)
+def embed(fmt, K: int, N: int, *, row0: int = 0, vocab: int | None = None, scale: float = 1.0) -> str:
+    """See embed.wgsl: rows row0 .. row0 + N of a table of ``vocab`` rows (default: the whole table, N), times
+    ``scale`` (Gemma: sqrt(K))."""
+    return build("embed", fmt=fmt, K=K, N=N, ROW0=row0, VOCAB=N if vocab is None else vocab, SCALE=float(scale))
 
 
-def rmsnorm(K: int, eps: float, rows_per_token: int = 1) -> str:
-    return build("rmsnorm", K=K, RPT=rows_per_token, EPS=float(eps))
+def rmsnorm(K: int, eps: float, rows_per_token: int = 1, accum: bool = False) -> str:
+    """See rmsnorm.wgsl; accum: Y += the normalised rows (a post-norm residual add, Gemma)."""
+    return build("rmsnorm", K=K, RPT=rows_per_token, EPS=float(eps), ACCUM=accum)
 
 
 def rope(heads: int, head_dim: int, neox: bool, at_pos: bool) -> str:
@@ -191,9 +195,11 @@ def attention_tile(head_dim: int) -> tuple[int, int]:
     return rows, min(rows, words // ((2 * d4 + 1) * 4 + rows))   # a key: padded key row, value row, a score a row
 
 
-def attention(heads: int, kv_heads: int, head_dim: int, scale: float) -> str:
+def attention(heads: int, kv_heads: int, head_dim: int, scale: float, window: int = 0) -> str:
+    """See attention.wgsl; window: keys limited to the last ``window`` positions (sliding-window layers; 0: all)."""
     rows, keys = attention_tile(head_dim)
-    return build("attention", HEADS=heads, KV_HEADS=kv_heads, HD=head_dim, SCALE=float(scale), ROWS=rows, BK=keys)
+    return build("attention", HEADS=heads, KV_HEADS=kv_heads, HD=head_dim, SCALE=float(scale), ROWS=rows, BK=keys,
+                 WINDOW=window)
 
 
 def attention_groups(heads: int, kv_heads: int, head_dim: int, T: int) -> tuple[int, int, int]:
@@ -202,8 +208,8 @@ def attention_groups(heads: int, kv_heads: int, head_dim: int, T: int) -> tuple[
     return (kv_heads, -(-T * (heads // kv_heads) // rows), 1)
 
 
-def swiglu(F: int) -> str:
-    return build("swiglu", F=F)
+def swiglu(F: int, gelu: bool = False) -> str:
+    return build("swiglu", F=F, GELU=gelu)
 
 
 def argmax(V: int) -> str:

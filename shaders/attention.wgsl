@@ -1,7 +1,8 @@
 // Causal grouped-query attention over the KV cache for a prompt chunk (decoding uses attention_decode.wgsl), for each
 // token t of the pass and each query head h:
 //   n = step.pos0 + t + 1 (keys up to and including its own position), g = h / G (G = HEADS / KV_HEADS),
-//   out[t, h, :] = sum_j softmax_j(SCALE * Q[t, h, :] · Kc[j, g, :]) * Vc[j, g, :]   for j < n.
+//   out[t, h, :] = sum_j softmax_j(SCALE * Q[t, h, :] · Kc[j, g, :]) * Vc[j, g, :]   for lo <= j < n,
+//   lo = 0, or n - WINDOW in a sliding-window layer (WINDOW > 0: a token sees the last WINDOW positions).
 // Flash-attention style: a workgroup takes ROWS query rows of one KV head g. The pass's rows of group g are taken
 // token-major over the G query heads that share g's keys and values: row i is token i / G, head g * G + i % G.
 // Thread (r, c) (r < ROWS, c < D4) works on row r and owns vec4 c of its output. Keys come in tiles of BK: the
@@ -12,7 +13,8 @@
 // last ROWS), so those with the most keys start first (H200: 165 -> 139 us at 512 tokens, BENCHMARKS.md).
 //
 // Constants: HEADS, KV_HEADS, HD (head size: a multiple of 4, at most 1024), SCALE (f32, usually 1/sqrt(HD)),
-//   ROWS (query rows a workgroup, at most 256 / (HD / 4)), BK (keys a tile, at most ROWS): kernels.attention_tile.
+//   ROWS (query rows a workgroup, at most 256 / (HD / 4)), BK (keys a tile, at most ROWS): kernels.attention_tile,
+//   WINDOW (0: global attention). With a window the workgroup starts at the tile holding its first row's lo.
 // Bindings:
 //   0 Q:   array<vec4<f32>>     [n_tokens, HEADS * HD / 4]
 //   1 Kc:  array<vec4<f32>>     [context, KV_HEADS * HD / 4]   (rows < step.pos0 + step.n_tokens are filled)
@@ -55,20 +57,23 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     qs[tid] = Q[(tq * HEADS + h) * D4 + c];
     let n = step.pos0 + tq + 1u;
     let n_max = step.pos0 + min((row0 + ROWS - 1u) / G, step.n_tokens - 1u) + 1u;
+    let n_min = step.pos0 + min(row0 / G, step.n_tokens - 1u) + 1u;      // the first row's key count
+    let lo = select(0u, n - WINDOW, WINDOW > 0u && n > WINDOW);          // this row's first key
+    let k_start = select(0u, (n_min - WINDOW) / BK * BK, WINDOW > 0u && n_min > WINDOW);
     // thread (r, c) with r < BK loads vec4 c of key r of each tile
     let kv_stride = KV_HEADS * D4;
     let col = g * D4 + c;
     let loads = r < BK;
     var k_next = vec4<f32>(0.0);
     var v_next = vec4<f32>(0.0);
-    if (loads && r < n_max) {
-        k_next = Kc[r * kv_stride + col];
-        v_next = Vc[r * kv_stride + col];
+    if (loads && k_start + r < n_max) {
+        k_next = Kc[(k_start + r) * kv_stride + col];
+        v_next = Vc[(k_start + r) * kv_stride + col];
     }
     var m = -3.0e38;                  // running max
     var l = 0.0;                      // running sum of exp
     var acc = vec4<f32>(0.0);
-    for (var k0 = 0u; k0 < n_max; k0 += BK) {
+    for (var k0 = k_start; k0 < n_max; k0 += BK) {
         if (loads) {
             ks[r * KP + c] = k_next;
             vs[r * D4 + c] = v_next;
@@ -79,10 +84,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             k_next = Kc[key * kv_stride + col];
             v_next = Vc[key * kv_stride + col];
         }
-        let jn = select(0u, min(BK, n - k0), n > k0);   // the row's keys in this tile
+        let jn = select(0u, min(BK, n - k0), n > k0);   // the row's keys in this tile: jl <= j < jn
+        let jl = select(0u, lo - k0, lo > k0);
         for (var i = 0u; i < KPT; i++) {
             let j = c + i * D4;
-            if (j < jn) {
+            if (j >= jl && j < jn) {
                 var dv = vec4<f32>(0.0);
                 for (var d = 0u; d < D4; d++) {
                     dv += qs[r * D4 + d] * ks[j * KP + d];
@@ -94,13 +100,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         // loops of constant length, the scores of keys past jn masked
         var m_new = m;
         for (var j = 0u; j < BK; j++) {
-            m_new = select(m_new, max(m_new, s[r * SP + j]), j < jn);
+            m_new = select(m_new, max(m_new, s[r * SP + j]), j >= jl && j < jn);
         }
         let alpha = exp(m - m_new);
         l *= alpha;
         acc *= alpha;
         for (var j = 0u; j < BK; j++) {
-            let p = select(0.0, exp(s[r * SP + j] - m_new), j < jn);
+            let p = select(0.0, exp(s[r * SP + j] - m_new), j >= jl && j < jn);
             l += p;
             acc += p * vs[j * D4 + c];
         }

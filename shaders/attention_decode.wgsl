@@ -1,12 +1,13 @@
 // Decode attention with the Q/K/V post-processing fused in (one token; replaces rope_store + attention when
 // decoding). For query head h, with g = h / (QH / KVH) its key/value head and p = step.pos0 the token's position:
 //   q = rope(norm?(QKV[q head h] + B)),  k = rope(norm?(QKV[k head g] + B)),  v = QKV[v head g] + B
-//   out[h] = sum_j softmax_j(SCALE * q · key_j) * value_j over j <= p, where key_j, value_j come from the cache
-//   for j < p and are k, v themselves for j = p.
+//   out[h] = sum_j softmax_j(SCALE * q · key_j) * value_j over lo <= j <= p, where key_j, value_j come from the
+//   cache for j < p and are k, v themselves for j = p; lo = 0, or p + 1 - WINDOW for a sliding-window layer
+//   (WINDOW > 0: the last WINDOW positions).
 // The first query head of each group also stores k and v into the cache row p for later steps. Other workgroups of
 // this dispatch never read row p from the cache, so there is no race. RoPE and the norm are as in rope_store.wgsl.
 //
-// Constants: QH, KVH, HD (a multiple of 4, <= 1024), NEOX, QK_NORM, EPS, SCALE.
+// Constants: QH, KVH, HD (a multiple of 4, <= 1024), NEOX, QK_NORM, EPS, SCALE, KEYS, WINDOW (0: global).
 // Bindings:
 //   0 QKV: array<f32>    [1, (QH + 2 KVH) * HD] the fused projection's output for this token
 //   1 B: array<f32>      [(QH + 2 KVH) * HD] bias (zeros when none)
@@ -114,7 +115,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     var m = -3.0e38;
     var l = 0.0;
     var acc = vec4<f32>(0.0);
-    for (var c0 = 0u; c0 < n; c0 += CHUNK) {
+    let lo = select(0u, n - WINDOW, WINDOW > 0u && n > WINDOW);
+    for (var c0 = lo; c0 < n; c0 += CHUNK) {
         let cn = min(CHUNK, n - c0);
         var local_max = -3.0e38;
         for (var j = tid; j < cn; j += WG) {

@@ -1,10 +1,12 @@
-// Embedding lookup: Y[t, :] = row tokens[t] of the (packed) embedding table, dequantized to f32, t < step.n_tokens.
+// Embedding lookup: Y[t, :] = SCALE * row tokens[t] of the (packed) embedding table, dequantized to f32, for
+// t < step.n_tokens (SCALE is 1, or sqrt(K) for Gemma).
 // The weight format file provides w8(row, oct).
 // A table too big for one binding is split into row ranges, one buffer and one dispatch each (models/base.py
 // pieces): this dispatch serves the ids in ROW0 .. ROW0 + N. The range starting at row 0 writes every token (a zero
 // row for ids outside it, so ids >= VOCAB give zeros); later ranges overwrite the tokens whose ids they hold.
 //
-// Constants: K (embedding width), N (rows in this buffer), ROW0 (the first one's id), VOCAB (rows in the table).
+// Constants: K (embedding width), N (rows in this buffer), ROW0 (the first one's id), VOCAB (rows in the table),
+//   SCALE (f32).
 // Bindings:
 //   0 W: array<u32>              packed embedding rows ROW0 .. ROW0 + N, [N, K]
 //   1 tokens: array<u32>         [n_tokens] token ids
@@ -31,6 +33,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     var w = array<vec4<f32>, 2>(vec4<f32>(0.0), vec4<f32>(0.0));
     if (mine) {
         w = w8(id - ROW0, oct);
+        w[0] *= SCALE;
+        w[1] *= SCALE;
     }
     let y = (t * K) / 4u + oct * 2u;
     Y[y] = w[0];

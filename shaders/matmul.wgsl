@@ -1,7 +1,8 @@
 // Batched matrix-vector product on packed weights, for t < step.n_tokens:
 //   Y[t, YOFF + n] (+)= sum_k W[n, k] * xin[t, k]          with xin = X                      (NORM false)
 //                                                          or  xin = rmsnorm(X[t]) * G       (NORM true)
-//   GLU: Y[t, YOFF + n] = silu(a) * b, a = W[n, :] · xin[t], b = W[N + n, :] · xin[t]  (gate and up rows stacked)
+//   GLU: Y[t, YOFF + n] = act(a) * b, a = W[n, :] · xin[t], b = W[N + n, :] · xin[t]  (gate and up rows stacked;
+//        act: SiLU, or with GELU the tanh-approximated GELU: gate_act.wgsl)
 // The weight format (F32, F16, Q4_0, Q4_1, Q8_0, k-quants, ...) is a separate file providing BLOCK and
 // block_dot(row, b, x): the f32 dot product of block b of a row with xin(x ..), x a vec4 index into X.
 // Fusing the RMSNorm, the residual add (ACCUM) and SwiGLU (GLU) here saves three dispatches per layer.
@@ -11,7 +12,7 @@
 //   N           output rows per token (with GLU: W holds 2N rows)
 //   NORM, EPS   normalise each token's X row (RMSNorm with epsilon EPS, gain G) before use
 //   ACCUM       Y += result (a residual add); otherwise Y = result
-//   GLU         see above
+//   GLU, GELU   see above
 //   LAST_ONLY   only the last token of the pass, written to row 0 (the LM head)
 //   YSTRIDE     floats per row of Y (N unless several projections share one output buffer)
 //   YOFF        column of Y where this projection's outputs start
@@ -131,7 +132,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                     }
                     var v = acc[i].x * xscale;
                     if (GLU) {
-                        v = v / (1.0 + exp(-v)) * acc[i].y * xscale;
+                        v = gate_act(v) * acc[i].y * xscale;
                     }
                     if (ACCUM) {
                         Y[y] += v;

@@ -1,6 +1,6 @@
 // Tiled matrix-matrix product for prefill: the same result as matmul.wgsl (without LAST_ONLY), for many tokens:
 //   Y[t, YOFF + n] (+)= sum_k W[n, k] * xin[t, k],  xin = X (NORM false) or rmsnorm(X[t]) * G (NORM true)
-//   GLU: Y[t, YOFF + n] = silu(W[n, :] · xin[t]) * (W[N + n, :] · xin[t])
+//   GLU: Y[t, YOFF + n] = act(W[n, :] · xin[t]) * (W[N + n, :] · xin[t])   (act: SiLU, or GELU-tanh with GELU)
 // Each workgroup computes a tile of TR rows x TT tokens (TR, TT: 32 or 64) with KS groups of TR * TT / 16 threads,
 // each thread 4 rows x 4 tokens held in vec4 accumulators (one vec4 of 4 rows per token; GLU: 4 more for the up
 // rows). It walks K in steps of KT: the weights of the step are dequantized once into workgroup memory (the format's
@@ -11,7 +11,7 @@
 // registers while the current step is being multiplied.
 // So each weight is read and dequantized once per TT tokens instead of once per token.
 //
-// Constants: K (a multiple of KT and of the format's block), N, NORM, EPS, ACCUM, GLU, YSTRIDE, YOFF,
+// Constants: K (a multiple of KT and of the format's block), N, NORM, EPS, ACCUM, GLU, GELU, YSTRIDE, YOFF,
 //   TR, TT, KS (tile rows, tokens, K groups), KT (K per step, such that each thread loads at most 2 items of
 //   weights and 2 of inputs a step, KT / KS >= U), U (k's per inner-loop iteration: 1 or 2); kernels.matmul_tiled.
 // Bindings:
@@ -107,7 +107,7 @@ fn store1(t: u32, n: u32, acc: f32, up: f32) {
     if (n < N) {
         var v = acc;
         if (GLU) {
-            v = v / (1.0 + exp(-v)) * up;
+            v = gate_act(v) * up;
         }
         let y = t * YSTRIDE + YOFF + n;
         if (ACCUM) {

@@ -1,7 +1,8 @@
-// RMSNorm: Y[r, :] = X[r, :] / sqrt(mean(X[r, :]^2) + EPS) * G[:], for rows r < step.n_tokens * RPT.
+// RMSNorm: Y[r, :] (+)= X[r, :] / sqrt(mean(X[r, :]^2) + EPS) * G[:], for rows r < step.n_tokens * RPT.
+// With ACCUM the result is added to Y: a post-norm residual add (Gemma: x += norm(attention or FFN output)).
 // RPT (rows per token) is 1 for the usual norm over the hidden state, the head count for per-head norms (Q/K norm).
 //
-// Constants: K (row length), RPT (rows per token), EPS (epsilon, f32).
+// Constants: K (row length), RPT (rows per token), EPS (epsilon, f32), ACCUM (bool).
 // Bindings:
 //   0 X: array<f32>      [rows, K]
 //   1 G: array<f32>      [K] gain
@@ -36,6 +37,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     let scale = 1.0 / sqrt(sums[0] / f32(K) + EPS);
     for (var k = tid; k < K; k += 64u) {
-        Y[r * K + k] = X[r * K + k] * scale * G[k];
+        let y = X[r * K + k] * scale * G[k];
+        if (ACCUM) {
+            Y[r * K + k] += y;
+        } else {
+            Y[r * K + k] = y;
+        }
     }
 }

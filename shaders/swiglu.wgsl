@@ -1,6 +1,7 @@
-// SwiGLU activation: H[t, i] = silu(G[t, i]) * U[t, i] = G / (1 + exp(-G)) * U, for t < step.n_tokens.
+// Gated activation: H[t, i] = act(G[t, i]) * U[t, i], for t < step.n_tokens; act is SiLU (SwiGLU), or with GELU
+// the tanh-approximated GELU (GeGLU): gate_act.wgsl.
 //
-// Constants: F (feed-forward width).
+// Constants: F (feed-forward width), GELU (bool).
 // Bindings:
 //   0 G: array<f32>   [n_tokens, F] gate projection
 //   1 U: array<f32>   [n_tokens, F] up projection
@@ -20,5 +21,5 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         return;
     }
     let g = G[t * F + i];
-    H[t * F + i] = g / (1.0 + exp(-g)) * U[t * F + i];
+    H[t * F + i] = gate_act(g) * U[t * F + i];
 }

@@ -1,0 +1,185 @@
+"""The kernel forms Gemma 3 needs, against numpy on the native backend (wgpu; lavapipe on CI): GeGLU (tanh GELU) in
+the matrix-vector, tiled and stand-alone gated kernels, the scaled embedding lookup, the post-norm residual add, and
+sliding-window attention (prefill and decode)."""
+import math
+
+import numpy as np
+import pytest
+
+from cera_web import kernels, quants
+from cera_web.gguf import GGMLType
+from gpu_helpers import f32_buffer, read, run, step_buffer, upload
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def dev():
+    from cera_web.gpu.native import NativeDevice
+    return NativeDevice.create()
+
+
+def gelu_tanh(x):
+    """GELU with the tanh approximation, as torch's gelu(approximate='tanh') writes it (in float64)."""
+    x = x.astype(np.float64)
+    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def rmsnorm_ref(x, g, eps):
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * g
+
+
+def quantize(fmt, w):
+    if fmt == GGMLType.F32:
+        return w.astype(np.float32).tobytes(), w
+    raw = quants.quantize_q8_0(w).tobytes()
+    return raw, quants.dequantize(raw, fmt, w.shape)
+
+
+def test_gelu_tanh_saturates_without_overflow(dev):
+    # large |g| (exp overflows to inf inside) must give g and 0, not NaN
+    g = np.array([[-300.0, -30.0, -5.0, -1.0, -0.1, 0.0, 0.1, 1.0, 5.0, 30.0, 300.0, 1e-3]], np.float32)
+    u = np.ones_like(g)
+    G, U, H = upload(dev, g), upload(dev, u), dev.create_buffer(g.nbytes)
+    run(dev, kernels.swiglu(g.shape[1], gelu=True), [G, U, H, step_buffer(dev, 1)], (1, 1, 1))
+    np.testing.assert_allclose(read(dev, H, g.size), gelu_tanh(g[0]), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("fmt", [GGMLType.F32, GGMLType.Q8_0], ids=lambda f: f.name)
+@pytest.mark.parametrize("T,lanes,tokens", [(1, 32, 1), (3, 1, 8), (10, 4, 8)])
+def test_matmul_norm_geglu(dev, fmt, T, lanes, tokens):
+    K, N, eps = 128, 37, 1e-6
+    rng = np.random.default_rng(T + lanes)
+    w = rng.standard_normal((2 * N, K)).astype(np.float32)
+    raw, wq = quantize(fmt, w)
+    x = (rng.standard_normal((T, K)) * 3).astype(np.float32)
+    g = rng.standard_normal(K).astype(np.float32)
+    W, X, G, Y = upload(dev, raw), f32_buffer(dev, x), f32_buffer(dev, g), dev.create_buffer(T * N * 4)
+    run(dev, kernels.matmul(fmt, K, N, norm=True, eps=eps, glu=True, tokens=tokens, lanes=lanes, gelu=True),
+        [W, X, Y, step_buffer(dev, T), G], kernels.spread(kernels.matmul_groups(N, lanes)))
+    xn = rmsnorm_ref(x, g, eps)
+    want = gelu_tanh(xn @ wq[:N].T) * (xn @ wq[N:].T)
+    np.testing.assert_allclose(read(dev, Y, T * N).reshape(T, N), want, rtol=2e-4, atol=2e-4)
+
+
+@pytest.mark.parametrize("tile", kernels.TILES[:2] + kernels.TILES[3:], ids=lambda t: "x".join(map(str, t)))
+def test_matmul_tiled_geglu(dev, tile):
+    K, N, T, eps, stride, yoff = 96, 45, 40, 1e-6, 50, 3
+    rng = np.random.default_rng(11)
+    w = rng.standard_normal((2 * N, K)).astype(np.float32)
+    raw, wq = quantize(GGMLType.Q8_0, w)
+    x = (rng.standard_normal((T, K)) * 2).astype(np.float32)
+    g = rng.standard_normal(K).astype(np.float32)
+    y0 = rng.standard_normal((T, stride)).astype(np.float32)
+    W, X, G, Y = upload(dev, raw), f32_buffer(dev, x), f32_buffer(dev, g), f32_buffer(dev, y0)
+    gx, gy, _ = kernels.tiled_groups(N, T, tile)
+    run(dev, kernels.matmul_tiled(GGMLType.Q8_0, K, N, norm=True, eps=eps, glu=True, ystride=stride, yoff=yoff,
+                                  tile=tile, gelu=True), [W, X, Y, step_buffer(dev, T), G], (gx, gy, 1))
+    xn = rmsnorm_ref(x, g, eps)
+    want = y0.copy()
+    want[:, yoff:yoff + N] = gelu_tanh(xn @ wq[:N].T) * (xn @ wq[N:].T)
+    np.testing.assert_allclose(read(dev, Y, T * stride).reshape(T, stride), want, rtol=2e-4, atol=2e-4)
+
+
+def test_geglu_standalone(dev):
+    F, T = 70, 3
+    rng = np.random.default_rng(6)
+    g, u = (rng.standard_normal((2, T, F)) * 3).astype(np.float32)
+    G, U, H = upload(dev, g), upload(dev, u), dev.create_buffer(g.nbytes)
+    run(dev, kernels.swiglu(F, gelu=True), [G, U, H, step_buffer(dev, T)], (2, T, 1))
+    np.testing.assert_allclose(read(dev, H, g.size).reshape(T, F), gelu_tanh(g) * u, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("fmt", [GGMLType.F32, GGMLType.Q8_0], ids=lambda f: f.name)
+def test_embed_scaled_and_split(dev, fmt):
+    """Rows times sqrt(K), through two row ranges (the first writes every token, the second its own ids)."""
+    V, K = 48, 96
+    rng = np.random.default_rng(2)
+    raw, table = quantize(fmt, rng.standard_normal((V, K)).astype(np.float32))
+    ids = np.array([3, 0, 47, 20, 7, 33], np.uint32)
+    scale = math.sqrt(K)
+    Y = dev.create_buffer(len(ids) * K * 4)
+    I = upload(dev, ids)
+    row_bytes = len(raw) // V
+    for row0, n in ((0, 32), (32, 16)):
+        W = upload(dev, raw[row0 * row_bytes:(row0 + n) * row_bytes])
+        run(dev, kernels.embed(fmt, K, n, row0=row0, vocab=V, scale=scale), [W, I, Y, step_buffer(dev, len(ids))],
+            (1, len(ids), 1))
+    want = table[ids] * np.float32(scale)
+    np.testing.assert_allclose(read(dev, Y, len(ids) * K).reshape(len(ids), K), want, rtol=1e-6, atol=1e-5)
+
+
+def test_rmsnorm_accum_is_a_post_norm_residual_add(dev):
+    K, T, eps = 640, 5, 1e-6
+    rng = np.random.default_rng(3)
+    y = (rng.standard_normal((T, K)) * 4).astype(np.float32)
+    w = (1 + rng.standard_normal(K)).astype(np.float32)
+    x0 = rng.standard_normal((T + 1, K)).astype(np.float32)      # one row past the pass: untouched
+    X, G, R = upload(dev, y), upload(dev, w), f32_buffer(dev, x0)
+    run(dev, kernels.rmsnorm(K, eps, accum=True), [X, G, R, step_buffer(dev, T)], (T + 1, 1, 1))
+    want = x0.copy()
+    want[:T] += rmsnorm_ref(y, w, eps)
+    np.testing.assert_allclose(read(dev, R, x0.size).reshape(x0.shape), want, rtol=1e-5, atol=1e-5)
+
+
+def attention_ref(q, k, v, pos0, T, scale, window):
+    H, KV = q.shape[1], k.shape[1]
+    out = np.zeros((T, H, q.shape[2]))
+    for t in range(T):
+        n = pos0 + t + 1
+        lo = max(0, n - window) if window else 0
+        for h in range(H):
+            g = h // (H // KV)
+            s = k[lo:n, g].astype(np.float64) @ q[t, h] * scale
+            p = np.exp(s - s.max())
+            out[t, h] = (p / p.sum()) @ v[lo:n, g]
+    return out
+
+
+# windows shorter than a key tile and longer; chunks starting before and after the window fills; rows of one
+# workgroup whose windows start in different tiles
+@pytest.mark.parametrize("H,KV,D,pos0,T,W", [(4, 1, 256, 0, 21, 8), (4, 2, 32, 13, 19, 8), (9, 3, 64, 37, 21, 16),
+                                             (6, 3, 32, 70, 45, 40), (4, 1, 256, 600, 9, 512), (4, 2, 64, 3, 5, 100)])
+def test_attention_sliding_window(dev, H, KV, D, pos0, T, W):
+    ctx = pos0 + T + 2
+    rng = np.random.default_rng(pos0 + T)
+    q = rng.standard_normal((T, H, D)).astype(np.float32)
+    k = rng.standard_normal((ctx, KV, D)).astype(np.float32)
+    v = rng.standard_normal((ctx, KV, D)).astype(np.float32)
+    k[pos0 + T:] = np.nan
+    v[pos0 + T:] = np.nan
+    scale = 1 / math.sqrt(D)
+    O = dev.create_buffer(q.nbytes)
+    run(dev, kernels.attention(H, KV, D, scale, window=W), [upload(dev, a) for a in (q, k, v)] +
+        [O, step_buffer(dev, T, pos0)], kernels.attention_groups(H, KV, D, T))
+    want = attention_ref(q, k, v, pos0, T, scale, W)
+    np.testing.assert_allclose(read(dev, O, q.size).reshape(q.shape), want, rtol=1e-4, atol=1e-4)
+    assert pos0 + T <= W or not np.allclose(want, attention_ref(q, k, v, pos0, T, scale, 0))
+
+
+@pytest.mark.parametrize("QH,KVH,D,pos,W", [(4, 1, 256, 20, 8), (4, 2, 32, 5, 8), (3, 1, 64, 1500, 512),
+                                           (2, 1, 128, 1100, 1030)])
+def test_attention_decode_sliding_window(dev, QH, KVH, D, pos, W):
+    """Decode attention with the window: rope and storing as without it, keys pos + 1 - W .. pos only."""
+    ctx, eps = pos + 3, 1e-6
+    rng = np.random.default_rng(pos + D)
+    qkv = rng.standard_normal((1, QH + 2 * KVH, D)).astype(np.float32)
+    zeros = np.zeros((QH + 2 * KVH, D), np.float32)
+    freq = (10000.0 ** (-np.arange(0, D, 2) / D)).astype(np.float32)
+    cache_k = rng.standard_normal((ctx, KVH, D)).astype(np.float32)
+    cache_v = rng.standard_normal((ctx, KVH, D)).astype(np.float32)
+    scale = 1 / math.sqrt(D)
+    step = step_buffer(dev, 1, pos)
+    ins = [f32_buffer(dev, a) for a in (qkv, zeros, np.ones((2, D)), freq)]
+    # rope_store gives the rotated q and this position's k/v in the cache; the numpy window over that cache
+    Q, Kc, Vc = dev.create_buffer(QH * D * 4), f32_buffer(dev, cache_k), f32_buffer(dev, cache_v)
+    run(dev, kernels.rope_store(QH, KVH, D, True), ins + [Q, Kc, Vc, step], (QH + 2 * KVH, 1, 1))
+    q = read(dev, Q, QH * D).reshape(1, QH, D)
+    k = read(dev, Kc, ctx * KVH * D).reshape(ctx, KVH, D)
+    v = read(dev, Vc, ctx * KVH * D).reshape(ctx, KVH, D)
+    want = attention_ref(q, k, v, pos, 1, scale, W)
+    Kc2, Vc2, O = f32_buffer(dev, cache_k), f32_buffer(dev, cache_v), dev.create_buffer(QH * D * 4)
+    run(dev, kernels.attention_decode(QH, KVH, D, True, scale, window=W), ins + [Kc2, Vc2, O, step], (QH, 1, 1))
+    np.testing.assert_allclose(read(dev, O, QH * D).reshape(1, QH, D), want, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(read(dev, Kc2, ctx * KVH * D).reshape(ctx, KVH, D), k, atol=1e-5)
+    assert pos + 1 <= W or not np.allclose(want, attention_ref(q, k, v, pos, 1, scale, 0))
