@@ -187,9 +187,9 @@ class Engine:
 
     @property
     def chat_template(self):
-        """The model's chat template (cera_web.chat.ChatTemplate; ChatML when the file has none)."""
+        """The model's chat template (cera_web.template.ChatTemplate; ChatML when the file has none)."""
         if self._chat_template is None:
-            from .chat import ChatTemplate
+            from .template import ChatTemplate
             self._chat_template = ChatTemplate.from_metadata(self.gguf.metadata)
         return self._chat_template
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cera_web.chat import ChatTemplate, TemplateLimits, render_chat
+from cera_web.template import ChatTemplate, TemplateLimits, render_chat
 from cera_web.errors import GGUFFormatError, GPUUnavailableError, InputError, UnsupportedModelError
 
 E, F, H, KV, CTX = 64, 128, 4, 2, 256
