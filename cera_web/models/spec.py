@@ -43,12 +43,14 @@ class Layer:
 @dataclass(frozen=True)
 class Tensor:
     """A tensor the model reads: ``shape`` in GGUF order (ne0 first: a weight of n rows of k values is (k, n)),
-    ``why`` names the metadata the shape comes from, ``layer``/``kind`` place it for error messages."""
+    ``why`` names the metadata the shape comes from, ``layer``/``kind`` place it for error messages; ``packed``: a
+    weight uploaded as it is stored (matrices), else read into float32 at load (norm gains, biases, conv taps)."""
     name: str
     shape: tuple
     why: str
     layer: int | None = None
     kind: str = ""
+    packed: bool = False
 
 
 @dataclass
@@ -331,8 +333,8 @@ def expected_tensors(s: ModelSpec) -> dict:
     E, F, D = s.hidden, s.ffn, s.head_dim
     out: dict = {}
 
-    def add(name, shape, why, layer=None, kind=""):
-        out[name] = Tensor(name, tuple(shape), why, layer, kind)
+    def add(name, shape, why, layer=None, kind="", packed=None):
+        out[name] = Tensor(name, tuple(shape), why, layer, kind, len(shape) > 1 if packed is None else packed)
 
     vocab_why = f"vocabulary {s.vocab}, hidden {E}"
     add("token_embd.weight", (E, s.vocab), vocab_why)
@@ -342,8 +344,8 @@ def expected_tensors(s: ModelSpec) -> dict:
     for i, layer in enumerate(s.layers):
         p, kind = f"blk.{i}.", ("attention" if layer.attention else "short convolution")
 
-        def at(n, shape, why):
-            add(p + n, shape, why, i, kind)
+        def at(n, shape, why, packed=None):
+            add(p + n, shape, why, i, kind, packed)
 
         at("attn_norm.weight", (E,), f"hidden {E}")
         if layer.attention:
@@ -361,7 +363,7 @@ def expected_tensors(s: ModelSpec) -> dict:
         else:
             at("shortconv.in_proj.weight", (E, 3 * E), f"hidden size {E}")
             at("shortconv.conv.weight", (s.l_cache, E),
-               f"from {s.arch}.shortconv.l_cache = {s.l_cache} and the hidden size")
+               f"from {s.arch}.shortconv.l_cache = {s.l_cache} and the hidden size", packed=False)
             at("shortconv.out_proj.weight", (E, E), f"hidden size {E}")
         if layer.post_norms:
             at("post_attention_norm.weight", (E,), f"hidden {E}")

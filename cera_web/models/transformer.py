@@ -116,7 +116,7 @@ class Transformer(GPUModel):
         s, T = spec, chunk
         for name in not_implemented(s):
             raise UnsupportedModelError(f"{s.arch}: the GPU model does not implement spec.{name} yet")
-        self.plan_upload([t.name for t in s.tensors.values() if len(t.shape) > 1])
+        self.plan_upload([t.name for t in s.tensors.values() if t.packed])
         conv = s.conv_layers()
         if conv:     # keep each decode step's conv state: fewer steps per read, the snapshots cost memory
             self.max_steps_per_read = 32
