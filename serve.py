@@ -10,7 +10,9 @@ First makes sure the assets in assets.json are fetched (see cera_web/assets.py),
     /pyodide/...         .assets/pyodide/   (Pyodide core, numpy, wheels/ for jinja2 + markupsafe)
     /models/...          .assets/models/    (GGUF files; Range requests, ETag, Last-Modified)
     /pyscript/...        .assets/pyscript/  (only when that optional asset was fetched)
-    /app/cera_web.zip    cera_web/**/*.py|json and shaders/**/*.wgsl, zipped in memory per request
+    /app/cera_web.zip    cera_web/**/*.py|json and shaders/**/*.wgsl, zipped in memory per request (without the
+                         native-only tools: benchmarks and asset fetching, TOOLS)
+    /app/cera_web_tools.zip   the TOOLS modules alone, for web/bench.html
     /pyodide/wheels/index.json   {"wheels": [file names]}: the wheels the worker installs, listed per request
                          (unless such a file exists; a static host serves a written copy)
 
@@ -51,6 +53,9 @@ FOLDERS = {
 }
 INDEX = ("web", "index.html")
 APP_ZIP = "/app/cera_web.zip"
+TOOLS_ZIP = "/app/cera_web_tools.zip"
+# native-only modules: not part of the browser bundle (web/bench.html fetches them from TOOLS_ZIP)
+TOOLS = ("cera_web/assets.py", "cera_web/bench.py", "cera_web/bench_kernels.py")
 WHEELS_INDEX = "/pyodide/wheels/index.json"
 
 MIME = {
@@ -96,13 +101,15 @@ def load_assets_module():
     return importlib.import_module(name + ".assets")
 
 
-def build_app_zip(root: Path = ROOT) -> bytes:
-    """The Python package and the shaders, as the worker unpacks them into Pyodide's file system.
+def build_app_zip(root: Path = ROOT, tools: bool = False) -> bytes:
+    """The Python package and the shaders, as the worker unpacks them into Pyodide's file system, without the
+    TOOLS modules (tools=True: those modules alone).
 
     Entries are cera_web/... and shaders/... with a fixed timestamp, so equal sources give equal bytes.
     """
     files = [p for p in sorted((root / "cera_web").rglob("*")) if p.suffix in (".py", ".json")]
     files += sorted((root / "shaders").rglob("*.wgsl"))
+    files = [p for p in files if (p.relative_to(root).as_posix() in TOOLS) == tools]
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
         for p in files:
@@ -185,15 +192,16 @@ class Handler(BaseHTTPRequestHandler):
         target = self._resolve()
         if isinstance(target, int):
             self.send_error(target)
-        elif target == "zip":
-            self._send_bytes(build_app_zip(self.server.root), "application/octet-stream", head)
+        elif target in ("zip", "tools zip"):
+            self._send_bytes(build_app_zip(self.server.root, target == "tools zip"), "application/octet-stream", head)
         elif target == "wheels":
             self._send_bytes(wheels_index(self.server.root), MIME[".json"], head)
         else:
             self._send_file(target, head)
 
     def _resolve(self):
-        """The file a request path names, "zip", "wheels" (the index), or an HTTP status to refuse with."""
+        """The file a request path names, "zip", "tools zip", "wheels" (the index), or an HTTP status to refuse
+        with."""
         raw = self.path.split("?", 1)[0].split("#", 1)[0]
         if not raw.startswith("/"):
             return HTTPStatus.BAD_REQUEST  # absolute-form or junk request target
@@ -203,6 +211,8 @@ class Handler(BaseHTTPRequestHandler):
             return HTTPStatus.BAD_REQUEST
         if path == APP_ZIP:
             return "zip"
+        if path == TOOLS_ZIP:
+            return "tools zip"
         # '%' left after one decoding means double encoding (%252e); '\\' and NUL are never legitimate.
         if any(c in path for c in "%\\\x00"):
             return HTTPStatus.FORBIDDEN

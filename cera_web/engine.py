@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from .errors import ContextOverflowError, GPUUnavailableError, InputError, UnsupportedModelError
 from .gguf import parse_gguf
 from .gpu import get_device
-from .models import model_class
-from .sampling import GREEDY, GPUSampler, SamplingParams, StopMatcher, random_seed
+from .models import load_model, model_spec
+from .sampling import GREEDY, SamplingParams, StopMatcher, random_seed
 from .source import FileSource
 
 
@@ -140,7 +140,7 @@ class Engine:
         gguf = parse_gguf(source.read, source.size, name=getattr(source, "name", None))
         from .tokenizer import Tokenizer
         tokenizer = Tokenizer.from_gguf(gguf)
-        cls_ = model_class(gguf.architecture)
+        model_spec(gguf)            # the architecture and its tensors check out before a device is made
         if context_size < 1:
             raise InputError(f"context_size must be positive, got {context_size}")
         emb = gguf.tensors.get("token_embd.weight")
@@ -150,26 +150,22 @@ class Engine:
                 f"the tokenizer has {tokenizer.vocab_size} tokens but the embedding table has {n_rows} rows: the "
                 f"file's vocabulary and weights disagree; re-convert the model")
         if device == "cpu":
-            dev = None
-        elif device is not None:
-            dev = device
-        else:
+            device = None
+        elif device is None:
             try:
-                dev = await get_device()
+                device = await get_device()
             except GPUUnavailableError as e:
                 if not cpu_fallback:
                     raise
                 print(f"cera_web: {e}; running on the CPU instead (slow)", file=sys.stderr)
-                dev = None
-        if dev is None:                     # the CPU fallback: the numpy reference model
-            from .models.cpu import CPUDevice, CPUModel
-            dev = CPUDevice()
-            cls_ = CPUModel
+        if device is None:                  # the CPU fallback: the numpy reference model
+            from .models.cpu import CPUDevice
+            device = CPUDevice()
         if chunk is None:
-            chunk = 64 if dev.is_cpu else 512
+            chunk = 64 if device.is_cpu else 512
         chunk = max(1, min(chunk, context_size))
-        model = cls_(dev, gguf, source, context_size=context_size, chunk=chunk, on_progress=on_progress)
-        return cls(dev, gguf, source, model, tokenizer)
+        model = load_model(device, gguf, source, context_size=context_size, chunk=chunk, on_progress=on_progress)
+        return cls(device, gguf, source, model, tokenizer)
 
     def close(self):
         """Release the GPU memory this engine holds (its device and every buffer on it)."""
@@ -187,9 +183,9 @@ class Engine:
 
     @property
     def chat_template(self):
-        """The model's chat template (cera_web.chat.ChatTemplate; ChatML when the file has none)."""
+        """The model's chat template (cera_web.template.ChatTemplate; ChatML when the file has none)."""
         if self._chat_template is None:
-            from .chat import ChatTemplate
+            from .template import ChatTemplate
             self._chat_template = ChatTemplate.from_metadata(self.gguf.metadata)
         return self._chat_template
 
@@ -280,8 +276,7 @@ class Engine:
         result.reused_tokens = start
         if params.temperature > 0 or params.penalised:      # else the head's argmax is the answer
             if self._sampler is None:
-                make = getattr(model, "make_sampler", None)      # the CPU fallback samples on the host
-                self._sampler = make() if make else GPUSampler.for_model(model)
+                self._sampler = model.make_sampler()
             seed = params.seed if params.seed is not None else random_seed()
             result.seed = None if params.greedy else seed
             self._sampler.set_params(params, seed)
@@ -298,12 +293,44 @@ class Engine:
         return out.finish()
 
     async def _run(self, ids, start, params, result, out):
-        model, ctx = self.model, self.context_size
-        eot = frozenset() if params.ignore_eos else self.tokenizer.eot_ids
-        stop_ids = frozenset(params.stop_token_ids)
-        # prefill from `start`, chunk by chunk; the last chunk also samples the first new token. Waiting for each
-        # chunk gives cancel() (and the browser's event loop) a point to come in.
+        """Prefill, then decode batches until a stop (the shape of gpt-fast's generate)."""
         t0 = time.perf_counter()
+        first = await self._prefill(ids, start)
+        result.prefill_ms = (time.perf_counter() - t0) * 1000
+        if first is None:
+            result.stop_reason = "cancelled"
+            return
+        stream = _Stream(self, params, result, out)
+        t1 = time.perf_counter()
+        pos = len(ids)          # position of the token just sampled (the next step's input)
+        stop = stream.accept(first, pos)
+        prev = first
+        while not stop:
+            n = max(1, min(self.steps_per_read, params.max_tokens - len(result.tokens), self.context_size - pos,
+                           self.model.max_steps_per_read))
+            new = await self._decode_batch(pos, n, result)
+            inputs = [prev] + new[:-1]              # step i's input, now in the cache (K/V rows, conv state)
+            prev = new[-1]
+            used = n                                # steps whose input stays part of the sequence
+            for i, tok in enumerate(new):
+                pos += 1
+                if self._cancel:
+                    stop, used = "cancelled", i      # tokens read after the request are dropped
+                    break
+                stop = stream.accept(tok, pos)
+                if stop:
+                    used = i + 1
+                    break   # tokens after a stop are discarded; their cache rows are overwritten later
+            self._cache += inputs[:used]
+            if used < n and not self.model.keep_state(used - 1):   # a running state is taken back to step used - 1
+                self._cache = []
+        result.decode_ms = (time.perf_counter() - t1) * 1000
+        result.stop_reason = stop
+
+    async def _prefill(self, ids, start: int) -> int | None:
+        """Prefill ids[start:] chunk by chunk; the last chunk also samples the first new token, returned (None when
+        cancelled). Waiting for each chunk gives cancel() (and the browser's event loop) a point to come in."""
+        model = self.model
         self._cache = list(ids[:start])
         pos = start
         while pos < len(ids):
@@ -315,179 +342,44 @@ class Engine:
             if not last:
                 await model.read_log(1)
                 if self._cancel:
-                    break
-        first = None if self._cancel else (await model.read_log(1))[0]
-        result.prefill_ms = (time.perf_counter() - t0) * 1000
-        if first is None or self._cancel:
-            result.stop_reason = "cancelled"
-            return
+                    return None
+        first = (await model.read_log(1))[0]
+        return None if self._cancel else first
 
-        def accept(tok, pos):
-            """Take one sampled token (for position pos); return why to stop ("" to go on)."""
-            if tok in eot or tok in stop_ids:
-                out.end(tok)
-                if tok in eot:
-                    return "eos"
-                result.stop_sequence = tok
-                return "stop"
-            final = len(result.tokens) + 1 >= params.max_tokens or pos >= ctx
-            if out.token(tok, final):
-                return "stop"
-            if len(result.tokens) >= params.max_tokens:
-                return "max_tokens"
-            return "context" if pos >= ctx else ""
-
-        pos = len(ids)          # position of the token just sampled (the next step's input)
-        t1 = time.perf_counter()
-        stop = accept(first, pos)
-        prev = first
-        while not stop:
-            # submit up to steps_per_read steps, then read their tokens back at once
-            n = max(1, min(self.steps_per_read, params.max_tokens - len(result.tokens), ctx - pos,
-                           model.max_steps_per_read))
-            h = time.perf_counter()
-            for i in range(n):
-                model.decode(pos + i, i)
-            result.host_ms += (time.perf_counter() - h) * 1000
-            new = await model.read_log(n)
-            inputs = [prev] + new[:-1]              # step i's input, now in the cache (K/V rows, conv state)
-            prev = new[-1]
-            used = n                                # steps whose input stays part of the sequence
-            for i, tok in enumerate(new):
-                pos += 1
-                if self._cancel:
-                    stop, used = "cancelled", i      # tokens read after the request are dropped
-                    break
-                stop = accept(tok, pos)
-                if stop:
-                    used = i + 1
-                    break   # tokens after a stop are discarded; their cache rows are overwritten later
-            self._cache += inputs[:used]
-            if used < n and not model.keep_state(used - 1):   # a running state (LFM2) is taken back to step used - 1
-                self._cache = []
-        result.decode_ms = (time.perf_counter() - t1) * 1000
-        result.stop_reason = stop
+    async def _decode_batch(self, pos: int, n: int, result) -> list[int]:
+        """Submit n decode steps from position pos (each step's token feeds the next on the GPU), then read their
+        tokens back at once."""
+        h = time.perf_counter()
+        for i in range(n):
+            self.model.decode(pos + i, i)
+        result.host_ms += (time.perf_counter() - h) * 1000
+        return await self.model.read_log(n)
 
 
-class ChatSession:
-    """A multi-turn conversation that keeps the model's KV cache between turns.
+class _Stream:
+    """The stop bookkeeping of one generation: end-of-turn and stop tokens, stop strings, max_tokens, context."""
 
-    Each turn renders the whole conversation with the model's chat template, finds the longest token prefix the
-    cache already holds (the previous prompt and reply, as far as the re-rendered history matches what was
-    generated) and prefills only the rest. The tokens are the same as running the whole conversation from scratch.
+    def __init__(self, engine, params, result, out):
+        self.eot = frozenset() if params.ignore_eos else engine.tokenizer.eot_ids
+        self.stop_ids = frozenset(params.stop_token_ids)
+        self.max_tokens, self.ctx = params.max_tokens, engine.context_size
+        self.result, self.out = result, out
 
-    - ``send(text)`` adds a user message and generates the reply; ``regenerate()`` replaces the last reply;
-      ``reset()`` forgets the conversation. All take settings like Engine.generate (``params`` and/or keyword
-      arguments); the session's ``params`` (default: SamplingParams()) are the base.
-    - Cancel (``cancel()`` or ``engine.cancel()``): a reply cancelled after some text was generated is kept, as far
-      as it got; a turn cancelled before any text (during prefill) is dropped, leaving the conversation as before.
-    - Context: a conversation whose prompt does not fit raises ContextOverflowError with the numbers (overflow=
-      "error", the default). overflow="truncate_oldest" drops whole oldest turns (user message and its replies;
-      the system message stays) until the prompt plus room for min(max_tokens, context/4) reply tokens fits;
-      ``dropped`` counts the messages removed so far. A reply that reaches the end of the context stops with
-      stop_reason "context".
-    """
-
-    OVERFLOW = ("error", "truncate_oldest")
-
-    def __init__(self, engine: Engine, *, system: str | None = None, messages: list[dict] | None = None,
-                 params=None, overflow: str = "error"):
-        if overflow not in self.OVERFLOW:
-            raise InputError(f"overflow must be one of {', '.join(self.OVERFLOW)}, got {overflow!r}")
-        self.engine = engine
-        self.overflow = overflow
-        self.params = Engine.settings(params, base=SamplingParams())     # the base of every turn's settings
-        self.messages: list[dict] = []
-        self.dropped = 0
-        self.last_result: GenerationResult | None = None
-        self.reset(system)
-        for m in messages or []:
-            if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
-                raise InputError(f"messages must be dicts with string 'role' and 'content', got {m!r}")
-            self.messages.append({"role": m["role"], "content": m["content"]})
-
-    def reset(self, system: str | None = None):
-        """Forget the conversation (start a new chat); ``system``: the new chat's system message, if any."""
-        self.messages = [{"role": "system", "content": system}] if system else []
-        self.dropped = 0
-        self.last_result = None
-
-    def cancel(self):
-        self.engine.cancel()
-
-    async def send(self, text: str, *, on_token=None, params=None, **settings) -> GenerationResult:
-        """Add the user message ``text`` and generate the assistant's reply (appended to ``messages``)."""
-        return await self._reply(self._turn(text), on_token, params, settings)
-
-    async def regenerate(self, *, on_token=None, params=None, **settings) -> GenerationResult:
-        """Generate the last reply again (a fixed seed gives the same reply; pass another seed, or leave the seed
-        unset, for a different one). Replaces the last assistant message, or answers a trailing user message."""
-        return await self._reply(self._turn(None), on_token, params, settings)
-
-    def prepare(self, text: str | None = None, *, params=None, **settings) -> tuple[list[dict], list[int], int]:
-        """What send(text) (or, with text None, regenerate()) would run, without running it: the messages the
-        model will see (after the overflow policy), their prompt token ids, and how many old messages that drops.
-        Raises ContextOverflowError like send. ``len(ids) / engine.context_size`` is how full the context is."""
-        return self._fit(self._turn(text), self._settings(params, settings))
-
-    def _turn(self, text):
-        """The messages to answer: the conversation plus the user message ``text``, or (None) up to its last one."""
-        if text is not None:
-            if not isinstance(text, str) or not text.strip():
-                raise InputError("the message is empty: type a question or instruction")
-            return self.messages + [{"role": "user", "content": text}]
-        msgs = list(self.messages)
-        if msgs and msgs[-1]["role"] == "assistant":
-            msgs.pop()
-        if not msgs or msgs[-1]["role"] != "user":
-            raise InputError("there is no user message to answer yet: send one first")
-        return msgs
-
-    def _settings(self, params, settings) -> SamplingParams:
-        return Engine.settings(params, settings, base=self.params, dict_base=self.params)
-
-    async def _reply(self, msgs, on_token, params, settings) -> GenerationResult:
-        p = self._settings(params, settings)
-        msgs, ids, dropped = self._fit(msgs, p)
-        result = await self.engine.generate_ids(ids, p, on_token=on_token, reuse_cache=True)
-        self.last_result = result
-        if result.stop_reason == "cancelled" and not result.tokens:
-            return result       # stopped before any reply: the turn is dropped
-        self.messages = msgs + [{"role": "assistant", "content": result.text}]
-        self.dropped += dropped
-        return result
-
-    def _fit(self, msgs, p: SamplingParams):
-        """(messages, their prompt ids, messages dropped) under the overflow policy."""
-        ctx = self.engine.context_size
-        reserve = max(1, min(p.max_tokens, ctx // 4))
-        dropped = 0
-        while True:
-            ids = self.engine.encode_chat(msgs)
-            if self.overflow == "truncate_oldest" and len(ids) + reserve > ctx:
-                turn = _oldest_turn(msgs)
-                if turn is not None:
-                    msgs = msgs[:turn[0]] + msgs[turn[1]:]
-                    dropped += turn[1] - turn[0]
-                    continue
-                if len(ids) >= ctx:
-                    raise ContextOverflowError(
-                        f"the newest message needs a {len(ids)}-token prompt even with every older turn dropped, "
-                        f"but the context holds {ctx} tokens; shorten the message (or the system message) or load "
-                        f"the model with a larger context size")
-            if len(ids) >= ctx:
-                raise ContextOverflowError(
-                    f"the conversation needs {len(ids)} tokens but the context holds {ctx}; start a new chat, "
-                    f"shorten the message, load the model with a larger context size, or let the session drop the "
-                    f"oldest turns (overflow='truncate_oldest')")
-            return msgs, ids, dropped
+    def accept(self, tok: int, pos: int) -> str:
+        """Take one sampled token (for position pos); return why to stop ("" to go on)."""
+        result, out = self.result, self.out
+        if tok in self.eot or tok in self.stop_ids:
+            out.end(tok)
+            if tok in self.eot:
+                return "eos"
+            result.stop_sequence = tok
+            return "stop"
+        final = len(result.tokens) + 1 >= self.max_tokens or pos >= self.ctx
+        if out.token(tok, final):
+            return "stop"
+        if len(result.tokens) >= self.max_tokens:
+            return "max_tokens"
+        return "context" if pos >= self.ctx else ""
 
 
-def _oldest_turn(msgs) -> tuple[int, int] | None:
-    """[start, end) of the oldest turn (a user message and what follows it up to the next user message, after any
-    system messages), or None when only the newest turn is left."""
-    i = 0
-    while i < len(msgs) and msgs[i]["role"] == "system":
-        i += 1
-    later_users = [j for j in range(i + 1, len(msgs)) if msgs[j]["role"] == "user"]
-    return (i, later_users[0]) if later_users else None
+from .session import ChatSession  # noqa: E402,F401  (ChatSession lives in session.py; README imports it from here)

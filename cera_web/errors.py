@@ -21,9 +21,5 @@ class GPUUnavailableError(CeraError):
     """No WebGPU adapter/device could be obtained, or the device was lost."""
 
 
-class CancelledError(CeraError):
-    """A run was cancelled by the user; the session stays usable."""
-
-
 class InputError(CeraError):
     """Bad input from the caller (e.g. an empty prompt)."""

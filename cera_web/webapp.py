@@ -1,4 +1,4 @@
-"""The Python side of the web pages: the page's Web Worker (web/worker.js) and the notebook (web/notebook.html).
+"""The Python side of the page's Web Worker (web/worker.js); the notebook's (web/notebook.html) is notebook.py.
 
 Worker glue. The worker calls, in order (message shapes: the header of web/worker.js):
 
@@ -26,32 +26,22 @@ Nothing there raises: every failure becomes an ``{"type": "error", "kind", "mess
 worker stays usable. A failed load keeps the model that was loaded before. :func:`load_source` takes any model
 source (see cera_web.source), so the same glue runs in CPython too.
 
-Checks (any Python): :func:`fit_report` says whether a model's buffers fit the device's limits before anything is
-uploaded (UnsupportedModelError with needed vs available when not); :func:`memory_summary` says what a loaded engine
-holds on the GPU (weights, KV cache, other buffers).
-
-Notebook helpers (PyScript cells, web/notebook.html; they need a browser, and a worker for cached models):
-
-    engine = await open_model()                     # the default model: cached in the browser, progress shown
-    result = await stream(engine, "Once upon a time", max_tokens=32, temperature=0.8, seed=1)
-
-Output goes to the running py-editor cell's output area (or ``output=``: an element or its id), else to stdout.
+Checks (any Python): :func:`fit_report` (models/memory.py) says whether a model's buffers fit the device's limits
+before anything is uploaded (UnsupportedModelError with needed vs available when not); :func:`memory_summary` says
+what a loaded engine holds on the GPU (weights, KV cache, other buffers). The notebook's helpers are in notebook.py.
 """
 from __future__ import annotations
 
 import json
 import math
 import sys
-import time
 import traceback
 
 from . import errors
-from .errors import CeraError, InputError, UnsupportedModelError
+from .errors import CeraError, InputError
 from .gguf import parse_gguf
-
-CONTEXT_SIZE = 2048                     # tokens of KV cache the pages load models with
-DEFAULT_MODEL_URL = "/models/SmolLM2-135M-Instruct.Q4_1.gguf"
-MODEL_STORE_JS = "/web/modelstore.js"   # the browser cache of models (web/modelstore.js), for the notebook helpers
+from .models import model_spec
+from .models.memory import CONTEXT_SIZE, fit_report  # noqa: F401  (fit_report: part of this module's API)
 
 _post = None          # the worker's post(json_text)
 _engine = None        # the loaded Engine, replaced only by a successful load
@@ -94,67 +84,6 @@ def _report(exc: BaseException, during: str) -> None:
 
 # -- will it fit? ----------------------------------------------------------------------------------------------------
 
-def _mib(n: int) -> str:
-    return f"{n / 2**20:.1f} MiB"
-
-
-def _kv_estimate(gguf, context_size: int) -> tuple[int, int]:
-    """(bytes of the largest KV cache buffer, bytes of all of them) for ``context_size`` tokens: float32 K and V,
-    one [context, kv_heads * head_dim] buffer each per attention layer (a layer with 0 KV heads has none: LFM2's
-    convolution layers). (0, 0) when the metadata does not say; the model then reports what is missing."""
-    try:
-        n_layers = int(gguf.arch_get("block_count"))
-        heads = gguf.arch_get("attention.head_count")
-        kv = gguf.arch_get("attention.head_count_kv", heads)
-        per_layer = lambda v: [int(x) for x in v] if isinstance(v, list) else [int(v)] * n_layers  # noqa: E731
-        heads, kv = per_layer(heads), per_layer(kv)
-        head_dim = int(gguf.arch_get("attention.key_length", int(gguf.arch_get("embedding_length")) // max(heads)))
-    except (UnsupportedModelError, TypeError, ValueError, ZeroDivisionError):
-        return 0, 0
-    sizes = [4 * context_size * k * head_dim for k in kv if k > 0]
-    return max(sizes, default=0), 2 * sum(sizes)
-
-
-def fit_report(gguf, limits: dict, context_size: int = CONTEXT_SIZE) -> dict:
-    """What a model needs on the GPU, checked against the device's limits before anything is uploaded.
-
-    A kernel binds each buffer whole, so no buffer may exceed maxStorageBufferBindingSize (nor maxBufferSize). A
-    weight larger than that (usually the token embedding or the LM head) is split into row ranges of its own
-    buffers (models/base.py pieces), which needs only SPLIT_ROWS of its rows to fit; one layer's K or V cache must
-    fit whole. Raises UnsupportedModelError with the bytes needed and available when something cannot fit; else
-    returns {weights, kv_cache, largest_tensor, largest_bytes, buffer_limit, split} (bytes; split: the names of the
-    tensors that will be split). WebGPU does not say how much memory a GPU has in all, so the total is reported,
-    not checked: the browser reports a failed allocation at upload."""
-    from .models.base import SPLIT_ROWS, smallest_piece
-    binding = int(limits.get("max-storage-buffer-binding-size", 1 << 27))
-    max_buffer = int(limits.get("max-buffer-size", 1 << 28))
-    cap = min(binding, max_buffer)
-    limit_name = "maxStorageBufferBindingSize" if binding <= max_buffer else "maxBufferSize"
-    tensors = list(gguf.tensors.values())
-    largest = max(tensors, key=lambda t: t.nbytes, default=None)
-    kv_layer, kv_total = _kv_estimate(gguf, context_size)
-
-    worst = max(tensors, key=smallest_piece, default=None)
-    need = smallest_piece(worst) if worst is not None else 0
-    if need > cap:
-        piece = f"{SPLIT_ROWS} of its rows" if len(worst.shape) > 1 else "a vector cannot be split"
-        raise UnsupportedModelError(
-            f"tensor {worst.name!r} ({worst.type.name}, shape {list(worst.shape)}) needs a GPU buffer of at least "
-            f"{_mib(need)} ({piece}), but this GPU binds at most {_mib(cap)} at once ({limit_name} = {cap} bytes): "
-            f"needed {need} bytes, available {cap}. Use a smaller model, or a browser or GPU with a larger "
-            f"{limit_name}")
-    split = [t.name for t in tensors if t.nbytes > cap]
-    report = {"weights": sum(t.nbytes for t in tensors), "kv_cache": kv_total,
-              "largest_tensor": largest.name if largest else None, "largest_bytes": largest.nbytes if largest else 0,
-              "buffer_limit": cap, "split": split}
-    if kv_layer > cap:
-        raise UnsupportedModelError(
-            f"one layer's KV cache for {context_size} tokens needs a GPU buffer of {_mib(kv_layer)}, but this GPU "
-            f"binds at most {_mib(cap)} at once ({limit_name} = {cap} bytes): needed {kv_layer} bytes, available "
-            f"{cap}; load it with a smaller context size")
-    return report
-
-
 class _NeedMore(Exception):
     """The header parser wants bytes past the prefix received so far."""
 
@@ -186,9 +115,8 @@ def check_header(prefix, total, name: str, limits: dict | None = None) -> str:
         limits = _device.limits
     try:
         gguf = _parse_prefix(data, int(total), name)
-        from .models import model_class
-        model_class(gguf.architecture)
-        fit = fit_report(gguf, limits) if limits is not None else None
+        spec = model_spec(gguf)
+        fit = fit_report(gguf, limits, spec=spec) if limits is not None else None
     except _NeedMore as more:
         return json.dumps({"need": more.end})
     except Exception as exc:
@@ -254,8 +182,7 @@ async def _load_engine(source, device, on_progress, context_size: int = CONTEXT_
     here when None). Returns (engine, fit_report); the device is destroyed when loading fails."""
     try:
         gguf = parse_gguf(source.read, source.size, name=getattr(source, "name", None))
-        from .models import model_class
-        model_class(gguf.architecture)
+        spec = model_spec(gguf)
         from .engine import Engine
         if device == "cpu":     # no GPU: the numpy reference model (nothing to fit into GPU buffers)
             engine = await Engine.load(source, device="cpu", context_size=context_size, on_progress=on_progress)
@@ -263,7 +190,7 @@ async def _load_engine(source, device, on_progress, context_size: int = CONTEXT_
         if device is None:
             from .gpu import get_device
             device = await get_device()
-        fit = fit_report(gguf, device.limits, context_size)
+        fit = fit_report(gguf, device.limits, context_size, spec=spec)
         engine = await Engine.load(source, device=device, context_size=context_size, on_progress=on_progress)
     except BaseException:
         if device is not None and device != "cpu":
@@ -290,45 +217,24 @@ async def load_source(source, origin: str | None = None) -> bool:
     previous, _engine = _engine, engine
     from .engine import ChatSession
     _chat = ChatSession(engine)            # a new model starts a new conversation
-    if previous is not None and hasattr(previous, "close"):
+    if previous is not None:
         try:
             previous.close()   # release its GPU buffers
         except Exception as exc:
             traceback.print_exception(exc, file=sys.stderr)
     _send(type="ready", model=engine.name, backend=engine.backend, memory=memory_summary(engine), origin=origin,
-          cpu=_on_cpu_fallback(engine), split=split_tensors(engine))
+          cpu=not engine.model.on_gpu, split=split_tensors(engine))
     return True
 
 
-def _on_cpu_fallback(engine) -> bool:
-    """Whether the engine runs the numpy reference model (no GPU; not a CPU WebGPU adapter such as SwiftShader)."""
-    from .models.cpu import CPUDevice
-    return isinstance(engine.dev, CPUDevice)
-
-
 def memory_summary(engine) -> dict | None:
-    """Bytes of GPU memory a loaded engine holds: {weights, kv_cache, other, total, buffers} (ints). Weights are the
-    model's packed tensors, kv_cache its K/V buffers, other the rest (activations, logits, norms, sampling). None
-    for the CPU fallback (the numpy reference model). See split_tensors for the tensors split across buffers."""
-    model, dev = engine.model, engine.dev
-    if _on_cpu_fallback(engine):
-        return None          # the numpy reference model holds no GPU memory
-
-    def values(x):
-        return list(x.values()) if isinstance(x, dict) else list(x or ())
-
-    weights = {id(b): int(b.size) for b in values(model.weights)}
-    kv = {id(b): int(b.size) for b in values(getattr(model, "k_cache", None)) + values(getattr(model, "v_cache", None))}
-    live = list(dev.live_buffers)
-    other = sum(int(b.size) for b in live if id(b) not in weights and id(b) not in kv)
-    w, k = sum(weights.values()), sum(kv.values())
-    return {"weights": w, "kv_cache": k, "other": other, "total": w + k + other, "buffers": len(live)}
+    """Bytes of GPU memory a loaded engine holds: {weights, kv_cache, other, total, buffers} (ints), None for the CPU
+    fallback (see models/memory.py)."""
+    return engine.model.memory()
 
 
 def split_tensors(engine) -> dict:
     """{tensor name: number of GPU buffers} of the weights too big for one binding (see models/base.py pieces)."""
-    if _on_cpu_fallback(engine):
-        return {}
     return {name: len(parts) for name, parts in engine.model.split_tensors().items()}
 
 
@@ -456,192 +362,9 @@ def stop() -> None:
         _engine.cancel()
 
 
-# -- notebook helpers (PyScript) -------------------------------------------------------------------------------------
-
-def _document():
-    """The page's document: PyScript's (which also works from its workers), Pyodide's on the main thread, or None."""
-    try:
-        from pyscript import document
-        return document
-    except Exception:
-        pass
-    import js
-    return getattr(js, "document", None)
-
-
-def _page_url() -> str:
-    """The page's address (in a PyScript worker, the page's, not the worker's blob: address)."""
-    try:
-        from pyscript import window
-        return str(window.location.href)
-    except Exception:
-        import js
-        return str(js.location.href)
-
-
-def _absolute(url: str) -> str:
-    import js
-    return str(js.URL.new(url, _page_url()).href)
-
-
-class _View:
-    """Where the notebook helpers show progress and text: a DOM element (by default the output area of the running
-    py-editor cell), or stdout when there is no page to write to."""
-
-    INTERVAL = 0.1    # seconds between two updates of a progress line (each is a round trip from a worker)
-    BYTE_STAGES = ("download", "verify", "upload")
-
-    def __init__(self, output=None):
-        doc = _document()
-        self.doc, self.el = doc, None
-        if doc is not None:
-            if isinstance(output, str):
-                self.el = doc.getElementById(output)
-                if self.el is None:
-                    raise InputError(f"no element with id {output!r} on the page to write the output to")
-            elif output is not None:
-                self.el = output
-            else:
-                button = doc.querySelector(".py-editor-run-button.running")
-                box = button.closest(".py-editor-box") if button else None
-                self.el = box.querySelector(".py-editor-output") if box else None
-        self.text = None
-        self.stages = {}      # stage -> its progress line's state
-
-    def _add(self, tag: str, cls: str, parent=None):
-        node = self.doc.createElement(tag)
-        node.className = cls
-        (parent or self.el).append(node)
-        return node
-
-    def progress(self, stage: str, done: int, total: int):
-        """One progress line per stage: a bar, bytes, percent and rate."""
-        now = time.monotonic()
-        st = self.stages.setdefault(stage, {"t0": now, "done0": done, "shown": 0.0, "row": None})
-        st.update(done=done, total=total, pending=True)
-        if now - st["shown"] >= self.INTERVAL or (total and done >= total):
-            self._show(stage, st, now)
-
-    def _show(self, stage: str, st: dict, now: float):
-        done, total, dt = st["done"], st["total"], now - st["t0"]
-        pct = f" ({100 * done // total}%)" if total else ""
-        if stage in self.BYTE_STAGES:
-            line = f"{stage}: {done / 1e6:.1f} MB" + (f" of {total / 1e6:.1f} MB{pct}" if total else "")
-            if dt > 0.2 and done > st["done0"]:
-                line += f", {(done - st['done0']) / 1e6 / dt:.1f} MB/s"
-        else:
-            line = f"{stage}: {done} of {total}{pct}" if total else f"{stage}…"
-        st["shown"], st["pending"] = now, False
-        if self.el is None:
-            if total and done >= total:
-                print(line)
-            return
-        if st["row"] is None:
-            row = self._add("div", "cera-progress-row")
-            st["row"] = (self._add("progress", "cera-progress", row), self._add("span", "cera-progress-text", row))
-        bar, label = st["row"]
-        if total:
-            bar.max = total
-            bar.value = min(done, total)
-        label.textContent = " " + line
-
-    def finish(self):
-        """Show the last state of every progress line (updates skipped by the interval)."""
-        now = time.monotonic()
-        for stage, st in self.stages.items():
-            if st["pending"]:
-                self._show(stage, st, now)
-
-    def note(self, text: str):
-        if self.el is None:
-            print(text)
-        else:
-            self._add("div", "cera-note").textContent = text
-
-    def piece(self, text: str):
-        if self.el is None:
-            print(text, end="", flush=True)
-            return
-        if self.text is None:
-            self.text = self._add("pre", "cera-stream")
-        if text:
-            self.text.append(self.doc.createTextNode(text))
-
-
-async def _model_store():
-    """The JS CeraModelStore (web/modelstore.js), imported into this JS realm on first use."""
-    import js
-    if not hasattr(js, "CeraModelStore"):
-        from pyodide.code import run_js
-        await run_js(f"import({json.dumps(_absolute(MODEL_STORE_JS))})")
-    return js.CeraModelStore
-
-
-async def open_model(url: str | None = None, *, output=None, cache: bool = True,
-                     context_size: int = CONTEXT_SIZE, limits: dict | None = None):
-    """Load a model for a notebook cell and return its Engine: the default model when ``url`` is None.
-
-    The download is kept in the browser's cache (web/modelstore.js; ``cache=False`` skips it) and checked before most
-    of it arrives (header, architecture, buffer limits); progress (bytes, percent, rate) and a memory summary are
-    shown in the cell's output (``output``: an element or its id). ``limits``: device limits to lower (simulating a
-    smaller GPU), e.g. {"max-storage-buffer-binding-size": 16_000_000}."""
-    import js
-    from pyodide.ffi import JsException, create_proxy, to_js
-
-    from .gpu import get_device
-    from .gpu.browser import ArrayBufferSource, BlobSource
-
-    view = _View(output)
-    url = _absolute(url or DEFAULT_MODEL_URL)
-    store = await _model_store()
-    device = await get_device(limits_override=limits)
-    refused = []
-
-    def check(prefix, total):
-        reply = json.loads(check_header(prefix, total, url, device.limits))
-        if "error" in reply:
-            refused.append(reply["error"])
-            raise InputError(reply["error"]["message"])
-        return reply.get("need", 0)
-
-    proxies = [create_proxy(view.progress), create_proxy(view.note), create_proxy(check)]
-    options = to_js({"onProgress": proxies[0], "onStatus": proxies[1], "checkHeader": proxies[2], "cache": cache},
-                    dict_converter=js.Object.fromEntries)
-    try:
-        got = await store.open(url, options)
-        view.finish()
-    except JsException as exc:
-        device.destroy()
-        if refused:     # refused by check(): raise that error as it was
-            kind = getattr(errors, refused[0]["kind"], None)
-            raise (kind if isinstance(kind, type) and issubclass(kind, CeraError) else CeraError)(
-                refused[0]["message"]) from None
-        raise InputError(f"could not get the model: {exc}") from None
-    finally:
-        for p in proxies:
-            p.destroy()
-    view.note(str(got.note))
-    if got.blob is not None and hasattr(js, "FileReaderSync"):
-        source = BlobSource(got.blob, str(got.name))
-    else:   # the main thread cannot read a Blob synchronously: take its bytes into (JS) memory
-        buffer = got.buffer if got.buffer is not None else await got.blob.arrayBuffer()
-        source = ArrayBufferSource(buffer, str(got.name))
-    try:
-        engine, _fit = await _load_engine(source, device, view.progress, context_size)
-    finally:
-        view.finish()
-    mem = memory_summary(engine)
-    view.note(f"{engine.name} on {engine.backend}: GPU memory {mem['total'] / 1e6:.1f} MB (weights "
-              f"{mem['weights'] / 1e6:.1f} MB, KV cache {mem['kv_cache'] / 1e6:.1f} MB, other {mem['other'] / 1e6:.1f} MB)")
-    return engine
-
-
-async def stream(engine, prompt, *, output=None, chat: bool = False, **settings):
-    """Generate from ``prompt`` with ``engine``, streaming the text into the cell's output (``output``: an element
-    or its id) as it is produced; settings as Engine.generate (max_tokens=..., temperature=..., seed=..., ...).
-    Returns the GenerationResult."""
-    view = _View(output)
-    result = await engine.generate(prompt, on_token=lambda _id, text: view.piece(text), chat=chat, **settings)
-    view.note(f"{len(result.tokens)} tokens, {result.stop_reason}; prefill {result.prefill_tok_s:.1f} tok/s, "
-              f"decode {result.decode_tok_s:.1f} tok/s")
-    return result
+def __getattr__(name: str):
+    """The notebook helpers (notebook.py) stay importable from here, as README shows: open_model, stream."""
+    if name in ("open_model", "stream"):
+        from . import notebook
+        return getattr(notebook, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""Chat-template rendering (cera_web.chat) against transformers' apply_chat_template, and the sandbox's bounds.
+"""Chat-template rendering (cera_web.template) against transformers' apply_chat_template, and the sandbox's bounds.
 
 The expected strings in fixtures/chat_expected.json were made by transformers (tests/fixtures/make_reference.py),
 so these tests need neither torch nor transformers.
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cera_web.chat import CHATML_TEMPLATE, ChatTemplate, TemplateLimits, render_chat
+from cera_web.template import CHATML_TEMPLATE, ChatTemplate, TemplateLimits, render_chat
 from cera_web.errors import CeraError, InputError
 from cera_web.gguf import open_gguf
 
@@ -71,7 +71,7 @@ def test_gguf_template_and_special_tokens(smollm2_metadata):
 def test_chatml_fallback(caplog):
     # SmolLM2's template is ChatML plus a default system message, so with a system message first the
     # transformers output for SmolLM2 is exactly what ChatML must give.
-    with caplog.at_level(logging.WARNING, logger="cera_web.chat"):
+    with caplog.at_level(logging.WARNING, logger="cera_web.template"):
         chat = ChatTemplate(None)
     assert chat.is_fallback and chat.source == CHATML_TEMPLATE
     assert "ChatML" in caplog.text

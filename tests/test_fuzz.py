@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from cera_web import gguf as cg
-from cera_web.chat import CHATML_TEMPLATE, ChatTemplate, TemplateLimits, render_chat
+from cera_web.template import CHATML_TEMPLATE, ChatTemplate, TemplateLimits, render_chat
 from cera_web.errors import CeraError, GGUFFormatError, InputError
 from cera_web.gguf import parse_gguf
 from cera_web.tokenizer import BYTE_TO_CHAR, StreamDecoder, Tokenizer

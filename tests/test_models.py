@@ -217,7 +217,7 @@ def test_conv1d_kernel_chunks_equal_token_by_token(dev, L):
 @gpu
 @pytest.mark.parametrize("family", ["qwen2", "qwen3", "lfm2"])
 def test_chat_template_renders_like_transformers(engines, family):
-    from cera_web.chat import ChatTemplate
+    from cera_web.template import ChatTemplate
     eng = engines(f"{family}-q8_0")
     tpl = ChatTemplate.from_metadata(eng.gguf.metadata)
     assert not tpl.is_fallback

@@ -244,9 +244,9 @@ def reference_fixture():
 
 
 def test_smollm2_shape_and_config(smollm2_model):
-    a = smollm2_model.args
-    assert (a.n_layers, a.dim, a.n_heads, a.n_kv_heads, a.head_dim, a.vocab_size) == (30, 576, 9, 3, 64, 49152)
-    assert a.rope_theta == 100000.0 and abs(a.norm_eps - 1e-5) < 1e-9
+    a = smollm2_model.spec
+    assert (a.n_layers, a.hidden, a.heads, a.kv_heads, a.head_dim, a.vocab) == (30, 576, 9, 3, 64, 49152)
+    assert a.layers[0].rope_theta == 100000.0 and abs(a.eps - 1e-5) < 1e-9
     assert smollm2_model.model.output is smollm2_model.model.tok_embeddings     # tied embeddings
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cera_web.chat import ChatTemplate, TemplateLimits, render_chat
+from cera_web.template import ChatTemplate, TemplateLimits, render_chat
 from cera_web.errors import GGUFFormatError, GPUUnavailableError, InputError, UnsupportedModelError
 
 E, F, H, KV, CTX = 64, 128, 4, 2, 256
@@ -233,6 +233,7 @@ def test_lost_device_fails_loudly_and_the_model_reloads(tiny):
     (dict(drop=("output_norm.weight",)), UnsupportedModelError, "no tensor 'output_norm.weight'"),
     (dict(metadata={"llama.block_count": 2}), UnsupportedModelError, "no tensor 'blk.1.attn_norm.weight'"),
     (dict(metadata={"llama.block_count": 10**6}), UnsupportedModelError, "no tensor 'blk.1."),
+    (dict(metadata={"llama.block_count": 2**32 - 1}), UnsupportedModelError, "block_count = 4294967295, but"),
     (dict(metadata={"llama.embedding_length": None}), UnsupportedModelError, "llama.embedding_length"),
     (dict(metadata={"llama.attention.head_count": 3}), UnsupportedModelError, "3 query heads"),
     (dict(shapes={"token_embd.weight": (2, 269, E)}), UnsupportedModelError, "should be 2-D"),
@@ -264,6 +265,27 @@ def test_inconsistent_model_files_fail_at_load(tmp_path, kw, error, fragment):
 
 # ---------------------------------------------------------------------------------------------------------------
 # Chat templates: slow operations in a loop and templates that fill memory
+
+@pytest.mark.parametrize("key", ["block_count", "attention.head_count", "feed_forward_length", "context_length"])
+def test_huge_counts_are_refused_before_allocating(tmp_path, key):
+    """A count that sizes an allocation (layers, heads, widths) far beyond the tensors the file has ends in a clear
+    UnsupportedModelError from the spec, on every path that reads it (the numpy reference, the fit check), never in
+    a MemoryError or a long loop (issue 17)."""
+    from cera_web import webapp
+    from cera_web.gguf import open_gguf
+    from cera_web.reference import ReferenceModel
+    path = tmp_path / "huge.gguf"
+    write_llama(path, metadata={f"llama.{key}": 2**32 - 1})
+    want = {"block_count": "block_count = 4294967295, but the model file has no tensor 'blk.1.attn_norm.weight'",
+            "attention.head_count": "head_count = 4294967295 is not a valid size",
+            "feed_forward_length": "feed_forward_length = 4294967295 is not a valid size"}.get(key)
+    if want is None:       # the trained context sizes nothing: the reference only bounds positions by it
+        assert ReferenceModel.from_gguf(path).context_length == 2**32 - 1
+        return
+    for load in (lambda: ReferenceModel.from_gguf(path), lambda: webapp.fit_report(open_gguf(path), {})):
+        with pytest.raises(UnsupportedModelError, match=want):
+            load()
+
 
 def test_timeout_stops_a_loop_of_slow_operations():
     # Each sort of 100,000 characters takes ~0.1 s but is only two steps; the timeout used to be looked at every

@@ -326,11 +326,15 @@ def test_real_app_zip_matches_the_checkout_and_imports_like_it(server_url, repo_
             dirnames[:] = [d for d in dirnames if d != "__pycache__" and not d.startswith(".")]
             for f in filenames:
                 rel = (Path(dirpath) / f).relative_to(repo_root).as_posix()
+                if rel in serve.TOOLS:          # native-only: served in the tools zip (checked below)
+                    continue
                 if f.endswith(exts):
                     expected.add(rel)
                 elif top == "cera_web" and not f.startswith(".") and not f.endswith(".pyc"):
                     unshipped.append(rel)
     assert names == expected
+    status, _, tools = request(server_url, "/app/cera_web_tools.zip")
+    assert status == 200 and set(zipfile.ZipFile(io.BytesIO(tools)).namelist()) == set(serve.TOOLS)
     assert not unshipped, (f"{unshipped} would not reach the browser: /app/cera_web.zip ships only "
                            f".py and .json files from cera_web/ (see serve.build_app_zip)")
 

@@ -1,14 +1,38 @@
-"""Architectures: GGUF ``general.architecture`` -> the GPU model class that runs it."""
-from ..errors import UnsupportedModelError
+"""Models: one ModelSpec per file (spec.py, the one registry of architectures), run by the GPU model
+(transformer.py on base.py) or by the CPU fallback (cpu.py: the numpy reference model behind the same interface).
+
+The Model interface the engine drives, implemented by both (the engine never asks which one it holds):
+
+    spec, vocab, chunk, context_size     the model's ModelSpec; prompt tokens per prefill pass; KV cache positions
+    prefill(ids, pos0, with_head)        run a prompt chunk at positions pos0...; with_head: sample its next token
+    decode(pos, out_index)               one step: the last sampled token at pos; its successor into log[out_index]
+    await read_log(n)                    the tokens of log[0:n] (waits for the submitted work)
+    rewindable                           whether a pass may restart at any cached position (no running state)
+    keep_state(step) -> bool             keep the state as after decode step ``step`` of the last read
+    max_steps_per_read                   decode steps the engine may submit between two read_log calls
+    passes                               forward passes run so far (the engine notices passes it did not run)
+    make_sampler(); sampler_plan         the sampler for this model's head; set sampler_plan to sample, None: argmax
+    on_gpu                               False for the CPU fallback (the numpy reference model)
+    memory() -> dict | None              GPU bytes held (weights, kv_cache, other, total, buffers); None on the CPU
+    split_tensors() -> dict              {tensor: [(buffer, first row, rows)]} of weights split across buffers
+"""
+from .spec import ARCHITECTURES, ModelSpec, check_architecture, model_spec  # noqa: F401
+
+
+def load_model(dev, gguf, source, *, context_size: int, chunk: int, on_progress=None):
+    """The model for parsed GGUF ``gguf``: its spec checked against the file first (before anything is allocated),
+    then the GPU model on ``dev``, or the CPU fallback when ``dev`` is a models.cpu.CPUDevice."""
+    from .cpu import CPUDevice, CPUModel
+    spec = model_spec(gguf)
+    if isinstance(dev, CPUDevice):
+        cls = CPUModel
+    else:
+        from .transformer import Transformer as cls
+    return cls(dev, gguf, source, spec, context_size=context_size, chunk=chunk, on_progress=on_progress)
 
 
 def model_class(arch: str):
-    from .lfm2 import Lfm2Model
-    from .llama import LlamaModel
-    from .qwen import Qwen2Model, Qwen3Model
-    classes = {"llama": LlamaModel, "qwen2": Qwen2Model, "qwen3": Qwen3Model, "lfm2": Lfm2Model}
-    try:
-        return classes[arch]
-    except KeyError:
-        raise UnsupportedModelError(
-            f"architecture {arch!r} is not supported (supported: {', '.join(sorted(classes))})") from None
+    """A constructor ``(dev, gguf, source, *, context_size, chunk, on_progress=None)`` of the GPU model for GGUF
+    architecture ``arch`` (UnsupportedModelError when there is none)."""
+    check_architecture(arch)
+    return lambda dev, gguf, source, **kw: load_model(dev, gguf, source, **kw)

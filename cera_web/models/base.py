@@ -46,14 +46,19 @@ class Recorder:
 
 
 class GPUModel:
-    """Base class: weights on the GPU, the step uniform, the token buffers, and running passes."""
+    """Weights on the GPU, the step uniform, the token buffers and running passes (models/transformer.py builds the
+    layers on top). Implements the Model interface of models/__init__.py."""
 
+    on_gpu = True           # runs on a GPU device (the CPU fallback, models/cpu.py, does not)
     sampler_plan = None     # set by the engine: a plan submitted right after the head (sampling; cera_web.sampling)
     passes = 0              # forward passes set up so far (the engine notices passes it did not run itself)
 
-    def __init__(self, dev, gguf, source, *, context_size: int, chunk: int, on_progress=None):
+    def __init__(self, dev, gguf, source, spec, *, context_size: int, chunk: int, on_progress=None):
         self.dev = dev
         self.gguf = gguf
+        self.spec = spec
+        self.vocab = spec.vocab
+        self.rewindable = spec.rewindable     # see Model.rewindable (models/__init__.py)
         self.source = source
         self.context_size = context_size
         self.chunk = chunk
@@ -164,22 +169,6 @@ class GPUModel:
         if self.on_progress:
             self.on_progress("upload", self._uploaded, max(self._to_upload, self._uploaded))
 
-    def check_weight(self, name: str, rows: int, cols: int, why: str):
-        """Raise UnsupportedModelError unless 2-D weight ``name`` is rows x cols (what the metadata implies)."""
-        got = self.shape(name)
-        if got != (rows, cols):
-            layer = f"layer {name.split('.')[1]}: " if name.startswith("blk.") else ""
-            raise UnsupportedModelError(
-                f"{layer}tensor {name!r} is {got[0]} x {got[1]} (rows x columns) but the metadata implies {rows} x {cols} "
-                f"({why}): the file's metadata and weights disagree; re-convert the model")
-
-    def check_vector(self, name: str, length: int, why: str):
-        info = self.gguf.tensor(name)
-        if info.n_elements != length:
-            raise UnsupportedModelError(
-                f"tensor {name!r} has {info.n_elements} values but the metadata implies {length} ({why}): the "
-                f"file's metadata and weights disagree; re-convert the model")
-
     def vector(self, name: str) -> np.ndarray:
         """A small F32/F16 tensor (norm gains) read into numpy."""
         info = self.gguf.tensor(name)
@@ -207,19 +196,7 @@ class GPUModel:
         self.passes += 1
         self.dev.write_buffer(self.step, struct.pack("<4I", n_tokens, pos0, out_index, pos0 + n_tokens))
 
-    @property
-    def rewindable(self) -> bool:
-        """Whether a pass may restart at any cached position (pure attention: a pass only reads the KV rows
-        before it). Models with a running state (LFM2's convolution state, cleared by reset_state) are not."""
-        return not callable(getattr(self, "reset_state", None))
-
     max_steps_per_read = LOG_SIZE     # decode steps the engine may submit between two readbacks
-
-    def keep_state(self, step: int) -> bool:
-        """The engine ran decode steps past a stop: keep the model's state as it was after decode step ``step`` of
-        the last read (-1: before the first). Attention models need nothing (later cache rows are simply
-        overwritten). Returns whether the state is now that one (False: the engine forgets what the cache holds)."""
-        return self.rewindable
 
     def _head(self, head):
         return [head, self.sampler_plan] if self.sampler_plan is not None else [head]
@@ -240,13 +217,23 @@ class GPUModel:
         self.set_step(1, pos, out_index)
         self.dev.submit([self.plan_decode, *self._head(self.plan_head_decode)], self.step_copies(out_index))
 
-    def step_copies(self, out_index: int) -> list:
-        """Buffer copies to run after decode step out_index of a read (see keep_state): none for attention models."""
-        return []
+    def step_copies(self, out_index: int) -> list:  # pragma: no cover - abstract
+        """Buffer copies to run after decode step out_index of a read (see keep_state)."""
+        raise NotImplementedError
 
     async def read_log(self, n: int) -> list[int]:
         raw = await self.dev.read(self.log, 0, 4 * n)
         return np.frombuffer(raw, np.uint32).tolist()
+
+    def make_sampler(self):
+        """The sampler of this model's head (shaders/sample.wgsl over the logits buffer)."""
+        from ..sampling import GPUSampler
+        return GPUSampler.for_model(self)
+
+    def memory(self) -> dict:
+        """Bytes of GPU memory held: {weights, kv_cache, other, total, buffers} (see models/memory.py)."""
+        from .memory import gpu_memory
+        return gpu_memory(self)
 
     def build(self):
         """Record the four plans (body and head, for a chunk and for one token)."""

@@ -47,17 +47,20 @@ class CPUSampler:
 
 
 class CPUModel:
-    """ReferenceModel with the interface Engine drives (see models/base.py GPUModel)."""
+    """ReferenceModel with the Model interface the engine drives (models/__init__.py)."""
 
-    def __init__(self, dev, gguf, source, *, context_size: int, chunk: int, on_progress=None):
+    on_gpu = False
+
+    def __init__(self, dev, gguf, source, spec, *, context_size: int, chunk: int, on_progress=None):
         self.dev = dev
+        self.spec = spec
         if on_progress:
             on_progress("upload", 0, 1)
-        self.ref = ReferenceModel.from_gguf(gguf, source)
+        self.ref = ReferenceModel.from_gguf(gguf, source, spec)
         if on_progress:
             on_progress("upload", 1, 1)
-        self.rewindable = gguf.architecture != "lfm2"     # a running conv state cannot be rewound
-        self.vocab = self.ref.vocab_size
+        self.rewindable = spec.rewindable     # the reference's conv state is not snapshotted: no rewinding
+        self.vocab = spec.vocab
         self.context_size = context_size
         self.chunk = chunk
         self.sampler_plan = None
@@ -99,3 +102,9 @@ class CPUModel:
 
     async def read_log(self, n: int) -> list[int]:
         return self._log[:n]
+
+    def memory(self):
+        return None           # nothing on a GPU
+
+    def split_tensors(self) -> dict:
+        return {}

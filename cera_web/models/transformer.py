@@ -1,0 +1,257 @@
+"""The GPU model of every architecture, built by composition from its ModelSpec (models/spec.py).
+
+Per layer (``spec.layers[i]``):  x = x + op(norm(x)),   op = AttentionBlock or ConvBlock (spec.layers[i].kind)
+                                 x = x + FFNBlock(norm(x))
+then logits = Wout · norm(x) for the last token (Wout = the embedding table when the file ties them).
+
+- AttentionBlock: Q/K/V in one projection (the norm fused in), optional Q/K/V biases and per-head Q/K RMSNorm, RoPE
+  (interleaved pairs, or NEOX halves: spec.rope_neox) into the layer's KV cache, grouped-query attention, Wo with
+  the residual add fused in. When decoding, RoPE, the cache store and attention are one dispatch (5 a layer).
+- ConvBlock (LFM2): B | C | x' = Win · norm(x); y = C ⊙ conv(B ⊙ x') (causal depthwise, spec.l_cache taps, a rolling
+  state of the last l_cache - 1 values of B ⊙ x' per layer: shaders/conv1d.wgsl); x += Wout · y.
+- FFNBlock: x += Wdown · (silu(Wgate · norm(x)) * Wup · norm(x)), gate and up in one pass when they share a type.
+
+Activation buffers are allocated once, here, sized by the spec; each block owns only its weights and its state (KV
+cache, conv state). A model with conv layers has a running state: a pass at position 0 clears it, and the state
+after each decode step of a read is kept so a stop inside a read can be rewound (keep_state).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import kernels
+from ..errors import UnsupportedModelError
+from .base import GPUModel, Recorder
+from .spec import ModelSpec, not_implemented
+
+
+class AttentionBlock:
+    def __init__(self, m: "Transformer", i: int):
+        s, layer, dev, p = m.spec, m.spec.layers[i], m.dev, f"blk.{i}."
+        self.m, self.i, self.p = m, i, p
+        self.heads, self.kv_heads = layer.heads, layer.kv_heads
+        self.qkv_dim = (layer.heads + 2 * layer.kv_heads) * s.head_dim
+        self.gain = m.norm(p + "attn_norm.weight")
+        kv_dim = layer.kv_heads * s.head_dim        # KV cache: [context, kv_heads * head_dim] for K and for V
+        self.k_cache = dev.create_buffer(4 * m.context_size * kv_dim, label=f"k{i}")
+        self.v_cache = dev.create_buffer(4 * m.context_size * kv_dim, label=f"v{i}")
+        self.bias = m.f32_buffer(np.concatenate([m.vector(p + f"attn_{n}.bias") for n in "qkv"]), p + "qkv bias") \
+            if s.qkv_bias else m.zero_bias
+        self.qk_gain = m.f32_buffer(np.concatenate([m.vector(p + f"attn_{n}_norm.weight") for n in "qk"]),
+                                    p + "qk norm") if s.qk_norm else m.ones
+        self.freq = m.rope_freq(layer.rope_theta)
+
+    def record(self, rec, T: int):
+        """x += Wo · attention(norm(x)): Q/K/V in one projection when they share a type, then RoPE into the cache."""
+        m, s, p = self.m, self.m.spec, self.p
+        names = [p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"]
+        stacked = m.stacked(names)
+        if stacked is not None:
+            m.linear(rec, T, names[0], m.x, m.qkv, gain=self.gain, weight=stacked, rows=self.qkv_dim)
+        else:
+            col = 0
+            for name in names:
+                m.linear(rec, T, name, m.x, m.qkv, gain=self.gain, ystride=self.qkv_dim, yoff=col)
+                col += m.shape(name)[0]
+        H, KV, D = self.heads, self.kv_heads, s.head_dim
+        if T == 1:   # decoding: RoPE, the cache store and attention in one dispatch
+            rec.add(kernels.attention_decode(H, KV, D, s.rope_neox, s.query_scale, s.qk_norm, s.eps),
+                    [m.qkv, self.bias, self.qk_gain, self.freq, self.k_cache, self.v_cache, m.att, m.step],
+                    (H, 1, 1), "attention")
+        else:
+            rec.add(kernels.rope_store(H, KV, D, s.rope_neox, s.qk_norm, s.eps),
+                    [m.qkv, self.bias, self.qk_gain, self.freq, m.q, self.k_cache, self.v_cache, m.step],
+                    (H + 2 * KV, T, 1), "rope")
+            rec.add(kernels.attention(H, KV, D, s.query_scale), [m.q, self.k_cache, self.v_cache, m.att, m.step],
+                    kernels.attention_groups(H, KV, D, T), "attention")
+        m.linear(rec, T, p + "attn_output.weight", m.att, m.x, accum=True)
+
+
+class ConvBlock:
+    def __init__(self, m: "Transformer", i: int):
+        s, dev, p = m.spec, m.dev, f"blk.{i}."
+        self.m, self.i, self.p = m, i, p
+        self.gain = m.norm(p + "attn_norm.weight")
+        self.taps = m.f32_buffer(m.vector(p + "shortconv.conv.weight"), f"conv{i}")      # [hidden, L]
+        self.state_bytes = 4 * (s.l_cache - 1) * s.hidden                                # [L - 1, hidden]
+        self.state = dev.create_buffer(self.state_bytes, label=f"conv state {i}")
+        # the state after each decode step of a read (keep_state restores one of them)
+        self.snap = dev.create_buffer(self.state_bytes * m.max_steps_per_read, label=f"conv state {i} after each step")
+
+    def record(self, rec, T: int):
+        """x += Wout · (C ⊙ conv(B ⊙ x')), B | C | x' = Win · norm(x)."""
+        m, s, p = self.m, self.m.spec, self.p
+        m.linear(rec, T, p + "shortconv.in_proj.weight", m.x, m.bcx, gain=self.gain)
+        rec.add(kernels.conv1d(s.hidden, s.l_cache), [m.bcx, self.taps, self.state, m.conv_out, m.step],
+                (-(-s.hidden // 64), 1, 1), "conv1d")
+        m.linear(rec, T, p + "shortconv.out_proj.weight", m.conv_out, m.x, accum=True)
+
+
+class FFNBlock:
+    def __init__(self, m: "Transformer", i: int):
+        self.m, self.p = m, f"blk.{i}."
+        self.gain = m.norm(self.p + "ffn_norm.weight")
+
+    def record(self, rec, T: int):
+        """x += Wdown · (silu(Wgate · norm(x)) * Wup · norm(x)): gate and up in one pass when they share a type."""
+        m, p, F = self.m, self.p, self.m.spec.ffn
+        names = [p + "ffn_gate.weight", p + "ffn_up.weight"]
+        stacked = m.stacked(names)
+        if stacked is not None:
+            m.linear(rec, T, names[0], m.x, m.hid, gain=self.gain, weight=stacked, glu=True)
+        else:
+            gate, up = m.scratch()
+            m.linear(rec, T, names[0], m.x, gate, gain=self.gain)
+            m.linear(rec, T, names[1], m.x, up, gain=self.gain)
+            rec.add(kernels.swiglu(F), [gate, up, m.hid, m.step], (-(-F // 64), T, 1))
+        m.linear(rec, T, p + "ffn_down.weight", m.hid, m.x, accum=True)
+
+
+class Transformer(GPUModel):
+    """The GPU model: embedding, spec.n_layers (op block, FFN block) pairs, final norm and head."""
+
+    def __init__(self, dev, gguf, source, spec: ModelSpec, *, context_size: int = 2048, chunk: int = 64,
+                 on_progress=None):
+        super().__init__(dev, gguf, source, spec, context_size=context_size, chunk=chunk, on_progress=on_progress)
+        s, T = spec, chunk
+        for name in not_implemented(s):
+            raise UnsupportedModelError(f"{s.arch}: the GPU model does not implement spec.{name} yet")
+        self.plan_upload([t.name for t in s.tensors.values() if t.packed])
+        conv = s.conv_layers()
+        if conv:     # keep each decode step's conv state: fewer steps per read, the snapshots cost memory
+            self.max_steps_per_read = 32
+        # activations: allocated once, sized for a chunk of T tokens
+        qkv_dim = max(((la.heads + 2 * la.kv_heads) * s.head_dim for la in s.layers if la.attention), default=0)
+        q_dim = max((la.heads * s.head_dim for la in s.layers if la.attention), default=0)
+        buf = dev.create_buffer
+        self.x = buf(4 * T * s.hidden, label="x")                        # [T, hidden] residual stream
+        self.hid = buf(4 * T * s.ffn, label="hid")                       # [T, ffn] silu(gate) * up
+        self.logits = buf(4 * s.vocab, label="logits")                   # [vocab], last token only
+        if q_dim:
+            self.qkv = buf(4 * T * qkv_dim, label="qkv")                 # [T, q | k | v] projections
+            self.q = buf(4 * T * q_dim, label="q")                       # [T, heads * head_dim] after RoPE
+            self.att = buf(4 * T * q_dim, label="att")                   # [T, heads * head_dim]
+        if conv:
+            self.bcx = buf(4 * T * 3 * s.hidden, label="bcx")            # [T, B | C | x] in_proj output
+            self.conv_out = buf(4 * T * s.hidden, label="conv out")      # [T, hidden] C * conv(B * x)
+        self._norms, self._freqs, self._scratch, self._plan_all_logits = {}, {}, None, None
+        self.ones = self.f32_buffer(np.ones(max(s.hidden, s.ffn, q_dim, 2 * s.head_dim), np.float32), "ones")
+        self.zero_bias = self.f32_buffer(np.zeros(max(qkv_dim, 1), np.float32), "no bias")
+        self.final_gain = self.norm(s.final_norm)
+        self.blocks = [((AttentionBlock if layer.attention else ConvBlock)(self, i), FFNBlock(self, i))
+                       for i, layer in enumerate(s.layers)]
+        self.conv_blocks = [op for op, _ in self.blocks if isinstance(op, ConvBlock)]
+        self._zeros = np.zeros((s.l_cache - 1) * s.hidden, np.float32) if conv else None
+        self.build()
+        self.reset_state()
+
+    # -- weights -------------------------------------------------------------------------------------------------
+    def norm(self, name: str):
+        """A norm gain as a float32 buffer (each once)."""
+        if name not in self._norms:
+            self._norms[name] = self.f32_buffer(self.vector(name), name)
+        return self._norms[name]
+
+    def rope_freq(self, theta: float):
+        """[head_dim / 2] RoPE angular speeds for base theta (one buffer per base), with linear scaling and Llama
+        3's per-frequency divisors (rope_freqs.weight) applied."""
+        if theta not in self._freqs:
+            s = self.spec
+            freq = theta ** (-np.arange(0, s.head_dim, 2, dtype=np.float64) / s.head_dim) / s.rope_scale
+            if s.rope_freqs:
+                freq = freq / self.vector(s.rope_freqs)
+            self._freqs[theta] = self.f32_buffer(freq.astype(np.float32), "rope freq")
+        return self._freqs[theta]
+
+    def scratch(self):
+        """Gate and up buffers for files whose gate and up weights differ in type (no stacked GLU pass)."""
+        if self._scratch is None:
+            n = 4 * self.chunk * self.spec.ffn
+            self._scratch = (self.dev.create_buffer(n, label="gate"), self.dev.create_buffer(n, label="up"))
+        return self._scratch
+
+    def kv_buffers(self) -> list:
+        return [b for op, _ in self.blocks if isinstance(op, AttentionBlock) for b in (op.k_cache, op.v_cache)]
+
+    def linear(self, rec, T, name, x, y, *, gain=None, weight=None, rows=None, **kw):
+        """y (+)= W[name] · x for every token of a pass of up to T tokens.
+        gain: a norm weight buffer (the input is RMS-normalised first); weight/rows: a stacked weight buffer and its
+        row count; kw: accum / glu / last_only / ystride / yoff (see matmul.wgsl).
+        On GPUs prefill passes (T > 1) use the tiled matrix-matrix kernel; decode, the LM head and CPU adapters
+        (where the tiles' barriers and padding to 32 tokens cost more than they save on short prompts) use the
+        matrix-vector one."""
+        n, k = self.shape(name)
+        n = rows or n
+        fmt = self.gguf.tensor(name).type
+        # a weight too big for one binding is split into row ranges: one dispatch each, writing its rows' outputs
+        parts = [(weight, 0, n)] if weight is not None else self.pieces(name)
+        ystride, yoff = kw.pop("ystride", None) or n, kw.pop("yoff", 0)
+        for buf, r0, rows_here in parts:
+            label = name if len(parts) == 1 else f"{name}[{r0}:{r0 + rows_here}]"
+            buffers = [buf, x, y, self.step, gain or self.ones]
+            common = dict(norm=gain is not None, eps=self.spec.eps, ystride=ystride, yoff=yoff + r0, **kw)
+            if T > 1 and not kw.get("last_only") and k % 32 == 0 and not self.dev.is_cpu:
+                tile = kernels.tiled_tile(rows_here, k, T)
+                rec.add(kernels.matmul_tiled(fmt, k, rows_here, tile=tile, **common), buffers,
+                        kernels.tiled_groups(rows_here, T, tile), label)
+                continue
+            lanes = kernels.lanes_for(k // kernels.block_elems(fmt), self.dev.is_cpu)
+            wgsl = kernels.matmul(fmt, k, rows_here, tokens=1 if self.dev.is_cpu else min(T, 8), lanes=lanes, **common)
+            rec.add(wgsl, buffers, kernels.spread(kernels.matmul_groups(rows_here, lanes)), label)
+
+    # -- plans ---------------------------------------------------------------------------------------------------
+    def record_body(self, T):
+        rec = Recorder(self.dev)
+        self.record_embed(rec, T)
+        for op, ffn in self.blocks:
+            op.record(rec, T)
+            ffn.record(rec, T)
+        return rec.finish()
+
+    def record_head(self, T):
+        rec = Recorder(self.dev)
+        self.linear(rec, T, self.spec.lm_head, self.x, self.logits, gain=self.final_gain, last_only=True)
+        rec.add(kernels.argmax(self.spec.vocab), [self.logits, self.tokens, self.log, self.step], (1, 1, 1), "argmax")
+        return rec.finish()
+
+    async def chunk_logits(self, ids, pos0: int) -> np.ndarray:
+        """Run one prompt chunk (len(ids) <= chunk) at positions pos0... like prefill, and return the logits at each
+        of its positions, [len(ids), vocab] float32 (position pos0 + t predicts the token after ids[t])."""
+        V = self.spec.vocab
+        if self._plan_all_logits is None:     # recorded on first use: most sessions never need it
+            self.all_logits = self.dev.create_buffer(4 * self.chunk * V, label="all logits")
+            rec = Recorder(self.dev)
+            self.linear(rec, self.chunk, self.spec.lm_head, self.x, self.all_logits, gain=self.final_gain)
+            self._plan_all_logits = rec.finish()
+        self.dev.write_buffer(self.tokens, np.asarray(ids, np.uint32))
+        self.set_step(len(ids), pos0, 0)
+        self.dev.submit([self.plan_prefill, self._plan_all_logits])
+        raw = await self.dev.read(self.all_logits, 0, 4 * len(ids) * V)
+        return np.frombuffer(raw, np.float32).reshape(len(ids), V).copy()
+
+    # -- running state (conv layers) -----------------------------------------------------------------------------
+    def reset_state(self):
+        """Clear every conv layer's rolling state (the start of a new sequence). KV caches need no clearing: a
+        sequence only reads the rows it has written."""
+        for b in self.conv_blocks:
+            self.dev.write_buffer(b.state, self._zeros)
+
+    def set_step(self, n_tokens: int, pos0: int, out_index: int = 0):
+        if pos0 == 0 and self.conv_blocks:     # a pass at position 0 starts a new sequence: no conv history
+            self.reset_state()
+        super().set_step(n_tokens, pos0, out_index)
+
+    def step_copies(self, out_index: int) -> list:
+        """After decode step out_index of a read: every conv state into its slot out_index."""
+        return [(b.state, 0, b.snap, out_index * b.state_bytes, b.state_bytes) for b in self.conv_blocks]
+
+    def keep_state(self, step: int) -> bool:
+        """The engine ran decode steps past a stop: keep the state as it was after decode step ``step`` of the last
+        read (-1: before the first). Attention needs nothing (later cache rows are simply overwritten); conv states
+        are restored from their snapshots (-1: not kept: False)."""
+        if not self.conv_blocks:
+            return True
+        if step < 0:
+            return False
+        self.dev.submit([], [(b.snap, step * b.state_bytes, b.state, 0, b.state_bytes) for b in self.conv_blocks])
+        return True
