@@ -41,6 +41,12 @@ def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     return (x / np.sqrt(ms + np.float32(eps))) * weight
 
 
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    """GELU with the tanh approximation (GeGLU's gate, Gemma)."""
+    return np.float32(0.5) * x * (np.float32(1) + np.tanh(np.float32(np.sqrt(2 / np.pi)) * (x + np.float32(0.044715)
+                                                                                             * x * x * x)))
+
+
 def silu(x: np.ndarray) -> np.ndarray:
     # x * sigmoid(x), with sigmoid written through tanh so large |x| cannot overflow exp
     return x * (np.float32(0.5) + np.float32(0.5) * np.tanh(np.float32(0.5) * x))
@@ -120,14 +126,16 @@ def rope_neox(x: np.ndarray, positions: np.ndarray, inv_freq: np.ndarray) -> np.
 
 
 def _causal_gqa(q: np.ndarray, keys: np.ndarray, values: np.ndarray, positions: np.ndarray,
-                scale: np.float32) -> np.ndarray:
+                scale: np.float32, window: int | None = None) -> np.ndarray:
     """q [T, H, D] against keys/values [S, KV, D] (query head h reads KV head h // (H / KV)), scores times scale,
-    causal; -> [T, H*D]."""
+    causal (and with a window: the last ``window`` positions only); -> [T, H*D]."""
     T, H, D = q.shape
     KV = keys.shape[1]
     qg = q.reshape(T, KV, H // KV, D).transpose(1, 2, 0, 3)               # [KV, group, T, D]
     scores = (qg @ keys.transpose(1, 2, 0)[:, None]) * scale   # [KV, group, T, S]
     future = np.arange(keys.shape[0])[None, :] > positions[:, None]
+    if window:
+        future |= np.arange(keys.shape[0])[None, :] <= positions[:, None] - window
     scores = np.where(future, np.float32(-np.inf), scores)
     out = softmax(scores) @ values.transpose(1, 0, 2)[:, None]            # [KV, group, T, D]
     return out.transpose(2, 0, 1, 3).reshape(T, H * D)
@@ -151,6 +159,7 @@ class Attention:
         if spec.rope_freqs:
             self.inv_freq = (self.inv_freq / load(spec.rope_freqs)).astype(np.float32)
         self.rope = rope_neox if spec.rope_neox else rope_interleaved
+        self.window = layer.sliding_window
 
     def __call__(self, x: np.ndarray, start: int, cache: KVCache) -> np.ndarray:
         T, D = x.shape[0], self.head_dim
@@ -163,17 +172,17 @@ class Attention:
             q, k = rms_norm(q, self.q_norm, self.eps), rms_norm(k, self.k_norm, self.eps)
         q, k = self.rope(q, positions, self.inv_freq), self.rope(k, positions, self.inv_freq)
         keys, values = cache.update(start, k, v)                         # [S, KV, D]
-        return _linear(_causal_gqa(q, keys, values, positions, self.scale), self.wo)
+        return _linear(_causal_gqa(q, keys, values, positions, self.scale, self.window), self.wo)
 
 
 class MLP:
-    """SwiGLU: down(silu(gate(x)) * up(x))."""
+    """Gated FFN: down(act(gate(x)) * up(x)), act SiLU (SwiGLU) or GELU-tanh (GeGLU)."""
 
-    def __init__(self, gate, up, down):
-        self.gate, self.up, self.down = gate, up, down                    # [F, E], [F, E], [E, F]
+    def __init__(self, gate, up, down, act=silu):
+        self.gate, self.up, self.down, self.act = gate, up, down, act   # [F, E], [F, E], [E, F]
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        return _linear(silu(_linear(x, self.gate)) * _linear(x, self.up), self.down)
+        return _linear(self.act(_linear(x, self.gate)) * _linear(x, self.up), self.down)
 
 
 class ConvCache:
@@ -224,11 +233,17 @@ class Block:
         self.op_norm = load(p + "attn_norm.weight")
         self.op = Attention(spec, i, load) if spec.layers[i].attention else ShortConv(load, p)
         self.ffn_norm = load(p + "ffn_norm.weight")
-        self.mlp = MLP(load(p + "ffn_gate.weight"), load(p + "ffn_up.weight"), load(p + "ffn_down.weight"))
+        self.mlp = MLP(load(p + "ffn_gate.weight"), load(p + "ffn_up.weight"), load(p + "ffn_down.weight"),
+                       gelu_tanh if spec.activation == "gelu_tanh" else silu)
+        post = spec.layers[i].post_norms          # Gemma: the op's and the MLP's outputs normalised before the adds
+        self.post_op = load(p + "post_attention_norm.weight") if post else None
+        self.post_ffn = load(p + "post_ffw_norm.weight") if post else None
 
     def __call__(self, x: np.ndarray, start: int, cache) -> np.ndarray:
-        h = x + self.op(rms_norm(x, self.op_norm, self.eps), start, cache)
-        return h + self.mlp(rms_norm(h, self.ffn_norm, self.eps))
+        y = self.op(rms_norm(x, self.op_norm, self.eps), start, cache)
+        h = x + (y if self.post_op is None else rms_norm(y, self.post_op, self.eps))
+        y = self.mlp(rms_norm(h, self.ffn_norm, self.eps))
+        return h + (y if self.post_ffn is None else rms_norm(y, self.post_ffn, self.eps))
 
 
 class Transformer:
@@ -251,6 +266,8 @@ class Transformer:
 
     def __call__(self, ids: np.ndarray, start: int, cache: list, last_only: bool = False) -> np.ndarray:
         x = self.tok_embeddings[ids]                                       # [T, E]
+        if self.spec.embed_scale != 1.0:
+            x = x * np.float32(self.spec.embed_scale)
         for layer, layer_cache in zip(self.layers, cache):
             x = layer(x, start, layer_cache)
         if last_only:

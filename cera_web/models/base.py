@@ -138,7 +138,8 @@ class GPUModel:
         hidden, vocab = info.shape[0], info.shape[1]
         parts = self.pieces(name)
         for buf, r0, n in parts:
-            rec.add(kernels.embed(info.type, hidden, n, row0=r0, vocab=vocab), [buf, self.tokens, self.x, self.step],
+            rec.add(kernels.embed(info.type, hidden, n, row0=r0, vocab=vocab, scale=self.spec.embed_scale),
+                    [buf, self.tokens, self.x, self.step],
                     (-(-hidden // 512), T, 1), "embed" if len(parts) == 1 else f"embed[{r0}:{r0 + n}]")
 
     def stacked(self, names):

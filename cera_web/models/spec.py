@@ -298,17 +298,48 @@ def lfm2(g) -> ModelSpec:
     return spec
 
 
+GEMMA3_LOCAL_THETA = 10000.0   # RoPE base of Gemma 3's sliding-window layers (not in the GGUF; llama.cpp fixes it too)
+GEMMA3_PATTERN = 6             # every sixth layer is global (not in the GGUF unless attention.sliding_window_pattern)
+
+
+def gemma3(g) -> ModelSpec:
+    """Gemma 3: sliding-window (local) attention layers with a global one every sixth (their own RoPE bases), four
+    norms a layer (the attention and FFN outputs are normalised before the residual adds), per-head Q/K norms, GeGLU
+    with tanh GELU, embeddings scaled by sqrt(hidden), tied LM head, NEOX RoPE. The GGUF stores each norm gain as
+    1 + w (Gemma's RMSNorm multiplies by 1 + w), so the gains are used as stored. Scores are scaled by
+    head_dim ** -0.5 (query_pre_attn_scalar = head_dim: what llama.cpp assumes for every size but 27B)."""
+    spec = _decoder(g, neox=True, qk_norm=True)
+    if spec.rope_scale != 1.0:
+        raise UnsupportedModelError("Gemma 3 with linear RoPE scaling (the 4B and larger models scale their global "
+                                    "layers only) is not supported yet")
+    window = count(g, "attention.sliding_window")
+    pattern = g.arch_get("attention.sliding_window_pattern", GEMMA3_PATTERN)
+    if isinstance(pattern, list):
+        local = [bool(v) for v in pattern]
+        if len(local) != spec.n_layers:
+            raise UnsupportedModelError(f"gemma3.attention.sliding_window_pattern lists {len(local)} layers, the "
+                                        f"model has {spec.n_layers}")
+    else:
+        period = _check_count(g, "attention.sliding_window_pattern", pattern)
+        local = [(i + 1) % period != 0 for i in range(spec.n_layers)]
+    global_theta = spec.layers[0].rope_theta
+    spec.layers = [Layer("attention", la.heads, la.kv_heads, GEMMA3_LOCAL_THETA if loc else global_theta,
+                         window if loc else None, post_norms=True) for la, loc in zip(spec.layers, local)]
+    spec.activation = "gelu_tanh"
+    spec.embed_scale = math.sqrt(spec.hidden)
+    spec.tensors = expected_tensors(spec)
+    return spec
+
+
 def not_implemented(s: ModelSpec) -> list[str]:
     """The fields of ``s`` set to something the blocks do not compute yet (Gemma 3's): the models refuse such a
     spec rather than run it wrongly. Remove a name here once both the GPU and the reference blocks handle it."""
     return [name for name, unset in (
-        ("activation", s.activation == "silu"), ("embed_scale", s.embed_scale == 1.0),
-        ("logit_softcap", s.logit_softcap is None),
-        ("sliding_window", not any(layer.sliding_window for layer in s.layers)),
-        ("post_norms", not any(layer.post_norms for layer in s.layers))) if not unset]
+        ("activation", s.activation in ("silu", "gelu_tanh")),
+        ("logit_softcap", s.logit_softcap is None)) if not unset]
 
 
-ARCHITECTURES = {"llama": llama, "qwen2": qwen2, "qwen3": qwen3, "lfm2": lfm2}
+ARCHITECTURES = {"llama": llama, "qwen2": qwen2, "qwen3": qwen3, "lfm2": lfm2, "gemma3": gemma3}
 
 
 def check_architecture(arch: str):

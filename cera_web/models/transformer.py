@@ -9,7 +9,11 @@ then logits = Wout · norm(x) for the last token (Wout = the embedding table whe
   the residual add fused in. When decoding, RoPE, the cache store and attention are one dispatch (5 a layer).
 - ConvBlock (LFM2): B | C | x' = Win · norm(x); y = C ⊙ conv(B ⊙ x') (causal depthwise, spec.l_cache taps, a rolling
   state of the last l_cache - 1 values of B ⊙ x' per layer: shaders/conv1d.wgsl); x += Wout · y.
-- FFNBlock: x += Wdown · (silu(Wgate · norm(x)) * Wup · norm(x)), gate and up in one pass when they share a type.
+- FFNBlock: x += Wdown · (silu(Wgate · norm(x)) * Wup · norm(x)), gate and up in one pass when they share a type;
+  GeGLU (tanh GELU) instead of SwiGLU when spec.activation says so (Gemma).
+- Gemma 3 (layer.post_norms): each block's output is RMS-normalised before its residual add (Wo / Wdown write a
+  scratch row, then rmsnorm.wgsl with ACCUM adds it); sliding-window layers pass their window to both attention
+  kernels; the embedding lookup multiplies by spec.embed_scale.
 
 Activation buffers are allocated once, here, sized by the spec; each block owns only its weights and its state (KV
 cache, conv state). A model with conv layers has a running state: a pass at position 0 clears it, and the state
@@ -40,6 +44,8 @@ class AttentionBlock:
         self.qk_gain = m.f32_buffer(np.concatenate([m.vector(p + f"attn_{n}_norm.weight") for n in "qk"]),
                                     p + "qk norm") if s.qk_norm else m.ones
         self.freq = m.rope_freq(layer.rope_theta)
+        self.window = layer.sliding_window or 0
+        self.post_gain = m.norm(p + "post_attention_norm.weight") if layer.post_norms else None
 
     def record(self, rec, T: int):
         """x += Wo · attention(norm(x)): Q/K/V in one projection when they share a type, then RoPE into the cache."""
@@ -55,16 +61,16 @@ class AttentionBlock:
                 col += m.shape(name)[0]
         H, KV, D = self.heads, self.kv_heads, s.head_dim
         if T == 1:   # decoding: RoPE, the cache store and attention in one dispatch
-            rec.add(kernels.attention_decode(H, KV, D, s.rope_neox, s.query_scale, s.qk_norm, s.eps),
+            rec.add(kernels.attention_decode(H, KV, D, s.rope_neox, s.query_scale, s.qk_norm, s.eps, self.window),
                     [m.qkv, self.bias, self.qk_gain, self.freq, self.k_cache, self.v_cache, m.att, m.step],
                     (H, 1, 1), "attention")
         else:
             rec.add(kernels.rope_store(H, KV, D, s.rope_neox, s.qk_norm, s.eps),
                     [m.qkv, self.bias, self.qk_gain, self.freq, m.q, self.k_cache, self.v_cache, m.step],
                     (H + 2 * KV, T, 1), "rope")
-            rec.add(kernels.attention(H, KV, D, s.query_scale), [m.q, self.k_cache, self.v_cache, m.att, m.step],
-                    kernels.attention_groups(H, KV, D, T), "attention")
-        m.linear(rec, T, p + "attn_output.weight", m.att, m.x, accum=True)
+            rec.add(kernels.attention(H, KV, D, s.query_scale, self.window),
+                    [m.q, self.k_cache, self.v_cache, m.att, m.step], kernels.attention_groups(H, KV, D, T), "attention")
+        m.residual(rec, T, p + "attn_output.weight", m.att, self.post_gain)
 
 
 class ConvBlock:
@@ -91,20 +97,23 @@ class FFNBlock:
     def __init__(self, m: "Transformer", i: int):
         self.m, self.p = m, f"blk.{i}."
         self.gain = m.norm(self.p + "ffn_norm.weight")
+        self.post_gain = m.norm(self.p + "post_ffw_norm.weight") if m.spec.layers[i].post_norms else None
+        self.gelu = m.spec.activation == "gelu_tanh"
 
     def record(self, rec, T: int):
-        """x += Wdown · (silu(Wgate · norm(x)) * Wup · norm(x)): gate and up in one pass when they share a type."""
+        """x += Wdown · (act(Wgate · norm(x)) * Wup · norm(x)), act SiLU or GELU-tanh (spec.activation): gate and up
+        in one pass when they share a type."""
         m, p, F = self.m, self.p, self.m.spec.ffn
         names = [p + "ffn_gate.weight", p + "ffn_up.weight"]
         stacked = m.stacked(names)
         if stacked is not None:
-            m.linear(rec, T, names[0], m.x, m.hid, gain=self.gain, weight=stacked, glu=True)
+            m.linear(rec, T, names[0], m.x, m.hid, gain=self.gain, weight=stacked, glu=True, gelu=self.gelu)
         else:
             gate, up = m.scratch()
             m.linear(rec, T, names[0], m.x, gate, gain=self.gain)
             m.linear(rec, T, names[1], m.x, up, gain=self.gain)
-            rec.add(kernels.swiglu(F), [gate, up, m.hid, m.step], (-(-F // 64), T, 1))
-        m.linear(rec, T, p + "ffn_down.weight", m.hid, m.x, accum=True)
+            rec.add(kernels.swiglu(F, self.gelu), [gate, up, m.hid, m.step], (-(-F // 64), T, 1))
+        m.residual(rec, T, p + "ffn_down.weight", m.hid, self.post_gain)
 
 
 class Transformer(GPUModel):
@@ -131,6 +140,8 @@ class Transformer(GPUModel):
             self.qkv = buf(4 * T * qkv_dim, label="qkv")                 # [T, q | k | v] projections
             self.q = buf(4 * T * q_dim, label="q")                       # [T, heads * head_dim] after RoPE
             self.att = buf(4 * T * q_dim, label="att")                   # [T, heads * head_dim]
+        if any(la.post_norms for la in s.layers):
+            self.out = buf(4 * T * s.hidden, label="block out")          # [T, hidden] before the post-norm
         if conv:
             self.bcx = buf(4 * T * 3 * s.hidden, label="bcx")            # [T, B | C | x] in_proj output
             self.conv_out = buf(4 * T * s.hidden, label="conv out")      # [T, hidden] C * conv(B * x)
@@ -169,6 +180,16 @@ class Transformer(GPUModel):
             n = 4 * self.chunk * self.spec.ffn
             self._scratch = (self.dev.create_buffer(n, label="gate"), self.dev.create_buffer(n, label="up"))
         return self._scratch
+
+    def residual(self, rec, T, name, x, post_gain=None):
+        """The residual add of a block's output projection: x += W[name] · x_in (fused into the projection), or with
+        a post-norm gain (Gemma) x += rmsnorm(W[name] · x_in) * post_gain."""
+        if post_gain is None:
+            self.linear(rec, T, name, x, self.x, accum=True)
+            return
+        self.linear(rec, T, name, x, self.out)
+        rec.add(kernels.rmsnorm(self.spec.hidden, self.spec.eps, accum=True), [self.out, post_gain, self.x, self.step],
+                (T, 1, 1), "post-norm")
 
     def kv_buffers(self) -> list:
         return [b for op, _ in self.blocks if isinstance(op, AttentionBlock) for b in (op.k_cache, op.v_cache)]
