@@ -1,7 +1,6 @@
 """Gemma 3 against transformers: the tiny random-weight fixture (tests/fixtures/make_gemma3_fixture.py: 7 layers, six
 local with a sliding window of 8 and one global, prompts of 21 tokens, F32 and Q8_0) on the GPU (native wgpu;
-lavapipe on CI) and in the numpy reference, and the real Gemma 3 270M Q4_K_M checkpoint (tests/fixtures/
-make_real_reference.py: transformers loading the GGUF in float32) on the GPU.
+lavapipe on CI) and in the numpy reference. The real Gemma 3 270M checkpoint: tests/test_real_models.py.
 
 Tiny fixture: float32 activations follow transformers to about 1e-5 (logits up to ~15); LOGIT_TOL = 1e-3 as for the
 other small models; the smallest greedy margin is 0.13, so greedy tokens are exact.
@@ -13,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cera_web import assets
 
 SMALL = Path(__file__).parent / "fixtures" / "small"
 REF = np.load(SMALL / "gemma3_reference.npz")
@@ -116,24 +114,3 @@ def test_numpy_reference(stem):
     greedy = ref(stem, "greedy_ids").tolist()
     for k, want in enumerate(ref(stem, "decode_logits")):
         assert_logits(m.forward([greedy[k]])[-1], want, f"{stem} reference decode {k}")
-
-
-# ----------------------------------------------------------------------------- the real Gemma 3 270M checkpoint
-
-REAL = Path(__file__).parent / "fixtures" / "real_reference.json"
-REAL_TOL = 2e-2    # absolute, on logits of magnitude ~10-50 (Q4_K_M weights are the same; float32 order differs)
-
-
-def real_model(name):
-    if not assets.is_installed(name):
-        pytest.skip(f"{name} is not fetched: python -m cera_web.assets --models (tests/run.py does)")
-    return assets.asset_path(name)
-
-
-def near_tie_free(prompt, n, margin=0.05):
-    """The first n greedy steps, or fewer: up to (excluding) the first step whose top-1/top-2 margin is below
-    `margin` (a near-tie float32 summation order may flip)."""
-    for k, m in enumerate(prompt["margins"][:n]):
-        if m < margin:
-            return k
-    return n
