@@ -168,6 +168,9 @@ class Engine:
         if chunk is None:
             chunk = 64 if dev.is_cpu else 512
         chunk = max(1, min(chunk, context_size))
+        if hasattr(dev, "limits"):          # a GPU: refuse what cannot fit (KV cache, weights) before uploading
+            from .webapp import fit_report
+            fit_report(gguf, dev.limits, context_size)
         model = cls_(dev, gguf, source, context_size=context_size, chunk=chunk, on_progress=on_progress)
         return cls(dev, gguf, source, model, tokenizer)
 

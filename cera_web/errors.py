@@ -21,6 +21,10 @@ class GPUUnavailableError(CeraError):
     """No WebGPU adapter/device could be obtained, or the device was lost."""
 
 
+class GPUMemoryError(CeraError):
+    """The GPU could not allocate a buffer the model needs (out of memory, or over a device limit)."""
+
+
 class CancelledError(CeraError):
     """A run was cancelled by the user; the session stays usable."""
 

@@ -627,6 +627,8 @@ def path_reader(path: str | os.PathLike) -> Reader:
 
 def open_gguf(path: str | os.PathLike) -> GGUFFile:
     """Parse the header of a local GGUF file."""
+    from cera_web.source import check_regular_file
+    check_regular_file(path)
     return parse_gguf(path_reader(path), os.path.getsize(path), name=os.fspath(path))
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import http.client
 import subprocess
 import sys
@@ -481,3 +482,91 @@ def test_binds_elsewhere_only_when_told():
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The command line: one-line errors, no tracebacks (issue 17 item 6)
+
+def _cli(*args, timeout=120):
+    """(exit status, stderr) of `python -m cera_web ARGS` in a fresh process."""
+    proc = subprocess.run([sys.executable, "-m", "cera_web", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=Path(__file__).resolve().parent.parent)
+    return proc.returncode, proc.stderr
+
+
+def _one_line_error(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in stderr, stderr[-2000:]
+    return lines[0]
+
+
+@pytest.mark.parametrize("flag, value, fragment", [
+    ("--temperature", "1e39", "temperature must be between 0.0 and 5.0, got 1e+39"),
+    ("--temperature", "5.5", "temperature must be between 0.0 and 5.0, got 5.5"),
+    ("--repeat-penalty", "1e39", "repeat_penalty must be a positive number up to 10.0 (1 = off), got 1e+39"),
+])
+def test_cli_refuses_settings_out_of_range_before_loading(tiny, flag, value, fragment):
+    # was an OverflowError traceback (struct.pack of the sampler's float32 uniform) after the model had loaded
+    status, err = _cli("generate", "--model", str(tiny), "--prompt", "hi", "--max-tokens", "1", flag, value)
+    assert status == 1 and fragment in _one_line_error(err)
+
+
+@pytest.mark.gpu
+def test_cli_refuses_a_context_over_the_buffer_limit_up_front():
+    # was a wgpu GPUValidationError traceback: "Buffer size 2304000000 is greater than the maximum buffer size"
+    status, err = _cli("generate", "--prompt", "hi", "--max-tokens", "1", "--context", "3000000")
+    line = _one_line_error(err)
+    assert status == 1 and "KV cache for 3000000 tokens" in line and "needed 2304000000 bytes" in line, line
+    assert "smaller context size" in line
+
+
+@pytest.mark.gpu
+def test_gpu_out_of_memory_at_load_names_what_did_not_fit(tiny):
+    # A device whose allocation of layer 0's K cache fails as a full GPU's does (was GPUValidationError "Not enough
+    # memory left" with a 40-line traceback).
+    import wgpu
+
+    from cera_web.engine import Engine
+    from cera_web.errors import GPUMemoryError
+    from cera_web.gpu.native import NativeDevice
+
+    class FullGPU:
+        def __init__(self, device):
+            self._device = device
+
+        def __getattr__(self, name):
+            return getattr(self._device, name)
+
+        def create_buffer(self, *, size, usage, label=""):
+            if label == "k0":
+                raise wgpu.GPUValidationError("Validation Error\n\nCaused by:\n  Not enough memory left.")
+            return self._device.create_buffer(size=size, usage=usage, label=label)
+
+    dev = NativeDevice.create()
+    dev.device = FullGPU(dev.device)
+    try:
+        with pytest.raises(GPUMemoryError, match=r"could not allocate buffer 'k0' of [\d,]+ bytes .*: Not enough "
+                                                 r"memory left\. Load a smaller model or a smaller context size"):
+            run(Engine.load(tiny, context_size=64, chunk=8, device=dev))
+    finally:
+        dev.device = dev.device._device
+        dev.destroy()
+
+
+def test_cli_model_that_is_not_a_regular_file(tmp_path):
+    # `generate --model FIFO` hung in open() waiting for a writer
+    fifo = tmp_path / "model.gguf"
+    os.mkfifo(fifo)
+    for args in (("generate", "--prompt", "hi", "--model", str(fifo)), ("info", str(fifo)),
+                 ("generate", "--prompt", "hi", "--model", str(tmp_path))):
+        status, err = _cli(*args, timeout=60)
+        line = _one_line_error(err)
+        assert status == 1 and ("is a FIFO (named pipe), not a model file" in line
+                                or "is a directory, not a model file" in line), line
+
+
+def test_cli_usage_errors_exit_2_as_the_readme_says():
+    status, err = _cli("generate", "--prompt", "hi", "--temperature", "warm")
+    assert status == 2 and "usage:" in err and "invalid float value: 'warm'" in err
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert "Errors exit with status 1" in readme and "exits with status 2 and the usage" in readme
