@@ -11,7 +11,13 @@ randomized run:
 
     CERA_WEB_FUZZ_EXAMPLES=20000 python -m pytest tests/test_fuzz.py -q
 
-(docs/robustness.md records the last such run.) A failing example is printed by hypothesis with the call that
+The GGUF properties measure each parse's peak memory (PEAK_FIXED + PEAK_PER_BYTE x the header); the long run
+of >= 100,000 GGUF cases, printing each test's largest peak:
+
+    CERA_WEB_FUZZ_EXAMPLES=25000 python -m pytest tests/test_fuzz.py -q -s \
+        -k "valid_files or mutated or hostile_tensor or hostile_metadata"
+
+(docs/robustness.md records the last such runs.) A failing example is printed by hypothesis with the call that
 reproduces it.
 """
 
