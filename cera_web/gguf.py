@@ -410,8 +410,11 @@ class _Cursor:
         if itype is GGUFValueType.STRING:
             return self.string_array(count, what, keep)
         if itype is GGUFValueType.ARRAY:
-            items = [self.value(GGUFValueType.ARRAY, f"{what}[{k}]", depth + 1, keep) for k in range(count)]
-            return items if keep else None
+            if not keep:
+                for k in range(count):
+                    self.value(GGUFValueType.ARRAY, f"{what}[{k}]", depth + 1, keep=False)
+                return None
+            return [self.value(GGUFValueType.ARRAY, f"{what}[{k}]", depth + 1) for k in range(count)]
         if not keep and itype is not GGUFValueType.BOOL:
             self.pos += least           # fixed-size items: nothing to check
             return None
@@ -526,6 +529,8 @@ def parse_gguf(read: Reader, file_size: int, *, name: str | None = None) -> GGUF
                 cur.value(vtype, f"metadata {key!r}", keep=False)
                 deferred.append((key, at, GGUFValueType(itype), count))
                 metadata[key] = None
+                if key == "general.alignment":
+                    alignment_type = vtype      # refused below
                 continue
         metadata[key] = cur.value(vtype, f"metadata {key!r}")
         if key == "general.alignment":

@@ -676,6 +676,11 @@ def test_tokenizer_refuses_an_unread_array():
         Tokenizer.from_gguf(g)
 
 
+def test_long_array_as_alignment_is_refused():
+    data = build([kv("general.alignment", VT.ARRAY, u32(VT.UINT8) + u64(2000) + bytes(2000))])
+    expect_error(data, "general.alignment must be a power of two stored as uint32")
+
+
 def test_string_longer_than_any_metadata_needs():
     expect_error(build([kv_str("general.architecture", "x" * (5 << 20))]), "a string of 5242880 bytes, more than")
 
