@@ -3,7 +3,8 @@
     python -m cera_web generate --prompt "The capital of France is" --max-tokens 16 --temperature 0 --json
     python -m cera_web info path/to/model.gguf
 
-Errors exit with status 1 and a one-line message (``--debug`` shows the traceback).
+Errors exit with status 1 and a one-line message (``--debug`` shows the traceback); a malformed command line
+(unknown option, a value of the wrong type) exits with status 2 and the usage, as argparse does.
 """
 from __future__ import annotations
 
@@ -25,12 +26,14 @@ def _model_path(path):
 
 async def _generate(args):
     from .engine import Engine
+    from .sampling import SamplingParams
+    settings = {k: getattr(args, k) for k in ("temperature", "top_k", "top_p", "min_p", "repeat_penalty",
+                                              "repeat_window", "seed") if getattr(args, k) is not None}
+    SamplingParams.from_dict(settings)      # bad settings are refused before the model loads
     engine = await Engine.load(_model_path(args.model), context_size=args.context,
                                device="cpu" if args.cpu else None)
     engine.steps_per_read = args.steps_per_read
     stream = None if args.json else (lambda tok, piece: print(piece, end="", flush=True))
-    settings = {k: getattr(args, k) for k in ("temperature", "top_k", "top_p", "min_p", "repeat_penalty",
-                                              "repeat_window", "seed") if getattr(args, k) is not None}
     if args.stop:
         settings["stop"] = args.stop
     result = await engine.generate(args.prompt, max_tokens=args.max_tokens, on_token=stream, chat=args.chat,

@@ -6,7 +6,7 @@ import weakref
 
 import numpy as np
 
-from ..errors import GPUUnavailableError
+from ..errors import GPUMemoryError, GPUUnavailableError
 from . import Device, Plan
 
 try:   # wgpu-native's C entry points, for the fast encode path (falls back to the public API when absent)
@@ -73,7 +73,10 @@ class NativeDevice(Device):
         U = self._wgpu.BufferUsage
         usage = U.UNIFORM | U.COPY_DST if kind == "uniform" else U.STORAGE | U.COPY_DST | U.COPY_SRC
         self.calls += 1
-        buf = self.device.create_buffer(size=max(16, (nbytes + 3) // 4 * 4), usage=usage, label=label)
+        try:
+            buf = self.device.create_buffer(size=max(16, (nbytes + 3) // 4 * 4), usage=usage, label=label)
+        except self._wgpu.GPUError as e:
+            raise _buffer_error(e, nbytes, label, self.limits) from None
         self.live_buffers.add(buf)
         return buf
 
@@ -176,3 +179,13 @@ class NativeDevice(Device):
 
     def _lost(self, e):
         return GPUUnavailableError(f"the GPU device was lost or failed ({e}); load the model again")
+
+
+def _buffer_error(e, nbytes: int, label: str, limits: dict) -> GPUMemoryError:
+    """A clean error for a failed buffer allocation: what did not fit, how big it is, what the device said."""
+    said = [line.strip() for line in str(e).splitlines() if line.strip()]
+    said = said[-1].rstrip(".") if said else type(e).__name__
+    return GPUMemoryError(
+        f"the GPU could not allocate buffer {label or '(unnamed)'!r} of {nbytes:,} bytes ({nbytes / 2**20:.1f} MiB; "
+        f"this device's maxBufferSize is {int(limits.get('max-buffer-size', 0)):,}): {said}. Load a smaller model "
+        f"or a smaller context size (--context), or free GPU memory used by other programs")
