@@ -11,6 +11,7 @@ First makes sure the assets in assets.json are fetched (see cera_web/assets.py),
     /models/...          .assets/models/    (GGUF files; Range requests, ETag, Last-Modified)
     /pyscript/...        .assets/pyscript/  (only when that optional asset was fetched)
     /app/cera_web.zip    cera_web/**/*.py|json and shaders/**/*.wgsl, zipped in memory per request
+    /models/index.json   {"models": [...]}: the models of assets.json present on disk, for the page's menu
     /pyodide/wheels/index.json   {"wheels": [file names]}: the wheels the worker installs, listed per request
                          (unless such a file exists; a static host serves a written copy)
 
@@ -52,6 +53,7 @@ FOLDERS = {
 INDEX = ("web", "index.html")
 APP_ZIP = "/app/cera_web.zip"
 WHEELS_INDEX = "/pyodide/wheels/index.json"
+MODELS_INDEX = "/models/index.json"     # the page's model menu (models_index)
 
 MIME = {
     ".html": "text/html; charset=utf-8",
@@ -125,6 +127,23 @@ def wheels_index(root: Path = ROOT) -> bytes:
     return json.dumps({"wheels": names}).encode()
 
 
+def models_index(root: Path = ROOT) -> bytes:
+    """The JSON list of the models the page's model menu offers: {"models": [{name, file, url, size, about,
+    default}]}, one per GGUF asset of assets.json (single file or multi-part, by its "path") that is on disk under
+    .assets/models/, in assets.json's order; size is the file's size on disk."""
+    spec = json.loads((root / "assets.json").read_text())
+    base = (root / FOLDERS["models"]).resolve()
+    out = []
+    for asset in spec.get("assets", []):
+        file = (root / asset.get("path", "")).resolve()
+        if file.suffix != ".gguf" or file.parent != base or not file.is_file():
+            continue
+        out.append({"name": asset.get("name", file.stem), "file": file.name, "url": f"/models/{file.name}",
+                    "size": file.stat().st_size, "about": asset.get("about", ""),
+                    "default": asset.get("name") == spec.get("default_model")})
+    return json.dumps({"models": out}).encode()
+
+
 def parse_range(header: str | None, size: int):
     """A single `bytes=` range -> (first, last) inclusive; None = send the whole file; False = 416.
 
@@ -187,6 +206,8 @@ class Handler(BaseHTTPRequestHandler):
             self.send_error(target)
         elif target == "zip":
             self._send_bytes(build_app_zip(self.server.root), "application/octet-stream", head)
+        elif target == "models":
+            self._send_bytes(models_index(self.server.root), MIME[".json"], head)
         elif target == "wheels":
             self._send_bytes(wheels_index(self.server.root), MIME[".json"], head)
         else:
@@ -203,6 +224,8 @@ class Handler(BaseHTTPRequestHandler):
             return HTTPStatus.BAD_REQUEST
         if path == APP_ZIP:
             return "zip"
+        if path == MODELS_INDEX:
+            return "models"
         # '%' left after one decoding means double encoding (%252e); '\\' and NUL are never legitimate.
         if any(c in path for c in "%\\\x00"):
             return HTTPStatus.FORBIDDEN
