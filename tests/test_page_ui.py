@@ -269,13 +269,13 @@ def test_markdown_replies_are_built_as_text_never_html(browser, server_url):
             startRun('chat');
             for (const piece of text.match(/[\\s\\S]{1,3}/g)) worker.onmessage({data: {type: 'token', id: 0, text: piece}});
         }""", HOSTILE)
-        content = ui.log.get_by_role("listitem").last.locator(".content")
+        content = ui.log.locator(".turn").last.locator(".content")
         expect(content.locator("strong")).to_have_text("bold")
         page.evaluate("""(text) => worker.onmessage({data: {type: 'done', mode: 'chat', text, stop_reason: 'eos',
             prompt_tokens: [1, 2], tokens: [3, 4, 5], reused_tokens: 0, seed: '42', prefill_tok_s: 1, decode_tok_s: 2,
             prefill_ms: 1, decode_ms: 1, memory: null,
             messages: [{role: 'user', content: 'hi'}, {role: 'assistant', content: text}]}})""", HOSTILE)
-        reply = ui.log.get_by_role("listitem").last
+        reply = ui.log.locator(".turn").last
         content = reply.locator(".content")
         expect(content.locator("strong")).to_have_text("bold")
         expect(content.locator("em")).to_have_text("it")
@@ -310,7 +310,7 @@ def test_seed_is_shown_and_reusable(browser, server_url):
         done = ui.received("done")[-1]
         seed, first = done["seed"], done["text"]
         assert seed and seed.isdigit()
-        meta = ui.log.get_by_role("listitem").last.locator(".turn-meta")
+        meta = ui.log.locator(".turn").last.locator(".turn-meta")
         expect(meta).to_contain_text("5 tokens · ")
         expect(meta).to_contain_text(f"seed {seed}")
         meta.get_by_role("button", name=f"Use seed {seed}").click()
