@@ -145,6 +145,7 @@ class Page:
         except AssertionError as e:
             raise AssertionError(f"{e}\n{self.diagnostics()}") from None
         self.expect(self.alert).to_have_count(0)
+        self.show_drawer()   # these tests look at the cache list and use its buttons
 
     def generate(self, prompt: str, max_tokens: int) -> str:
         p = self.page
@@ -495,6 +496,7 @@ def test_model_that_cannot_fit_is_refused_before_the_download(tab, site, smollm2
     sent = site.sent[model] - sent_before
     assert 0 < sent < size // 4, f"{sent} of {size} bytes were sent"
     assert tab.opfs_files() == {}
+    tab.show_drawer()
     tab.expect(tab.cache_items).to_have_count(0)
     tab.assert_offline()
 

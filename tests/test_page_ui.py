@@ -391,3 +391,90 @@ def test_layout_fits_the_viewport(browser, server_url, tmp_path, width, height, 
         assert (dark == "rgb(20, 23, 29)") == (scheme == "dark"), dark
     finally:
         ui.close()
+
+
+# -- a 1 GB-class model ----------------------------------------------------------------------------------------------
+
+def _big_llama(path: Path, layers=14, hidden=2048, ffn=8192, heads=16, kv_heads=4, vocab=512) -> Path:
+    """A llama GGUF of about 1 GB: Q8_0 matrices of zeros (fast to write; the test is about where the bytes go, not
+    what they compute) and a byte-level tokenizer."""
+    import numpy as np
+    gguf = pytest.importorskip("gguf")
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_name("synthetic 1 GB llama")
+    for add, value in [(w.add_block_count, layers), (w.add_context_length, 4096), (w.add_embedding_length, hidden),
+                       (w.add_feed_forward_length, ffn), (w.add_head_count, heads), (w.add_head_count_kv, kv_heads),
+                       (w.add_layer_norm_rms_eps, 1e-5), (w.add_rope_freq_base, 10000.0)]:
+        add(value)
+    tokens = [bytes([b]).decode("latin-1") for b in range(256)] + [f"<t{i}>" for i in range(vocab - 256)]
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("gpt2")
+    w.add_token_list(tokens)
+    w.add_token_merges([])
+    w.add_token_types([1] * vocab)
+    w.add_eos_token_id(vocab - 1)
+
+    def q8(name, rows, cols):
+        raw = np.zeros((rows, cols // 32 * 34), np.uint8)
+        w.add_tensor(name, raw, raw_shape=raw.shape, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+
+    q8("token_embd.weight", vocab, hidden)
+    w.add_tensor("output_norm.weight", np.ones(hidden, np.float32))
+    hd = hidden // heads
+    for i in range(layers):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", np.ones(hidden, np.float32))
+        w.add_tensor(p + "ffn_norm.weight", np.ones(hidden, np.float32))
+        for name, rows, cols in [("attn_q", hidden, hidden), ("attn_k", kv_heads * hd, hidden),
+                                 ("attn_v", kv_heads * hd, hidden), ("attn_output", hidden, hidden),
+                                 ("ffn_gate", ffn, hidden), ("ffn_up", ffn, hidden), ("ffn_down", hidden, ffn)]:
+            q8(p + name + ".weight", rows, cols)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def big_site(tmp_path_factory):
+    """serve.py's server, plus /big/big.gguf: the 1 GB model (written once for the module)."""
+    import serve
+    folder = tmp_path_factory.mktemp("big")
+    big = _big_llama(folder / "big.gguf")
+
+    class Handler(serve.Handler):
+        def _resolve(self):
+            return big if self.path.split("?", 1)[0] == "/big/big.gguf" else super()._resolve()
+
+    server = serve.AppServer(("127.0.0.1", 0), serve.ROOT, False)
+    server.RequestHandlerClass = Handler
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", big.stat().st_size
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+@pytest.mark.browser
+def test_a_1gb_model_loads_without_holding_the_file_in_memory(browser, big_site):
+    """The 1 GB model is downloaded into the browser cache and uploaded from it a slice at a time: after the load the
+    page's memory line shows the whole file in GPU buffers but a Python (wasm) heap of a small fraction of it, and the
+    browser's own measure of the page's JS memory (workers included) is a small fraction too."""
+    url, size = big_site
+    ui = UI(browser, url, query="?model=/big/big.gguf")
+    try:
+        ui.wait(timeout=LOAD_MS)
+        ready = ui.received("ready")[-1]
+        assert ready["memory"]["weights"] >= size * 0.99 and ready["file"] == "big.gguf"
+        memory = ui.page.locator("#memory").text_content()
+        m = re.search(r"Python heap ([\d.]+) (MB|GB)", memory)
+        assert m and m.group(2) == "MB" and float(m.group(1)) < 0.25 * size / 1e6, memory
+        assert ready["memory"]["wasm_heap"] < 0.25 * size
+        js = ui.page.evaluate("performance.measureUserAgentSpecificMemory().then((m) => m.bytes)")
+        assert js < 0.25 * size, f"{js} bytes of JS memory for a {size}-byte model"
+    finally:
+        ui.close()

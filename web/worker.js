@@ -69,7 +69,8 @@
 //                                               is still incomplete)
 //   {type: 'done', text, stop_reason, prompt_tokens, tokens, reused_tokens (prompt tokens the KV cache held: not
 //    prefilled again), seed (text; null when greedy), prefill_tok_s, decode_tok_s, prefill_ms, decode_ms,
-//    memory: webapp.memory_summary + wasm_heap (bytes of the Pyodide heap) | null on the CPU fallback}
+//    memory: webapp.memory_summary + wasm_heap (bytes of the Pyodide heap; in 'ready' too) | null on the CPU
+//    fallback}
 //                                               a generation finished; stop_reason is 'eos', 'max_tokens',
 //                                               'context' (context window full) or 'cancelled'; prompt_tokens and
 //                                               tokens are lists of token ids; rates and times may be null. Chat
@@ -162,7 +163,9 @@ async function boot(cpu) {
   module.init((json) => {
     const msg = JSON.parse(json);
     // the wasm heap (it only grows): with the GPU memory in 'done', the page shows that generations leak nothing
-    if (msg.type === 'done' && msg.memory) msg.memory.wasm_heap = pyodide._module.HEAPU8.byteLength;
+    if ((msg.type === 'done' || msg.type === 'ready') && msg.memory) {
+      msg.memory.wasm_heap = pyodide._module.HEAPU8.byteLength;
+    }
     post(msg);
   });
   post({type: 'settings', ...JSON.parse(module.settings_form())});
