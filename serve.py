@@ -129,13 +129,13 @@ def wheels_index(root: Path = ROOT) -> bytes:
 
 def models_index(root: Path = ROOT) -> bytes:
     """The JSON list of the models the page's model menu offers: {"models": [{name, file, url, size, about,
-    default}]}, one per GGUF asset of assets.json (single file or multi-part, by its "path") that is on disk under
-    .assets/models/, in assets.json's order; size is the file's size on disk."""
+    default}]}, one per GGUF asset of assets.json (single file or multi-part, by its "path" or install "dest")
+    that is on disk under .assets/models/, in assets.json's order; size is the file's size on disk."""
     spec = json.loads((root / "assets.json").read_text())
     base = (root / FOLDERS["models"]).resolve()
     out = []
     for asset in spec.get("assets", []):
-        file = (root / asset.get("path", "")).resolve()
+        file = (root / (asset.get("path") or asset.get("install", {}).get("dest", ""))).resolve()
         if file.suffix != ".gguf" or file.parent != base or not file.is_file():
             continue
         out.append({"name": asset.get("name", file.stem), "file": file.name, "url": f"/models/{file.name}",

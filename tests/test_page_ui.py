@@ -102,8 +102,10 @@ class UI:
                 + "\n".join(self.console[-30:]))
 
     def wait(self, pattern=r"^Ready", timeout=LOAD_MS):
+        """Wait for the status to match ``pattern``; fail at once if loading fails instead."""
         try:
-            expect(self.status).to_have_text(re.compile(pattern), timeout=timeout)
+            expect(self.status).to_have_text(re.compile(f"{pattern}|^Loading failed"), timeout=timeout)
+            expect(self.status).to_have_text(re.compile(pattern), timeout=1)
         except AssertionError as e:
             raise AssertionError(f"{e}\n{self.diagnostics()}") from None
 
@@ -291,6 +293,15 @@ def test_markdown_replies_are_built_as_text_never_html(browser, server_url):
         content.get_by_role("button", name="Copy code").click()
         assert page.evaluate("navigator.clipboard.readText()") == "<b onmouseover=alert(1)>hi</b>"
         expect(reply.locator(".turn-meta")).to_have_text("3 tokens · 2.0 tok/s · seed 42")
+        # a long streaming reply: the conversation follows it to its end
+        page.evaluate("""() => {
+            startRun('chat');
+            for (let i = 0; i < 120; i++) worker.onmessage({data: {type: 'token', id: 0, text: `line ${i}\\n`}});
+        }""")
+        expect(ui.log.locator(".turn").last).to_contain_text("line 119")
+        page.wait_for_function("() => { const c = document.getElementById('conversation');"
+                               " return c.scrollHeight > 2 * c.clientHeight"
+                               " && c.scrollHeight - c.scrollTop - c.clientHeight < 2; }", timeout=5_000)
         # a reply without Markdown keeps exactly its text
         assert page.evaluate("(t) => { const d = document.createElement('div');"
                              " d.append(CeraMarkdown.render(t)); return d.textContent; }",
@@ -406,11 +417,11 @@ def _big_llama(path: Path, layers=14, hidden=2048, ffn=8192, heads=16, kv_heads=
                        (w.add_feed_forward_length, ffn), (w.add_head_count, heads), (w.add_head_count_kv, kv_heads),
                        (w.add_layer_norm_rms_eps, 1e-5), (w.add_rope_freq_base, 10000.0)]:
         add(value)
-    tokens = [bytes([b]).decode("latin-1") for b in range(256)] + [f"<t{i}>" for i in range(vocab - 256)]
+    tokens = [bytes([b]).decode("latin-1") for b in range(256)] + ["ab"] + [f"<t{i}>" for i in range(vocab - 257)]
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("gpt2")
     w.add_token_list(tokens)
-    w.add_token_merges([])
+    w.add_token_merges(["a b"])
     w.add_token_types([1] * vocab)
     w.add_eos_token_id(vocab - 1)
 
