@@ -14,6 +14,7 @@ First makes sure the assets in assets.json are fetched (see cera_web/assets.py),
                          source file changes (its size or modification time); without the native-only tools
                          (benchmarks and asset fetching, TOOLS)
     /app/cera_web_tools.zip   the TOOLS modules alone, for web/bench.html (cached the same way)
+    /models/index.json   {"models": [...]}: the models of assets.json present on disk, for the page's menu
     /pyodide/wheels/index.json   {"wheels": [file names]}: the wheels the worker installs, listed per request
                          (unless such a file exists; a static host serves a written copy)
 
@@ -66,6 +67,7 @@ TOOLS_ZIP = "/app/cera_web_tools.zip"
 # native-only modules: not part of the browser bundle (web/bench.html fetches them from TOOLS_ZIP)
 TOOLS = ("cera_web/assets.py", "cera_web/bench.py", "cera_web/bench_kernels.py")
 WHEELS_INDEX = "/pyodide/wheels/index.json"
+MODELS_INDEX = "/models/index.json"     # the page's model menu (models_index)
 
 MIME = {
     ".html": "text/html; charset=utf-8",
@@ -154,6 +156,23 @@ def wheels_index(root: Path = ROOT) -> bytes:
     folder = root / FOLDERS["pyodide"] / "wheels"
     names = sorted(p.name for p in folder.glob("*.whl") if p.is_file()) if folder.is_dir() else []
     return json.dumps({"wheels": names}).encode()
+
+
+def models_index(root: Path = ROOT) -> bytes:
+    """The JSON list of the models the page's model menu offers: {"models": [{name, file, url, size, about,
+    default}]}, one per GGUF asset of assets.json (single file or multi-part, by its "path" or install "dest")
+    that is on disk under .assets/models/, in assets.json's order; size is the file's size on disk."""
+    spec = json.loads((root / "assets.json").read_text())
+    base = (root / FOLDERS["models"]).resolve()
+    out = []
+    for asset in spec.get("assets", []):
+        file = (root / (asset.get("path") or asset.get("install", {}).get("dest", ""))).resolve()
+        if file.suffix != ".gguf" or file.parent != base or not file.is_file():
+            continue
+        out.append({"name": asset.get("name", file.stem), "file": file.name, "url": f"/models/{file.name}",
+                    "size": file.stat().st_size, "about": asset.get("about", ""),
+                    "default": asset.get("name") == spec.get("default_model")})
+    return json.dumps({"models": out}).encode()
 
 
 def parse_range(header: str | None, size: int):
@@ -272,6 +291,8 @@ class Handler(BaseHTTPRequestHandler):
             self.send_error(target)
         elif target in ("zip", "tools zip"):
             self._send_bytes(self.server.app_zip(target == "tools zip"), "application/octet-stream", head)
+        elif target == "models":
+            self._send_bytes(models_index(self.server.root), MIME[".json"], head)
         elif target == "wheels":
             self._send_bytes(wheels_index(self.server.root), MIME[".json"], head)
         else:
@@ -303,6 +324,8 @@ class Handler(BaseHTTPRequestHandler):
             return "zip"
         if path == TOOLS_ZIP:
             return "tools zip"
+        if path == MODELS_INDEX:
+            return "models"
         # '%' left after one decoding means double encoding (%252e); '\\' and NUL are never legitimate.
         if any(c in path for c in "%\\\x00"):
             return HTTPStatus.FORBIDDEN
