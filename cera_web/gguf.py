@@ -438,7 +438,7 @@ class _Cursor:
     def string_array(self, count: int, what: str, keep: bool = True) -> list[str] | None:
         """The vocabulary fast path: walk the window with local variables, refill only at its edge."""
         out: list[str] = []
-        append = out.append if keep else (lambda s: None)
+        append = out.append
         buf, base = self.buf, self.base
         i, end = self.pos - base, len(buf)
         k = 0
@@ -449,7 +449,8 @@ class _Cursor:
                     n = _U64(buf, i)[0]
                     j = i + 8 + n
                     if j <= end and n <= _MAX_STRING:
-                        append(buf[i + 8:j].decode("utf-8"))
+                        if keep:        # a walk only finds the end (UTF-8 is checked when the array is read)
+                            append(buf[i + 8:j].decode("utf-8"))
                         kept += n
                         i = j
                         k += 1

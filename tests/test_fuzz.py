@@ -12,7 +12,7 @@ randomized run:
     CERA_WEB_FUZZ_EXAMPLES=20000 python -m pytest tests/test_fuzz.py -q
 
 The GGUF properties measure each parse's peak memory (PEAK_FIXED + PEAK_PER_BYTE x the header); the long run
-of >= 100,000 GGUF cases, printing each test's largest peak:
+of 125,000 GGUF cases (5 properties, the tokenizer's included), printing each GGUF test's largest peak:
 
     CERA_WEB_FUZZ_EXAMPLES=25000 python -m pytest tests/test_fuzz.py -q -s \
         -k "valid_files or mutated or hostile_tensor or hostile_metadata"
