@@ -25,6 +25,7 @@ from .errors import ContextOverflowError, GPUUnavailableError, InputError, Unsup
 from .gguf import parse_gguf
 from .gpu import get_device
 from .models import model_class
+from .pacing import ReadPacer
 from .sampling import GREEDY, GPUSampler, SamplingParams, StopMatcher, random_seed
 from .source import FileSource
 
@@ -117,7 +118,8 @@ class Engine:
         self.name = gguf.get("general.name") or getattr(source, "name", "model")
         self.backend = dev.name
         self.context_size = model.context_size
-        self.steps_per_read = 4
+        self.steps_per_read = None      # decode steps a readback: None adapts to the step time (pacing.ReadPacer)
+        self.pacer = ReadPacer()
         self._chat_template = None
         self._cancel = False
         self._sampler = None
@@ -343,13 +345,14 @@ class Engine:
         prev = first
         while not stop:
             # submit up to steps_per_read steps, then read their tokens back at once
-            n = max(1, min(self.steps_per_read, params.max_tokens - len(result.tokens), ctx - pos,
+            n = max(1, min(self.pacer.next(self.steps_per_read), params.max_tokens - len(result.tokens), ctx - pos,
                            model.max_steps_per_read))
             h = time.perf_counter()
             for i in range(n):
                 model.decode(pos + i, i)
             result.host_ms += (time.perf_counter() - h) * 1000
             new = await model.read_log(n)
+            self.pacer.observe(n, time.perf_counter() - h)
             inputs = [prev] + new[:-1]              # step i's input, now in the cache (K/V rows, conv state)
             prev = new[-1]
             used = n                                # steps whose input stays part of the sequence
