@@ -1,6 +1,7 @@
 """Matrix-vector kernel bandwidth, one JSON object on stdout.
 
     python -m cera_web.bench_kernels [--types Q4_K,Q6_K] [--shapes 4096x4096,14336x4096] [--lanes 32]
+                                     [--variants "rpt=1,wg=64,sg=0;rpt=2,wg=128,sg=1"] [--gemm]
 
 For each weight type and shape NxK (N rows of K weights, as in the model: 14336x4096 is an FFN gate/up matrix), the
 T = 1 matrix-vector product of shaders/matmul.wgsl (the decode case) is timed on the native backend (wgpu-py), and
@@ -134,7 +135,8 @@ class Bench:
             n = max(n * 2, min(int(n * self.target_s / max(t - self.overhead, 1e-6)), n * 64))
         return max(t - self.overhead, t / 2) / n, n
 
-    async def matvec(self, fmt: GGMLType, N: int, K: int, lanes: int) -> dict:
+    async def matvec(self, fmt: GGMLType, N: int, K: int, lanes: int, variant: dict | None = None) -> dict:
+        """variant: rpt / wg / sg of matmul() (default: what kernels.matvec_shape picks on this device)."""
         dev = self.dev
         nbytes = N * row_bytes(fmt, K)
         self.ensure_pool(nbytes)
@@ -143,12 +145,16 @@ class Bench:
         dev.write_buffer(x, np.random.default_rng(1).standard_normal(K).astype(np.float32))
         gain = dev.create_buffer(4 * K)
         dev.write_buffer(gain, np.ones(K, np.float32))
-        pipe = dev.pipeline(kernels.matmul(fmt, K, N, tokens=1, lanes=lanes), f"matmul {fmt.name}")
-        groups = kernels.spread(kernels.matmul_groups(N, lanes))
+        shape = kernels.matvec_shape(K // kernels.block_elems(fmt), 1, dev.is_cpu, dev.subgroup_size)
+        shape.update(lanes=lanes, **(variant or {}))
+        shape["sg"] = bool(shape["sg"]) and (dev.subgroup_size or 0) >= lanes
+        pipe = dev.pipeline(kernels.matmul(fmt, K, N, **shape), f"matmul {fmt.name}")
+        groups = kernels.spread(kernels.matmul_groups(N, lanes, shape["rpt"], shape["wg"]))
         outs = [dev.create_buffer(4 * N) for _ in weights]
         indep = [dev.bind(pipe, [w, x, y, self.step, gain]) for w, y in zip(weights, outs)]
         per, n = await self.per_dispatch(lambda n: [(pipe, indep[i % len(indep)], groups) for i in range(n)])
         res = {"type": fmt.name, "shape": f"{N}x{K}", "N": N, "K": K, "bytes": nbytes, "lanes": lanes,
+               "rpt": shape["rpt"], "wg": shape["wg"], "sg": shape["sg"],
                "copies": len(weights), "dispatches": n, "us": round(per * 1e6, 3),
                "gbps": round(nbytes / per / 1e9, 2)}
         if self.serial:
@@ -172,7 +178,7 @@ class Bench:
 
 
 async def run(types, shapes, lanes_list=None, *, repeats=None, target_ms=None, rotate_mib=None, serial=None,
-              device=None) -> dict:
+              device=None, variants=None) -> dict:
     from .gpu.native import NativeDevice
     dev = device or NativeDevice.create()
     cpu = dev.is_cpu
@@ -188,14 +194,15 @@ async def run(types, shapes, lanes_list=None, *, repeats=None, target_ms=None, r
         for fmt in types:
             nbytes = N * row_bytes(fmt, K)
             ceiling = await bench.read(nbytes)
-            for lanes in lanes_list:
-                r = await bench.matvec(fmt, N, K, lanes)
+            for lanes, variant in [(lanes, v) for lanes in lanes_list for v in (variants or [None])]:
+                r = await bench.matvec(fmt, N, K, lanes, variant)
                 r["read_gbps"] = ceiling["gbps"]
                 # a very slow (CPU) adapter can round to 0.00 GB/s on a busy machine: no ratio then
                 r["of_read"] = round(r["gbps"] / ceiling["gbps"], 3) if ceiling["gbps"] else None
                 out["results"].append(r)
                 ratio = f"{100 * r['of_read']:.0f}%" if r["of_read"] is not None else "?"
-                print(f"{fmt.name:5s} {N}x{K} lanes {lanes:2d}: {r['gbps']:9.2f} GB/s "
+                print(f"{fmt.name:5s} {N}x{K} lanes {lanes:2d} rpt {r['rpt']} wg {r['wg']:3d} sg {int(r['sg'])}: "
+                      f"{r['gbps']:9.2f} GB/s "
                       f"({ratio} of read {ceiling['gbps']:.2f})"
                       + (f", serial {r['serial_gbps']:.2f}" if "serial_gbps" in r else ""), file=sys.stderr)
     return out
@@ -212,13 +219,27 @@ def main(argv=None):
                    help="size of the pool the weights rotate through (default 512, well past a GPU's L2; 4 on CPU)")
     p.add_argument("--serial", action=argparse.BooleanOptionalAction, default=None,
                    help="also time dependent products (default: on for GPUs)")
+    p.add_argument("--variants", help="semicolon-separated matrix-vector shapes to compare, each "
+                                      "rpt=N,wg=N,sg=0|1 (default: the one the engine picks on this device)")
     args = p.parse_args(argv)
+    variants = None
+    if args.variants:
+        variants = []
+        for text in args.variants.split(";"):
+            v = {}
+            for item in filter(None, text.split(",")):
+                key, _, value = item.partition("=")
+                if key.strip() not in ("rpt", "wg", "sg") or not value.strip().isdigit():
+                    raise SystemExit(f"--variants: {item!r} is not one of rpt=N, wg=N, sg=0|1")
+                v[key.strip()] = int(value)
+            variants.append(v)
     lanes = [int(v) for v in args.lanes.split(",")] if args.lanes else None
     for v in lanes or []:
         if v < 1 or v > 64 or v & (v - 1):
             raise SystemExit(f"--lanes wants powers of two up to 64, got {v}")
     result = asyncio.run(run(parse_types(args.types), parse_shapes(args.shapes), lanes, repeats=args.repeats,
-                             target_ms=args.target_ms, rotate_mib=args.rotate_mib, serial=args.serial))
+                             target_ms=args.target_ms, rotate_mib=args.rotate_mib, serial=args.serial,
+                             variants=variants))
     print(json.dumps(result))
 
 

@@ -69,3 +69,26 @@ def test_pacer_sizes_reads_to_the_target_time():
     for _ in range(10):
         p.observe(3, 3.0)                      # a CPU adapter: 1 s a step
     assert p.next() == 1
+
+
+def test_kernel_shape_choices(monkeypatch):
+    """The prefill tile and decode matrix-vector shape each adapter gets (the H200 measurements behind them are in
+    BENCHMARKS.md), and the overrides benchmarks use."""
+    from cera_web import kernels
+    monkeypatch.delenv("CERA_WEB_TILE", raising=False)
+    monkeypatch.delenv("CERA_WEB_MATVEC", raising=False)
+    assert kernels.tiled_tile(8192, 2048, 512) == (64, 64, 1)        # Llama-3.2-1B gate/up: many tiles
+    assert kernels.tiled_tile(576, 1536, 512) == (32, 32, 4)         # SmolLM2's down projection: few tiles
+    monkeypatch.setenv("CERA_WEB_TILE", "64,32,2")
+    assert kernels.tiled_tile(8192, 2048, 512) == (64, 32, 2)
+    gpu = kernels.matvec_shape(256, 1, False, 32)
+    assert gpu == {"lanes": 32, "tokens": 1, "rpt": 1, "wg": 64, "sg": True}
+    assert kernels.matvec_shape(256, 1, False, 8)["sg"] is False      # subgroups narrower than a row's lanes
+    assert kernels.matvec_shape(256, 1, False, None)["sg"] is False   # no subgroups feature
+    assert kernels.matvec_shape(256, 1, True, 32) == {"lanes": 1, "tokens": 1, "rpt": 1, "wg": 64, "sg": False}
+    assert kernels.matvec_shape(256, 40, False, 32)["tokens"] == 8
+    monkeypatch.setenv("CERA_WEB_MATVEC", "lanes=16,sg=0,rpt=2")
+    assert kernels.matvec_shape(256, 1, False, 32) == {"lanes": 16, "tokens": 1, "rpt": 2, "wg": 64, "sg": False}
+    monkeypatch.setenv("CERA_WEB_MATVEC", "lanes=3")
+    with pytest.raises(ValueError, match="lanes=3"):
+        kernels.matvec_shape(256, 1, False, 32)

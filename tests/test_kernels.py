@@ -86,6 +86,27 @@ def test_matmul_norm_glu(dev, fmt, T, lanes, tokens):
     np.testing.assert_allclose(read(dev, Y, T * stride).reshape(T, stride), want, rtol=2e-4, atol=2e-4)
 
 
+@pytest.mark.parametrize("fmt", [GGMLType.F32, GGMLType.Q4_1, GGMLType.Q8_0], ids=lambda f: f.name)
+@pytest.mark.parametrize("lanes,rpt,wg,sg", [(8, 4, 64, True), (8, 2, 128, False), (4, 4, 256, True)])
+def test_matmul_decode_glu_shapes(dev, fmt, lanes, rpt, wg, sg):
+    """The decode shapes (rows per thread, workgroup size, subgroup shuffles) with the norm and SwiGLU fused."""
+    if sg and (dev.subgroup_size or 0) < lanes:
+        pytest.skip(f"subgroups of {dev.subgroup_size} < {lanes} lanes on this adapter")
+    K, N, eps = 256, 45, 1e-5
+    rng = np.random.default_rng(lanes + rpt + wg)
+    w = rng.standard_normal((2 * N, K)).astype(np.float32)
+    raw, wq = quantize(fmt, w)
+    x = (rng.standard_normal((1, K)) * 3).astype(np.float32)
+    g = rng.standard_normal(K).astype(np.float32)
+    W, X, G = upload(dev, raw), f32_buffer(dev, x), f32_buffer(dev, g)
+    Y = dev.create_buffer(N * 4)
+    run(dev, kernels.matmul(fmt, K, N, norm=True, eps=eps, glu=True, tokens=1, lanes=lanes, rpt=rpt, wg=wg, sg=sg),
+        [W, X, Y, step_buffer(dev, 1), G], kernels.spread(kernels.matmul_groups(N, lanes, rpt, wg)))
+    xn = rmsnorm_ref(x, g, eps)
+    a, b = xn @ wq[:N].T, xn @ wq[N:].T
+    np.testing.assert_allclose(read(dev, Y, N).reshape(1, N), a / (1 + np.exp(-a)) * b, rtol=2e-4, atol=2e-4)
+
+
 @pytest.mark.parametrize("tile", kernels.TILES, ids=lambda t: "x".join(map(str, t)))
 @pytest.mark.parametrize("fmt", FMTS, ids=lambda f: f.name)
 @pytest.mark.parametrize("T,norm,glu", [(40, True, True), (7, False, False), (70, True, False)])

@@ -159,9 +159,10 @@ class LlamaModel(GPUModel):
                 rec.add(kernels.matmul_tiled(fmt, k, rows_here, tile=tile, **common), buffers,
                         kernels.tiled_groups(rows_here, T, tile), label)
                 continue
-            lanes = kernels.lanes_for(k // kernels.block_elems(fmt), self.dev.is_cpu)
-            wgsl = kernels.matmul(fmt, k, rows_here, tokens=1 if self.dev.is_cpu else min(T, 8), lanes=lanes, **common)
-            rec.add(wgsl, buffers, kernels.spread(kernels.matmul_groups(rows_here, lanes)), label)
+            shape = kernels.matvec_shape(k // kernels.block_elems(fmt), 1 if kw.get("last_only") else T,
+                                         self.dev.is_cpu, getattr(self.dev, "subgroup_size", None))
+            rec.add(kernels.matmul(fmt, k, rows_here, **shape, **common), buffers,
+                    kernels.spread(kernels.matmul_groups(rows_here, shape["lanes"], shape["rpt"], shape["wg"])), label)
 
     def attention_block(self, rec, T, i):
         """x += Wo · attention(norm(x)): Q/K/V in one projection when they share a type, then RoPE into the cache."""
