@@ -163,6 +163,27 @@ class Bench:
             res.update(serial_us=round(per_s * 1e6, 3), serial_gbps=round(nbytes / per_s / 1e9, 2))
         return res
 
+    async def gemm(self, fmt: GGMLType, N: int, K: int, T: int, tile=None) -> dict:
+        """The prefill GEMM (matmul_tiled.wgsl) of T tokens through N x K weights: GFLOP/s = 2 N K T / time."""
+        dev = self.dev
+        nbytes = N * row_bytes(fmt, K)
+        self.ensure_pool(nbytes)
+        weights = self.copies(nbytes)
+        tile = tuple(tile) if tile else kernels.tiled_tile(N, K, T)
+        x = dev.create_buffer(4 * K * T)
+        dev.write_buffer(x, np.random.default_rng(1).standard_normal(K * T).astype(np.float32))
+        gain = dev.create_buffer(4 * K)
+        dev.write_buffer(gain, np.ones(K, np.float32))
+        step = dev.create_buffer(16, kind="uniform")
+        dev.write_buffer(step, struct.pack("<4I", T, 0, 0, T))
+        pipe = dev.pipeline(kernels.matmul_tiled(fmt, K, N, tile=tile), f"matmul_tiled {fmt.name}")
+        y = dev.create_buffer(4 * N * T)
+        binds = [dev.bind(pipe, [w, x, y, step, gain]) for w in weights]
+        groups = kernels.tiled_groups(N, T, tile)
+        per, n = await self.per_dispatch(lambda n: [(pipe, binds[i % len(binds)], groups) for i in range(n)])
+        return {"type": fmt.name, "shape": f"{N}x{K}", "N": N, "K": K, "T": T, "tile": list(tile),
+                "dispatches": n, "us": round(per * 1e6, 3), "gflops": round(2 * N * K * T / per / 1e9, 1)}
+
     async def read(self, nbytes: int, per_thread: int = 4) -> dict:
         """The plain read kernel over nbytes (rounded up to 16), from rotating copies like the weights."""
         dev = self.dev
@@ -178,7 +199,9 @@ class Bench:
 
 
 async def run(types, shapes, lanes_list=None, *, repeats=None, target_ms=None, rotate_mib=None, serial=None,
-              device=None, variants=None) -> dict:
+              device=None, variants=None, gemm_tokens=0, tiles=None) -> dict:
+    """Matrix-vector bandwidth per type and shape; with gemm_tokens, the prefill GEMM's GFLOP/s over that many tokens
+    instead (tiles: the tiles to compare, default the one the engine picks)."""
     from .gpu.native import NativeDevice
     dev = device or NativeDevice.create()
     cpu = dev.is_cpu
@@ -187,6 +210,16 @@ async def run(types, shapes, lanes_list=None, *, repeats=None, target_ms=None, r
                   rotate_bytes=int((rotate_mib if rotate_mib is not None else (4 if cpu else 512)) * 2**20),
                   serial=(not cpu) if serial is None else serial)
     out = {"adapter": dev.name, "cpu_adapter": cpu, "rotate_mib": round(bench.rotate_bytes / 2**20, 1)}
+    if gemm_tokens:
+        out["gemm"] = []
+        for N, K in shapes:
+            for fmt in types:
+                for tile in tiles or [None]:
+                    r = await bench.gemm(fmt, N, K, gemm_tokens, tile)
+                    out["gemm"].append(r)
+                    print(f"{fmt.name:5s} {N}x{K} T {gemm_tokens} tile {r['tile']}: {r['gflops']:9.1f} GFLOP/s "
+                          f"({r['us']:.1f} us)", file=sys.stderr)
+        return out
     if bench.rotate_bytes >= 64 << 20:   # the read kernel over the whole pool: the adapter's large-transfer ceiling
         out["peak_read_gbps"] = (await bench.read(bench.rotate_bytes))["gbps"]
     out["results"] = []
@@ -221,7 +254,15 @@ def main(argv=None):
                    help="also time dependent products (default: on for GPUs)")
     p.add_argument("--variants", help="semicolon-separated matrix-vector shapes to compare, each "
                                       "rpt=N,wg=N,sg=0|1 (default: the one the engine picks on this device)")
+    p.add_argument("--gemm", type=int, nargs="?", const=512, default=0, metavar="TOKENS",
+                   help="time the prefill GEMM over TOKENS tokens (default 512) instead: GFLOP/s per shape")
+    p.add_argument("--tiles", help="with --gemm: semicolon-separated tiles to compare, e.g. '64,64,1;32,32,4' "
+                                   "(default: the engine's choice per shape)")
     args = p.parse_args(argv)
+    tiles = [tuple(int(v) for v in t.split(",")) for t in args.tiles.split(";")] if args.tiles else None
+    for t in tiles or []:
+        if t not in kernels.TILES:
+            raise SystemExit(f"--tiles: {t} is not one of {kernels.TILES}")
     variants = None
     if args.variants:
         variants = []
@@ -239,7 +280,7 @@ def main(argv=None):
             raise SystemExit(f"--lanes wants powers of two up to 64, got {v}")
     result = asyncio.run(run(parse_types(args.types), parse_shapes(args.shapes), lanes, repeats=args.repeats,
                              target_ms=args.target_ms, rotate_mib=args.rotate_mib, serial=args.serial,
-                             variants=variants))
+                             variants=variants, gemm_tokens=args.gemm, tiles=tiles))
     print(json.dumps(result))
 
 

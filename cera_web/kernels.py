@@ -259,8 +259,26 @@ def swiglu(F: int) -> str:
     return build("swiglu", F=F)
 
 
-def argmax(V: int) -> str:
-    return build("argmax", V=V)
+def argmax(V: int, pairs: bool = False) -> str:
+    """See argmax.wgsl: over V logits, or (pairs) over V (value, index) pairs from argmax_parts."""
+    return build("argmax", V=V, PAIRS=pairs)
+
+
+ARGMAX_SLICE = 2048     # logits a workgroup of argmax_parts
+
+
+def argmax_parts_count(V: int) -> int:
+    """Workgroups of argmax_parts for a vocabulary of V (1: the single-workgroup argmax is used alone). Two stages
+    from 8k entries; CERA_WEB_ARGMAX_PARTS=1 forces one (benchmarks)."""
+    import os
+    if V <= 8192 or os.environ.get("CERA_WEB_ARGMAX_PARTS") == "1":
+        return 1
+    return -(-V // ARGMAX_SLICE)
+
+
+def argmax_parts(V: int) -> str:
+    """See argmax_parts.wgsl; dispatch (argmax_parts_count(V), 1, 1)."""
+    return build("argmax_parts", V=V, SLICE=ARGMAX_SLICE)
 
 
 def spread(groups: int, max_per_dim: int = 65535) -> tuple[int, int, int]:

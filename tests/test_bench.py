@@ -92,3 +92,12 @@ def test_kernel_shape_choices(monkeypatch):
     monkeypatch.setenv("CERA_WEB_MATVEC", "lanes=3")
     with pytest.raises(ValueError, match="lanes=3"):
         kernels.matvec_shape(256, 1, False, 32)
+
+
+def test_bench_kernels_gemm_reports_gflops(dev):
+    from cera_web import bench_kernels
+    from cera_web.gguf import GGMLType
+    out = asyncio.run(bench_kernels.run([GGMLType.Q4_1], [(64, 256)], device=dev, repeats=1, target_ms=1,
+                                        rotate_mib=1, gemm_tokens=16, tiles=[(64, 64, 1), (32, 32, 4)]))
+    assert [r["tile"] for r in out["gemm"]] == [[64, 64, 1], [32, 32, 4]]
+    assert all(r["gflops"] > 0 and r["T"] == 16 for r in out["gemm"])

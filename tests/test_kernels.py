@@ -310,3 +310,21 @@ def test_argmax(dev, top):
     run(dev, kernels.argmax(V), [L, tok, log, step_buffer(dev, 1, out_index=5)], (1, 1, 1))
     assert read(dev, tok, 1, np.uint32)[0] == top[0]
     assert read(dev, log, 16, np.uint32)[5] == top[0]
+
+
+# the two-stage argmax of large vocabularies: ties inside a slice, across slices (2047 | 2048), in the last partial
+# slice, and a vocabulary of one slice plus one logit
+@pytest.mark.parametrize("V,top", [(49157, (1234, 40000)), (49157, (2048, 2047)), (49157, (49156,)),
+                                   (49157, (4097, 4096 + 300)), (2049, (2048,)), (128256, (70001, 128255))])
+def test_argmax_two_stage(dev, V, top):
+    rng = np.random.default_rng(V)
+    logits = rng.standard_normal(V).astype(np.float32)
+    logits[list(top)] = 9.0
+    parts = -(-V // kernels.ARGMAX_SLICE)
+    L, P = upload(dev, logits), dev.create_buffer(8 * parts)
+    tok = dev.create_buffer(16); log = dev.create_buffer(64)
+    run(dev, kernels.argmax_parts(V), [L, P], (parts, 1, 1))
+    run(dev, kernels.argmax(parts, pairs=True), [P, tok, log, step_buffer(dev, 1, out_index=5)], (1, 1, 1))
+    want = min(top)
+    assert read(dev, tok, 1, np.uint32)[0] == want
+    assert read(dev, log, 16, np.uint32)[5] == want

@@ -225,5 +225,17 @@ class LlamaModel(GPUModel):
     def record_head(self, T):
         a, rec = self.args, Recorder(self.dev)
         self.linear(rec, T, self.lm_head, self.x, self.logits, gain=self.norms[self.final_norm], last_only=True)
-        rec.add(kernels.argmax(a.vocab), [self.logits, self.tokens, self.log, self.step], (1, 1, 1), "argmax")
+        self.record_argmax(rec)
         return rec.finish()
+
+    def record_argmax(self, rec):
+        """Greedy token = argmax of the logits, into tokens[0] and the log: in two stages for large vocabularies."""
+        parts = kernels.argmax_parts_count(self.vocab)
+        if parts == 1:
+            rec.add(kernels.argmax(self.vocab), [self.logits, self.tokens, self.log, self.step], (1, 1, 1), "argmax")
+            return
+        if getattr(self, "_argmax_pairs", None) is None:
+            self._argmax_pairs = self.dev.create_buffer(8 * parts, label="argmax pairs")
+        rec.add(kernels.argmax_parts(self.vocab), [self.logits, self._argmax_pairs], (parts, 1, 1), "argmax")
+        rec.add(kernels.argmax(parts, pairs=True), [self._argmax_pairs, self.tokens, self.log, self.step], (1, 1, 1),
+                "argmax")
