@@ -223,7 +223,7 @@ class LlamaModel(GPUModel):
         return rec.finish()
 
     def record_head(self, T):
-        a, rec = self.args, Recorder(self.dev)
+        rec = Recorder(self.dev)
         self.linear(rec, T, self.lm_head, self.x, self.logits, gain=self.norms[self.final_norm], last_only=True)
         self.record_argmax(rec)
         return rec.finish()
