@@ -74,7 +74,15 @@ def build(kernel: str, *, fmt=None, **consts) -> str:
         if "fn xin(" not in body:    # block_dot reads the input through xin(): only kernels that define it get it
             text = text.split(MATMUL_ONLY)[0]
         parts.append(text)
+    if "SG" in consts:   # a call of a subgroup builtin is an error without the extension, even in dead code
+        parts.append(SHUFFLE_XOR if consts["SG"] else NO_SHUFFLE_XOR)
     return "\n".join(parts)
+
+
+# shuffle_xor(v, m): v of the invocation whose subgroup_invocation_id is this one's XOR m (kernels built with SG);
+# the stand-in for kernels built without SG is never called (their SG branches are off)
+SHUFFLE_XOR = "fn shuffle_xor(v: vec4<f32>, m: u32) -> vec4<f32> { return subgroupShuffleXor(v, m); }"
+NO_SHUFFLE_XOR = "fn shuffle_xor(v: vec4<f32>, m: u32) -> vec4<f32> { return v; }"
 
 
 def matmul(fmt, K: int, N: int, *, norm=False, eps=0.0, accum=False, glu=False, last_only=False,

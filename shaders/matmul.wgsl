@@ -24,7 +24,8 @@
 //   WG          threads per workgroup (64, 128 or 256)
 //   SG          reduce a row's lanes with subgroup shuffles instead of workgroup memory and barriers; only where
 //               every subgroup has at least LANES invocations, numbered in order of local_invocation_index (the
-//               caller checks the adapter's smallest subgroup size; kernels.build adds `enable subgroups;`)
+//               caller checks the adapter's smallest subgroup size; kernels.build adds `enable subgroups;` and
+//               shuffle_xor, which without SG is a stand-in that is never called)
 // Bindings:
 //   0 W: array<u32>              packed weights, N rows (2N with GLU)
 //   1 X: array<vec4<f32>>        [n_tokens, K]
@@ -122,7 +123,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             if (SG) {
                 // butterfly over the row's lanes: every lane ends with the row's sums
                 for (var m = LANES / 2u; m > 0u; m /= 2u) {
-                    for (var i = 0u; i < ACC; i++) { acc[i] += subgroupShuffleXor(acc[i], m); }
+                    for (var i = 0u; i < ACC; i++) { acc[i] += shuffle_xor(acc[i], m); }
                 }
             } else {
                 // reduce each row's LANES partial sums (rows are LANES consecutive threads)

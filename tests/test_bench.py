@@ -101,3 +101,15 @@ def test_bench_kernels_gemm_reports_gflops(dev):
                                         rotate_mib=1, gemm_tokens=16, tiles=[(64, 64, 1), (32, 32, 4)]))
     assert [r["tile"] for r in out["gemm"]] == [[64, 64, 1], [32, 32, 4]]
     assert all(r["gflops"] > 0 and r["T"] == 16 for r in out["gemm"])
+
+
+def test_kernels_without_subgroups_name_no_subgroup_builtin():
+    """Browsers reject a call of a subgroup builtin in a module without `enable subgroups;`, even in a branch that
+    never runs: kernels built without SG must not contain one."""
+    from cera_web import kernels
+    from cera_web.gguf import GGMLType
+    off = kernels.matmul(GGMLType.Q4_1, 256, 64, tokens=1, lanes=32, sg=False)
+    on = kernels.matmul(GGMLType.Q4_1, 256, 64, tokens=1, lanes=32, sg=True)
+    code = [line.split("//")[0] for line in off.splitlines()]
+    assert not any("subgroup" in line for line in code)
+    assert "enable subgroups;" in on and "subgroupShuffleXor" in on
