@@ -44,6 +44,9 @@ class NativeDevice(Device):
         self.calls = 0
         self._pipelines = {}
         self.live_buffers = weakref.WeakSet()   # buffers created and not released (leak checks)
+        self.subgroup_size = self._probe_subgroup_size() if "subgroup" in self.features else None
+        if os.environ.get("CERA_WEB_SUBGROUPS") == "0":    # tests and benchmarks: the path without subgroups
+            self.subgroup_size = None
 
     @classmethod
     def create(cls, limits_override: dict | None = None, power_preference: str = "high-performance"):
@@ -102,11 +105,25 @@ class NativeDevice(Device):
         for start in range(0, nbytes, chunk):
             self.write_buffer(buf, source.read(offset + start, min(chunk, nbytes - start)), at + start)
 
+    def _probe_subgroup_size(self):
+        """The subgroup size of a 64-thread compute kernel (wgpu-py's adapter info does not carry the adapter's
+        subgroup sizes): the smallest seen over the workgroup."""
+        buf = self.create_buffer(4 * 64)
+        pipe = self.pipeline("@group(0) @binding(0) var<storage, read_write> Y: array<u32>;\n"
+                             "@compute @workgroup_size(64) fn main(@builtin(local_invocation_index) i: u32, "
+                             "@builtin(subgroup_size) s: u32) { Y[i] = s; }", "subgroup probe")
+        self.submit([self.record([(pipe, self.bind(pipe, [buf]), (1, 1, 1))])])
+        self.dispatches = self.submits = self.calls = 0
+        sizes = np.frombuffer(bytes(self.device.queue.read_buffer(buf, 0, 4 * 64)), np.uint32)
+        self.release(buf)
+        return int(sizes.min())
+
     # -- pipelines -----------------------------------------------------------------------------------------------
     def pipeline(self, wgsl, label=""):
         p = self._pipelines.get(wgsl)
         if p is None:
-            module = self.device.create_shader_module(code=wgsl, label=label)
+            # naga rejects WebGPU's `enable subgroups;` (it allows subgroup builtins whenever the feature is on)
+            module = self.device.create_shader_module(code=wgsl.replace("enable subgroups;", ""), label=label)
             p = self.device.create_compute_pipeline(
                 layout="auto", compute={"module": module, "entry_point": "main"}, label=label)
             self._pipelines[wgsl] = p
