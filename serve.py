@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Serve the cera_web page and its pinned assets on this machine.
 
-    python serve.py [--host 127.0.0.1] [--port 8000] [--no-fetch] [--models default|all] [--verbose]
+    python serve.py [--host 127.0.0.1] [--port 8000] [--allow-host NAME] [--no-fetch] [--models default|all]
+                    [--verbose]
 
 First makes sure the assets in assets.json are fetched (see cera_web/assets.py), then serves:
 
@@ -10,9 +11,11 @@ First makes sure the assets in assets.json are fetched (see cera_web/assets.py),
     /pyodide/...         .assets/pyodide/   (Pyodide core, numpy, wheels/ for jinja2 + markupsafe)
     /models/...          .assets/models/    (GGUF files; Range requests, ETag, Last-Modified)
     /pyscript/...        .assets/pyscript/  (only when that optional asset was fetched)
-    /app/cera_web.zip    cera_web/**/*.py|json and shaders/**/*.wgsl, zipped in memory per request (without the
-                         native-only tools: benchmarks and asset fetching, TOOLS)
-    /app/cera_web_tools.zip   the TOOLS modules alone, for web/bench.html
+    /app/cera_web.zip    cera_web/**/*.py|json and shaders/**/*.wgsl, zipped in memory once, rebuilt when a
+                         source file changes (its size or modification time); without the native-only tools
+                         (benchmarks and asset fetching, TOOLS)
+    /app/cera_web_tools.zip   the TOOLS modules alone, for web/bench.html (cached the same way)
+    /models/index.json   {"models": [...]}: the models of assets.json present on disk, for the page's menu
     /pyodide/wheels/index.json   {"wheels": [file names]}: the wheels the worker installs, listed per request
                          (unless such a file exists; a static host serves a written copy)
 
@@ -21,6 +24,12 @@ and nothing else: no listings, no dot files, nothing outside those folders (syml
 Every response carries Cross-Origin-Opener-Policy: same-origin and Cross-Origin-Embedder-Policy:
 require-corp, so the page is cross-origin isolated (SharedArrayBuffer, fine-grained timers). That is
 harmless here because everything the page loads comes from this same origin.
+
+Under load: a listen backlog of 256 (200 concurrent Range readers are all served), a thread per connection,
+and an idle timeout (IDLE_TIMEOUT s) after which a client that sends or reads nothing is dropped. Requests whose
+Host header is not a name of this server are refused (403): an IP address, the --host name, `localhost` (when
+bound to the loopback or all interfaces), this machine's name (all interfaces) and --allow-host names are
+accepted, so a web page cannot read what is served through a DNS-rebinding name.
 
 Standard library only, Python 3.11+. Tests start it with make_server("127.0.0.1", 0) in a thread.
 """
@@ -35,6 +44,8 @@ import io
 import json
 import socketserver
 import sys
+import threading
+import time
 import types
 import zipfile
 from http import HTTPStatus
@@ -57,6 +68,7 @@ TOOLS_ZIP = "/app/cera_web_tools.zip"
 # native-only modules: not part of the browser bundle (web/bench.html fetches them from TOOLS_ZIP)
 TOOLS = ("cera_web/assets.py", "cera_web/bench.py", "cera_web/bench_kernels.py")
 WHEELS_INDEX = "/pyodide/wheels/index.json"
+MODELS_INDEX = "/models/index.json"     # the page's model menu (models_index)
 
 MIME = {
     ".html": "text/html; charset=utf-8",
@@ -84,6 +96,8 @@ MIME = {
     ".gz": "application/gzip",
 }
 CHUNK = 1 << 20
+IDLE_TIMEOUT = 30.0      # seconds a connection may stay silent (no request, or not reading the reply)
+BACKLOG = 256
 
 
 def load_assets_module():
@@ -125,11 +139,41 @@ def build_app_zip(root: Path = ROOT, tools: bool = False) -> bytes:
     return buf.getvalue()
 
 
+def app_zip_stamp(root: Path = ROOT) -> tuple:
+    """What build_app_zip's output depends on: every candidate file's path, size and modification time."""
+    files = [*(root / "cera_web").rglob("*"), *(root / "shaders").rglob("*.wgsl")]
+    out = []
+    for p in sorted(files):
+        try:
+            st = p.stat()
+        except OSError:
+            continue
+        out.append((str(p), st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
 def wheels_index(root: Path = ROOT) -> bytes:
     """The JSON list of the pure-Python wheels in .assets/pyodide/wheels, which the page's worker installs."""
     folder = root / FOLDERS["pyodide"] / "wheels"
     names = sorted(p.name for p in folder.glob("*.whl") if p.is_file()) if folder.is_dir() else []
     return json.dumps({"wheels": names}).encode()
+
+
+def models_index(root: Path = ROOT) -> bytes:
+    """The JSON list of the models the page's model menu offers: {"models": [{name, file, url, size, about,
+    default}]}, one per GGUF asset of assets.json (single file or multi-part, by its "path" or install "dest")
+    that is on disk under .assets/models/, in assets.json's order; size is the file's size on disk."""
+    spec = json.loads((root / "assets.json").read_text())
+    base = (root / FOLDERS["models"]).resolve()
+    out = []
+    for asset in spec.get("assets", []):
+        file = (root / (asset.get("path") or asset.get("install", {}).get("dest", ""))).resolve()
+        if file.suffix != ".gguf" or file.parent != base or not file.is_file():
+            continue
+        out.append({"name": asset.get("name", file.stem), "file": file.name, "url": f"/models/{file.name}",
+                    "size": file.stat().st_size, "about": asset.get("about", ""),
+                    "default": asset.get("name") == spec.get("default_model")})
+    return json.dumps({"models": out}).encode()
 
 
 def parse_range(header: str | None, size: int):
@@ -143,22 +187,64 @@ def parse_range(header: str | None, size: int):
     if unit.strip().lower() != "bytes" or "," in spec:
         return None
     first, dash, last = spec.strip().partition("-")
-    if not dash or not (first.isdigit() or first == "") or not (last.isdigit() or last == ""):
+    if not dash or not _digits(first, empty=True) or not _digits(last, empty=True):
         return None
     if first == "":  # suffix range: the last N bytes
         if last == "":
             return None
-        n = int(last)
+        n = _number(last)
         if n == 0 or size == 0:
             return False
         return max(0, size - n), size - 1
-    start = int(first)
-    if last and int(last) < start:
+    start = _number(first)
+    if last and _number(last) < start:
         return None
     if start >= size:
         return False
-    end = int(last) if last else size - 1
+    end = _number(last) if last else size - 1
     return start, min(end, size - 1)
+
+
+def _digits(text: str, empty: bool = False) -> bool:
+    """ASCII digits only (str.isdigit also accepts '²' and other digits int() refuses)."""
+    return (empty and text == "") or (text.isascii() and text.isdigit())
+
+
+def _number(digits: str) -> int:
+    """The value of a run of ASCII digits; any number of more than 19 digits counts as 2**64 (int() refuses
+    over 4,300 digits, and no file is that long)."""
+    digits = digits.lstrip("0") or "0"
+    return int(digits) if len(digits) <= 19 else 1 << 64
+
+
+def allowed_hosts(host: str, extra=()) -> set[str]:
+    """The Host header names (lower case, no port) a server bound to `host` answers: besides any IP address."""
+    import socket
+
+    names = {host.lower().strip("[]"), *(n.lower() for n in extra)}
+    if host in ("0.0.0.0", "::", "") or host.startswith("127.") or host in ("::1", "localhost"):
+        names |= {"localhost"}
+    if host in ("0.0.0.0", "::", ""):
+        names.add(socket.gethostname().lower())
+    return names
+
+
+def host_name(header: str) -> str:
+    """The name part of a Host header ('[::1]:8000' -> '::1', 'Example.org.:80' -> 'example.org')."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1:].partition("]")[0]
+    return header.rpartition(":")[0].rstrip(".") if header.count(":") == 1 else header.rstrip(".")
+
+
+def _is_ip(name: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(name)
+        return True
+    except ValueError:
+        return False
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -167,6 +253,16 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     # -- plumbing
+
+    def setup(self):
+        self.timeout = self.server.idle_timeout      # socket timeout: a silent client is dropped
+        super().setup()
+
+    def handle_one_request(self):
+        try:
+            super().handle_one_request()
+        except (TimeoutError, ConnectionError):
+            self.close_connection = True             # silent, slow or gone: drop it without a traceback
 
     def log_message(self, format, *args):  # noqa: A002 (base class signature)
         if self.server.verbose:
@@ -189,15 +285,31 @@ class Handler(BaseHTTPRequestHandler):
     # -- routing
 
     def _handle(self, head):
+        if not self._host_allowed():
+            return
         target = self._resolve()
         if isinstance(target, int):
             self.send_error(target)
         elif target in ("zip", "tools zip"):
-            self._send_bytes(build_app_zip(self.server.root, target == "tools zip"), "application/octet-stream", head)
+            self._send_bytes(self.server.app_zip(target == "tools zip"), "application/octet-stream", head)
+        elif target == "models":
+            self._send_bytes(models_index(self.server.root), MIME[".json"], head)
         elif target == "wheels":
             self._send_bytes(wheels_index(self.server.root), MIME[".json"], head)
         else:
             self._send_file(target, head)
+
+    def _host_allowed(self) -> bool:
+        """Refuse (403) a Host header that names neither an IP address nor this server (DNS rebinding)."""
+        header = self.headers.get("Host")
+        if header is None:
+            return True                 # HTTP/1.0 without Host: not from a browser
+        name = host_name(header)
+        if _is_ip(name) or name in self.server.hosts:
+            return True
+        self.send_error(HTTPStatus.FORBIDDEN, f"Host {header[:100]!r} is not a name of this server; start "
+                                              f"serve.py with --allow-host NAME to serve it under that name")
+        return False
 
     def _resolve(self):
         """The file a request path names, "zip", "tools zip", "wheels" (the index), or an HTTP status to refuse
@@ -213,6 +325,8 @@ class Handler(BaseHTTPRequestHandler):
             return "zip"
         if path == TOOLS_ZIP:
             return "tools zip"
+        if path == MODELS_INDEX:
+            return "models"
         # '%' left after one decoding means double encoding (%252e); '\\' and NUL are never legitimate.
         if any(c in path for c in "%\\\x00"):
             return HTTPStatus.FORBIDDEN
@@ -268,7 +382,8 @@ class Handler(BaseHTTPRequestHandler):
                 since = email.utils.parsedate_to_datetime(ims).timestamp() if ims else None
             except (TypeError, ValueError):
                 since = None
-            fresh = since is not None and mtime is not None and int(mtime) <= since
+            # a date in the future is invalid (RFC 9110 13.1.3): the header is ignored
+            fresh = since is not None and mtime is not None and int(mtime) <= since <= time.time()
         if fresh:
             self.send_response(HTTPStatus.NOT_MODIFIED)
             self.send_header("ETag", etag)
@@ -311,21 +426,35 @@ class Handler(BaseHTTPRequestHandler):
                     break
                 self.wfile.write(chunk)
                 length -= len(chunk)
-        except (BrokenPipeError, ConnectionResetError):
-            self.close_connection = True  # the browser aborted (common with Range reads)
+        except (BrokenPipeError, ConnectionResetError, TimeoutError):
+            self.close_connection = True  # the browser aborted (common with Range reads) or stopped reading
 
 
 class AppServer(ThreadingHTTPServer):
     daemon_threads = True  # Ctrl-C must not wait for idle keep-alive connections
+    request_queue_size = BACKLOG  # listen backlog: 5 (the default) dropped 21-99 of 200 concurrent clients
 
-    def __init__(self, address, root: Path, verbose: bool):
+    def __init__(self, address, root: Path, verbose: bool, *, idle_timeout: float = IDLE_TIMEOUT, allow_hosts=()):
         self.root = Path(root).resolve()
         self.verbose = verbose
+        self.idle_timeout = idle_timeout
+        self.hosts = allowed_hosts(address[0], allow_hosts)
+        self._zips = {}                 # tools flag -> (stamp, bytes)
+        self._zip_lock = threading.Lock()
         if ":" in address[0]:
             import socket
 
             self.address_family = socket.AF_INET6
         super().__init__(address, Handler)
+
+    def app_zip(self, tools: bool = False) -> bytes:
+        """build_app_zip(root, tools), built once and again only when a source file's size or mtime changes."""
+        with self._zip_lock:
+            stamp = app_zip_stamp(self.root)
+            cached = self._zips.get(tools)
+            if cached is None or cached[0] != stamp:
+                cached = self._zips[tools] = (stamp, build_app_zip(self.root, tools))
+            return cached[1]
 
     def server_bind(self):
         # HTTPServer.server_bind looks the host name up (socket.getfqdn), which can stall on a machine
@@ -334,9 +463,11 @@ class AppServer(ThreadingHTTPServer):
         self.server_name, self.server_port = self.server_address[:2]
 
 
-def make_server(host: str = "127.0.0.1", port: int = 8000, *, root=None, verbose=False) -> AppServer:
+def make_server(host: str = "127.0.0.1", port: int = 8000, *, root=None, verbose=False,
+                idle_timeout: float = IDLE_TIMEOUT, allow_hosts=()) -> AppServer:
     """A bound, not yet running server; call serve_forever() (port 0 picks a free port)."""
-    return AppServer((host, port), ROOT if root is None else root, verbose)
+    return AppServer((host, port), ROOT if root is None else root, verbose, idle_timeout=idle_timeout,
+                     allow_hosts=allow_hosts)
 
 
 def parse_args(argv=None):
@@ -344,6 +475,9 @@ def parse_args(argv=None):
     ap.add_argument("--host", default="127.0.0.1",
                     help="address to listen on (default 127.0.0.1: this machine only)")
     ap.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    ap.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                    help="also answer requests whose Host header is NAME (repeatable; IP addresses, the --host "
+                         "name and localhost always are)")
     ap.add_argument("--no-fetch", action="store_true",
                     help="do not fetch missing assets; serve what is there")
     ap.add_argument("--models", choices=("default", "all"), default="default",
@@ -367,7 +501,7 @@ def main(argv=None) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 1
     try:
-        server = make_server(args.host, args.port, verbose=args.verbose)
+        server = make_server(args.host, args.port, verbose=args.verbose, allow_hosts=args.allow_host)
     except OSError as exc:
         print(f"error: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}. "
               f"Pass --port N to use another port.", file=sys.stderr)

@@ -3,7 +3,8 @@
     python -m cera_web generate --prompt "The capital of France is" --max-tokens 16 --temperature 0 --json
     python -m cera_web info path/to/model.gguf
 
-Errors exit with status 1 and a one-line message (``--debug`` shows the traceback).
+Errors exit with status 1 and a one-line message (``--debug`` shows the traceback); a malformed command line
+(unknown option, a value of the wrong type) exits with status 2 and the usage, as argparse does.
 """
 from __future__ import annotations
 
@@ -25,12 +26,14 @@ def _model_path(path):
 
 async def _generate(args):
     from .engine import Engine
+    from .sampling import SamplingParams
+    settings = {k: getattr(args, k) for k in ("temperature", "top_k", "top_p", "min_p", "repeat_penalty",
+                                              "repeat_window", "seed") if getattr(args, k) is not None}
+    SamplingParams.from_dict(settings)      # bad settings are refused before the model loads
     engine = await Engine.load(_model_path(args.model), context_size=args.context,
                                device="cpu" if args.cpu else None)
     engine.steps_per_read = args.steps_per_read
     stream = None if args.json else (lambda tok, piece: print(piece, end="", flush=True))
-    settings = {k: getattr(args, k) for k in ("temperature", "top_k", "top_p", "min_p", "repeat_penalty",
-                                              "repeat_window", "seed") if getattr(args, k) is not None}
     if args.stop:
         settings["stop"] = args.stop
     result = await engine.generate(args.prompt, max_tokens=args.max_tokens, on_token=stream, chat=args.chat,
@@ -53,9 +56,22 @@ async def _bench(args):
     path = args.model
     if args.synthetic:
         import tempfile
-        path = bench.synthetic_llama(Path(tempfile.mkdtemp()) / "synthetic.gguf")
+        if args.synthetic not in bench.SHAPES or args.quant not in bench.QUANTS:
+            raise CeraError(f"--synthetic takes one of {', '.join(bench.SHAPES)} and --quant one of "
+                            f"{', '.join(bench.QUANTS)}; got {args.synthetic!r} and {args.quant!r}")
+        # kept between runs (the same name and seed always give the same file): a 1.5B model takes a while to write
+        folder = Path(tempfile.gettempdir()) / "cera_web_synthetic"
+        folder.mkdir(exist_ok=True)
+        path = folder / f"v2-{args.synthetic}-{args.quant}.gguf"
+        if not path.exists():
+            part = path.with_suffix(".part")
+            bench.synthetic_llama(part, args.synthetic, args.quant)
+            part.rename(path)
     engine = await Engine.load(_model_path(path), context_size=args.context, chunk=args.chunk)
     out = await bench.run(engine, args.prompt_tokens, args.decode_tokens, args.steps_per_read, args.repeats)
+    if args.synthetic:
+        out["synthetic"] = {"shape": args.synthetic, "quant": args.quant, **bench.SHAPES[args.synthetic],
+                            **bench.synthetic_info(path)}
     if args.profile:
         out["profile"] = await bench.profile(engine, args.prompt_tokens)
     print(json.dumps(out))
@@ -100,7 +116,8 @@ def main(argv=None) -> int:
     g.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-turn tokens")
     g.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     g.add_argument("--context", type=int, default=2048, help="context size in tokens")
-    g.add_argument("--steps-per-read", type=int, default=4, help="decode steps submitted per token readback")
+    g.add_argument("--steps-per-read", type=int, default=None,
+                   help="decode steps submitted per token readback (default: adapts to about 30 ms a read)")
     g.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
     g.add_argument("--cpu", action="store_true",
                    help="run the numpy reference model on the CPU (also used when no GPU adapter exists)")
@@ -108,13 +125,18 @@ def main(argv=None) -> int:
     b.add_argument("--model", help="GGUF file (default: the bundled SmolLM2-135M-Instruct)")
     b.add_argument("--prompt-tokens", type=int, default=512)
     b.add_argument("--decode-tokens", type=int, default=128)
-    b.add_argument("--steps-per-read", type=int, default=4)
+    b.add_argument("--steps-per-read", type=int, default=None,
+                   help="decode steps a readback (default: adaptive, as generate and the page use)")
     b.add_argument("--chunk", type=int, default=512, help="prefill chunk size in tokens")
     b.add_argument("--context", type=int, default=2048)
     b.add_argument("--repeats", type=int, default=1)
     b.add_argument("--profile", action="store_true", help="also time each kind of dispatch alone")
-    b.add_argument("--synthetic", action="store_true",
-                   help="a random-weight model with SmolLM2-135M's shapes instead of a file (needs the gguf package)")
+    b.add_argument("--synthetic", nargs="?", const="smollm2-135m", metavar="SHAPE",
+                   help="a random-weight model of a named shape instead of a file: smollm2-135m (the default), "
+                        "llama-3.2-1b, qwen2.5-1.5b (needs the gguf package)")
+    b.add_argument("--quant", default="q4_1",
+                   help="tensor types of --synthetic: q4_1 (Q4_1 projections, Q8_0 embedding; the default), q8_0, "
+                        "q4_k_m (Q4_K/Q6_K as llama.cpp's Q4_K_M), f16")
     i = sub.add_parser("info", help="describe a GGUF file")
     i.add_argument("path", nargs="?")
     i.add_argument("--tensors", action="store_true", help="list every tensor")

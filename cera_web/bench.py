@@ -11,6 +11,8 @@ from __future__ import annotations
 import platform
 import time
 
+import numpy as np
+
 TEXT = ("The history of the city begins with a small settlement on the river, where traders met to exchange grain, "
         "salt and cloth. Over the centuries it grew into a market town, then a walled city with a cathedral, a "
         "university and a busy port. ")
@@ -23,8 +25,10 @@ def prompt_ids(tokenizer, n: int) -> list[int]:
     return ids[:n]
 
 
-async def run(engine, prompt_tokens: int = 512, decode_tokens: int = 128, steps_per_read: int = 4,
+async def run(engine, prompt_tokens: int = 512, decode_tokens: int = 128, steps_per_read: int | None = None,
               repeats: int = 1) -> dict:
+    """steps_per_read: decode steps a readback; None (the default) lets the engine's ReadPacer choose, as the CLI
+    and the page do ("steps_per_read": "auto" in the JSON, with the last read's count and the step time it saw)."""
     dev = engine.dev
     ids = prompt_ids(engine.tokenizer, prompt_tokens)
     engine.steps_per_read = steps_per_read
@@ -56,7 +60,9 @@ async def run(engine, prompt_tokens: int = 512, decode_tokens: int = 128, steps_
         "host": platform.node(),
         "prompt_tokens": len(ids),
         "decode_tokens": decode_tokens,
-        "steps_per_read": steps_per_read,
+        "steps_per_read": "auto" if steps_per_read is None else steps_per_read,
+        **({"auto_steps_last": engine.pacer.last, "auto_step_ms": round(engine.pacer.step_ms or 0, 3)}
+           if steps_per_read is None else {}),
         "chunk": engine.model.chunk,
         **best,
     }
@@ -95,17 +101,78 @@ async def profile(engine, prompt_tokens: int = 512, repeats: int = 20) -> dict:
     return out
 
 
-def synthetic_llama(path, *, layers=30, hidden=576, heads=9, kv_heads=3, ffn=1536, vocab=49152, seed=0):
-    """Write a random-weight llama GGUF with SmolLM2-135M's shapes and tensor types (Q4_1 projections, Q8_0
-    embedding, F32 norms) and a byte-level tokenizer padded to the vocabulary: for speed measurements where the real
-    file cannot travel. Needs the `gguf` package (a test dependency)."""
-    import gguf
-    import numpy as np
+# Named shapes for --synthetic (the public configurations of these models; all tie the LM head to the embedding).
+SHAPES = {
+    "smollm2-135m": dict(arch="llama", layers=30, hidden=576, heads=9, kv_heads=3, ffn=1536, vocab=49152,
+                         rope_theta=100000.0),
+    "llama-3.2-1b": dict(arch="llama", layers=16, hidden=2048, heads=32, kv_heads=8, ffn=8192, vocab=128256,
+                         rope_theta=500000.0),
+    "qwen2.5-1.5b": dict(arch="qwen2", layers=28, hidden=1536, heads=12, kv_heads=2, ffn=8960, vocab=151936,
+                         rope_theta=1000000.0),
+}
+# --quant: tensor types of (embedding, Q/K/output/gate/up, V/down on llama.cpp's "more bits" layers, other V/down).
+# q4_k_m follows llama.cpp's Q4_K_M: Q6_K for the (tied) embedding and for attn_v/ffn_down on the first and last
+# eighth of the layers and every third layer between, Q4_K elsewhere.
+QUANTS = {
+    "q4_1": ("Q8_0", "Q4_1", "Q4_1", "Q4_1"),
+    "q8_0": ("Q8_0", "Q8_0", "Q8_0", "Q8_0"),
+    "q4_k_m": ("Q6_K", "Q4_K", "Q6_K", "Q4_K"),
+    "f16": ("F16", "F16", "F16", "F16"),
+}
 
-    from .quants import quantize_q4_1, quantize_q8_0
+K_FALLBACK = {"Q4_K": "Q5_0", "Q6_K": "Q8_0"}     # for rows that are not a multiple of 256 (e.g. SmolLM2's 576)
+
+
+def more_bits(i: int, layers: int) -> bool:
+    """llama.cpp's use_more_bits(i, n) layer rule for Q4_K_M's attn_v / ffn_down."""
+    return i < layers // 8 or i >= 7 * layers // 8 or (i - layers // 8) % 3 == 2
+
+
+def random_weights(rng, type_name: str, rows: int, cols: int) -> np.ndarray:
+    """Random packed weights of a type, rows x cols, as the file stores them (uint8 rows; float16 for F16), with
+    scales set so that weights are about +-0.05: speed does not depend on the values, and this is fast even for
+    billions of weights (no quantizer runs)."""
+    if type_name == "F16":
+        return (np.frombuffer(rng.bytes(rows * cols), np.int8).reshape(rows, cols) * (0.05 / 127)).astype(np.float16)
+    from .gguf import GGML_BLOCK, GGMLType
+    elems, nbytes = GGML_BLOCK[GGMLType[type_name]]
+    blocks = np.frombuffer(rng.bytes(rows * cols // elems * nbytes), np.uint8).reshape(-1, nbytes).copy()
+
+    def f16(at, value):
+        blocks[:, at:at + 2] = np.frombuffer(np.float16(value).tobytes(), np.uint8)
+    if type_name == "Q4_1":        # {d, m, qs[16]}: d * q + m, q in 0..15
+        f16(0, 0.0067), f16(2, -0.05)
+    elif type_name == "Q8_0":      # {d, qs[32] int8}
+        f16(0, 0.05 / 127)
+    elif type_name == "Q5_0":      # {d, qh[4], qs[16]}: d * (q - 16), q in 0..31
+        f16(0, 0.05 / 16)
+    elif type_name == "Q4_K":      # {d, dmin, scales[12] (6-bit scale and min per 32), qs[128]}
+        f16(0, 0.0002), f16(2, 0.0004)
+    elif type_name == "Q6_K":      # {ql[128], qh[64], scales[16] int8, d}: d * scale * (q - 32)
+        f16(208, 0.00001)
+    else:
+        raise ValueError(f"no random weights for {type_name}")
+    return blocks.reshape(rows, -1)
+
+
+def synthetic_llama(path, shape: str = "smollm2-135m", quant: str = "q4_1", *, seed=0, **overrides):
+    """Write a random-weight GGUF with the named shape (SHAPES) and tensor types (QUANTS), F32 norms and a
+    byte-level tokenizer padded to the vocabulary: for speed measurements where real files cannot travel. The
+    default is SmolLM2-135M's exact shapes and types (Q4_1 projections, Q8_0 embedding). ``overrides`` replace
+    entries of the shape (e.g. layers=2 for tests). Needs the `gguf` package (a test dependency)."""
+    import gguf
+
+    if shape not in SHAPES:
+        raise ValueError(f"unknown synthetic shape {shape!r}: choose one of {', '.join(SHAPES)}")
+    if quant not in QUANTS:
+        raise ValueError(f"unknown synthetic quantization {quant!r}: choose one of {', '.join(QUANTS)}")
+    cfg = {**SHAPES[shape], **overrides}
+    arch, layers, hidden, heads, kv_heads = cfg["arch"], cfg["layers"], cfg["hidden"], cfg["heads"], cfg["kv_heads"]
+    ffn, vocab = cfg["ffn"], cfg["vocab"]
+    embd_t, main_t, more_t, less_t = QUANTS[quant]
     rng = np.random.default_rng(seed)
-    w = gguf.GGUFWriter(str(path), "llama")
-    w.add_name("synthetic-llama")
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name(f"synthetic {shape} {quant}")
     w.add_block_count(layers)
     w.add_context_length(8192)
     w.add_embedding_length(hidden)
@@ -113,7 +180,7 @@ def synthetic_llama(path, *, layers=30, hidden=576, heads=9, kv_heads=3, ffn=153
     w.add_head_count(heads)
     w.add_head_count_kv(kv_heads)
     w.add_layer_norm_rms_eps(1e-5)
-    w.add_rope_freq_base(100000.0)
+    w.add_rope_freq_base(cfg["rope_theta"])
     byte_tokens = [bytes([b]).decode("latin-1") for b in range(256)]
     tokens = byte_tokens + ["ab"] + [f"<t{i}>" for i in range(vocab - 257)]
     w.add_tokenizer_model("gpt2")
@@ -123,28 +190,47 @@ def synthetic_llama(path, *, layers=30, hidden=576, heads=9, kv_heads=3, ffn=153
     w.add_token_types([1] * vocab)
     w.add_eos_token_id(vocab - 1)
 
-    def q(name, rows, cols, quant):
-        data = (rng.standard_normal((rows, cols)) * 0.05).astype(np.float32)
-        raw = quant(data)
-        w.add_tensor(name, raw, raw_shape=raw.shape,
-                     raw_dtype=gguf.GGMLQuantizationType.Q4_1 if quant is quantize_q4_1 else gguf.GGMLQuantizationType.Q8_0)
+    def add(name, rows, cols, type_name):
+        if cols % 256 and type_name in K_FALLBACK:     # rows k-quants cannot hold (llama.cpp's fallback types)
+            type_name = K_FALLBACK[type_name]
+        data = random_weights(rng, type_name, rows, cols)
+        if type_name == "F16":
+            w.add_tensor(name, data)
+        else:
+            w.add_tensor(name, data, raw_shape=data.shape, raw_dtype=gguf.GGMLQuantizationType[type_name])
 
-    q("token_embd.weight", vocab, hidden, quantize_q8_0)
+    add("token_embd.weight", vocab, hidden, embd_t)
     w.add_tensor("output_norm.weight", np.ones(hidden, np.float32))
     hd = hidden // heads
     for i in range(layers):
         p = f"blk.{i}."
+        vd_t = more_t if more_bits(i, layers) else less_t
         w.add_tensor(p + "attn_norm.weight", np.ones(hidden, np.float32))
         w.add_tensor(p + "ffn_norm.weight", np.ones(hidden, np.float32))
-        q(p + "attn_q.weight", hidden, hidden, quantize_q4_1)
-        q(p + "attn_k.weight", kv_heads * hd, hidden, quantize_q4_1)
-        q(p + "attn_v.weight", kv_heads * hd, hidden, quantize_q4_1)
-        q(p + "attn_output.weight", hidden, hidden, quantize_q4_1)
-        q(p + "ffn_gate.weight", ffn, hidden, quantize_q4_1)
-        q(p + "ffn_up.weight", ffn, hidden, quantize_q4_1)
-        q(p + "ffn_down.weight", hidden, ffn, quantize_q4_1)
+        add(p + "attn_q.weight", hidden, hidden, main_t)
+        add(p + "attn_k.weight", kv_heads * hd, hidden, main_t)
+        add(p + "attn_v.weight", kv_heads * hd, hidden, vd_t)
+        if arch == "qwen2":      # Qwen2's Q/K/V biases
+            for n, rows in (("q", hidden), ("k", kv_heads * hd), ("v", kv_heads * hd)):
+                w.add_tensor(p + f"attn_{n}.bias", (rng.standard_normal(rows) * 0.02).astype(np.float32))
+        add(p + "attn_output.weight", hidden, hidden, main_t)
+        add(p + "ffn_gate.weight", ffn, hidden, main_t)
+        add(p + "ffn_up.weight", ffn, hidden, main_t)
+        add(p + "ffn_down.weight", hidden, ffn, vd_t)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def synthetic_info(path) -> dict:
+    """What a synthetic file holds, for the JSON: tensor types with their counts, and the parameter count."""
+    from .gguf import open_gguf
+    g = open_gguf(str(path))
+    types = {}
+    for t in g.tensors.values():
+        if len(t.shape) > 1:
+            types[t.type.name] = types.get(t.type.name, 0) + 1
+    params = sum(t.n_elements for t in g.tensors.values())
+    return {"tensor_types": types, "params": params}

@@ -1,6 +1,7 @@
 """Matrix-vector kernel bandwidth, one JSON object on stdout.
 
     python -m cera_web.bench_kernels [--types Q4_K,Q6_K] [--shapes 4096x4096,14336x4096] [--lanes 32]
+                                     [--variants "rpt=1,wg=64,sg=0;rpt=2,wg=128,sg=1"] [--gemm]
 
 For each weight type and shape NxK (N rows of K weights, as in the model: 14336x4096 is an FFN gate/up matrix), the
 T = 1 matrix-vector product of shaders/matmul.wgsl (the decode case) is timed on the native backend (wgpu-py), and
@@ -134,7 +135,8 @@ class Bench:
             n = max(n * 2, min(int(n * self.target_s / max(t - self.overhead, 1e-6)), n * 64))
         return max(t - self.overhead, t / 2) / n, n
 
-    async def matvec(self, fmt: GGMLType, N: int, K: int, lanes: int) -> dict:
+    async def matvec(self, fmt: GGMLType, N: int, K: int, lanes: int, variant: dict | None = None) -> dict:
+        """variant: rpt / wg / sg of matmul() (default: what kernels.matvec_shape picks on this device)."""
         dev = self.dev
         nbytes = N * row_bytes(fmt, K)
         self.ensure_pool(nbytes)
@@ -143,12 +145,16 @@ class Bench:
         dev.write_buffer(x, np.random.default_rng(1).standard_normal(K).astype(np.float32))
         gain = dev.create_buffer(4 * K)
         dev.write_buffer(gain, np.ones(K, np.float32))
-        pipe = dev.pipeline(kernels.matmul(fmt, K, N, tokens=1, lanes=lanes), f"matmul {fmt.name}")
-        groups = kernels.spread(kernels.matmul_groups(N, lanes))
+        shape = kernels.matvec_shape(K // kernels.block_elems(fmt), 1, dev.is_cpu, dev.subgroup_size)
+        shape.update(lanes=lanes, **(variant or {}))
+        shape["sg"] = bool(shape["sg"]) and (dev.subgroup_size or 0) >= lanes
+        pipe = dev.pipeline(kernels.matmul(fmt, K, N, **shape), f"matmul {fmt.name}")
+        groups = kernels.spread(kernels.matmul_groups(N, lanes, shape["rpt"], shape["wg"]))
         outs = [dev.create_buffer(4 * N) for _ in weights]
         indep = [dev.bind(pipe, [w, x, y, self.step, gain]) for w, y in zip(weights, outs)]
         per, n = await self.per_dispatch(lambda n: [(pipe, indep[i % len(indep)], groups) for i in range(n)])
         res = {"type": fmt.name, "shape": f"{N}x{K}", "N": N, "K": K, "bytes": nbytes, "lanes": lanes,
+               "rpt": shape["rpt"], "wg": shape["wg"], "sg": shape["sg"],
                "copies": len(weights), "dispatches": n, "us": round(per * 1e6, 3),
                "gbps": round(nbytes / per / 1e9, 2)}
         if self.serial:
@@ -156,6 +162,27 @@ class Bench:
             per_s, _ = await self.per_dispatch(lambda n: [(pipe, chained[i % len(chained)], groups) for i in range(n)])
             res.update(serial_us=round(per_s * 1e6, 3), serial_gbps=round(nbytes / per_s / 1e9, 2))
         return res
+
+    async def gemm(self, fmt: GGMLType, N: int, K: int, T: int, tile=None) -> dict:
+        """The prefill GEMM (matmul_tiled.wgsl) of T tokens through N x K weights: GFLOP/s = 2 N K T / time."""
+        dev = self.dev
+        nbytes = N * row_bytes(fmt, K)
+        self.ensure_pool(nbytes)
+        weights = self.copies(nbytes)
+        tile = tuple(tile) if tile else kernels.tiled_tile(N, K, T)
+        x = dev.create_buffer(4 * K * T)
+        dev.write_buffer(x, np.random.default_rng(1).standard_normal(K * T).astype(np.float32))
+        gain = dev.create_buffer(4 * K)
+        dev.write_buffer(gain, np.ones(K, np.float32))
+        step = dev.create_buffer(16, kind="uniform")
+        dev.write_buffer(step, struct.pack("<4I", T, 0, 0, T))
+        pipe = dev.pipeline(kernels.matmul_tiled(fmt, K, N, tile=tile), f"matmul_tiled {fmt.name}")
+        y = dev.create_buffer(4 * N * T)
+        binds = [dev.bind(pipe, [w, x, y, step, gain]) for w in weights]
+        groups = kernels.tiled_groups(N, T, tile)
+        per, n = await self.per_dispatch(lambda n: [(pipe, binds[i % len(binds)], groups) for i in range(n)])
+        return {"type": fmt.name, "shape": f"{N}x{K}", "N": N, "K": K, "T": T, "tile": list(tile),
+                "dispatches": n, "us": round(per * 1e6, 3), "gflops": round(2 * N * K * T / per / 1e9, 1)}
 
     async def read(self, nbytes: int, per_thread: int = 4) -> dict:
         """The plain read kernel over nbytes (rounded up to 16), from rotating copies like the weights."""
@@ -172,7 +199,9 @@ class Bench:
 
 
 async def run(types, shapes, lanes_list=None, *, repeats=None, target_ms=None, rotate_mib=None, serial=None,
-              device=None) -> dict:
+              device=None, variants=None, gemm_tokens=0, tiles=None) -> dict:
+    """Matrix-vector bandwidth per type and shape; with gemm_tokens, the prefill GEMM's GFLOP/s over that many tokens
+    instead (tiles: the tiles to compare, default the one the engine picks)."""
     from .gpu.native import NativeDevice
     dev = device or NativeDevice.create()
     cpu = dev.is_cpu
@@ -181,6 +210,16 @@ async def run(types, shapes, lanes_list=None, *, repeats=None, target_ms=None, r
                   rotate_bytes=int((rotate_mib if rotate_mib is not None else (4 if cpu else 512)) * 2**20),
                   serial=(not cpu) if serial is None else serial)
     out = {"adapter": dev.name, "cpu_adapter": cpu, "rotate_mib": round(bench.rotate_bytes / 2**20, 1)}
+    if gemm_tokens:
+        out["gemm"] = []
+        for N, K in shapes:
+            for fmt in types:
+                for tile in tiles or [None]:
+                    r = await bench.gemm(fmt, N, K, gemm_tokens, tile)
+                    out["gemm"].append(r)
+                    print(f"{fmt.name:5s} {N}x{K} T {gemm_tokens} tile {r['tile']}: {r['gflops']:9.1f} GFLOP/s "
+                          f"({r['us']:.1f} us)", file=sys.stderr)
+        return out
     if bench.rotate_bytes >= 64 << 20:   # the read kernel over the whole pool: the adapter's large-transfer ceiling
         out["peak_read_gbps"] = (await bench.read(bench.rotate_bytes))["gbps"]
     out["results"] = []
@@ -188,14 +227,15 @@ async def run(types, shapes, lanes_list=None, *, repeats=None, target_ms=None, r
         for fmt in types:
             nbytes = N * row_bytes(fmt, K)
             ceiling = await bench.read(nbytes)
-            for lanes in lanes_list:
-                r = await bench.matvec(fmt, N, K, lanes)
+            for lanes, variant in [(lanes, v) for lanes in lanes_list for v in (variants or [None])]:
+                r = await bench.matvec(fmt, N, K, lanes, variant)
                 r["read_gbps"] = ceiling["gbps"]
                 # a very slow (CPU) adapter can round to 0.00 GB/s on a busy machine: no ratio then
                 r["of_read"] = round(r["gbps"] / ceiling["gbps"], 3) if ceiling["gbps"] else None
                 out["results"].append(r)
                 ratio = f"{100 * r['of_read']:.0f}%" if r["of_read"] is not None else "?"
-                print(f"{fmt.name:5s} {N}x{K} lanes {lanes:2d}: {r['gbps']:9.2f} GB/s "
+                print(f"{fmt.name:5s} {N}x{K} lanes {lanes:2d} rpt {r['rpt']} wg {r['wg']:3d} sg {int(r['sg'])}: "
+                      f"{r['gbps']:9.2f} GB/s "
                       f"({ratio} of read {ceiling['gbps']:.2f})"
                       + (f", serial {r['serial_gbps']:.2f}" if "serial_gbps" in r else ""), file=sys.stderr)
     return out
@@ -212,13 +252,35 @@ def main(argv=None):
                    help="size of the pool the weights rotate through (default 512, well past a GPU's L2; 4 on CPU)")
     p.add_argument("--serial", action=argparse.BooleanOptionalAction, default=None,
                    help="also time dependent products (default: on for GPUs)")
+    p.add_argument("--variants", help="semicolon-separated matrix-vector shapes to compare, each "
+                                      "rpt=N,wg=N,sg=0|1 (default: the one the engine picks on this device)")
+    p.add_argument("--gemm", type=int, nargs="?", const=512, default=0, metavar="TOKENS",
+                   help="time the prefill GEMM over TOKENS tokens (default 512) instead: GFLOP/s per shape")
+    p.add_argument("--tiles", help="with --gemm: semicolon-separated tiles to compare, e.g. '64,64,1;32,32,4' "
+                                   "(default: the engine's choice per shape)")
     args = p.parse_args(argv)
+    tiles = [tuple(int(v) for v in t.split(",")) for t in args.tiles.split(";")] if args.tiles else None
+    for t in tiles or []:
+        if t not in kernels.TILES:
+            raise SystemExit(f"--tiles: {t} is not one of {kernels.TILES}")
+    variants = None
+    if args.variants:
+        variants = []
+        for text in args.variants.split(";"):
+            v = {}
+            for item in filter(None, text.split(",")):
+                key, _, value = item.partition("=")
+                if key.strip() not in ("rpt", "wg", "sg") or not value.strip().isdigit():
+                    raise SystemExit(f"--variants: {item!r} is not one of rpt=N, wg=N, sg=0|1")
+                v[key.strip()] = int(value)
+            variants.append(v)
     lanes = [int(v) for v in args.lanes.split(",")] if args.lanes else None
     for v in lanes or []:
         if v < 1 or v > 64 or v & (v - 1):
             raise SystemExit(f"--lanes wants powers of two up to 64, got {v}")
     result = asyncio.run(run(parse_types(args.types), parse_shapes(args.shapes), lanes, repeats=args.repeats,
-                             target_ms=args.target_ms, rotate_mib=args.rotate_mib, serial=args.serial))
+                             target_ms=args.target_ms, rotate_mib=args.rotate_mib, serial=args.serial,
+                             variants=variants, gemm_tokens=args.gemm, tiles=tiles))
     print(json.dumps(result))
 
 

@@ -25,6 +25,7 @@ from .errors import ContextOverflowError, GPUUnavailableError, InputError, Unsup
 from .gguf import parse_gguf
 from .gpu import get_device
 from .models import load_model, model_spec
+from .pacing import ReadPacer
 from .sampling import GREEDY, SamplingParams, StopMatcher, random_seed
 from .source import FileSource
 
@@ -117,7 +118,8 @@ class Engine:
         self.name = gguf.get("general.name") or getattr(source, "name", "model")
         self.backend = dev.name
         self.context_size = model.context_size
-        self.steps_per_read = 4
+        self.steps_per_read = None      # decode steps a readback: None adapts to the step time (pacing.ReadPacer)
+        self.pacer = ReadPacer()
         self._chat_template = None
         self._cancel = False
         self._sampler = None
@@ -306,8 +308,8 @@ class Engine:
         stop = stream.accept(first, pos)
         prev = first
         while not stop:
-            n = max(1, min(self.steps_per_read, params.max_tokens - len(result.tokens), self.context_size - pos,
-                           self.model.max_steps_per_read))
+            n = max(1, min(self.pacer.next(self.steps_per_read), params.max_tokens - len(result.tokens),
+                           self.context_size - pos, self.model.max_steps_per_read))
             new = await self._decode_batch(pos, n, result)
             inputs = [prev] + new[:-1]              # step i's input, now in the cache (K/V rows, conv state)
             prev = new[-1]
@@ -353,7 +355,9 @@ class Engine:
         for i in range(n):
             self.model.decode(pos + i, i)
         result.host_ms += (time.perf_counter() - h) * 1000
-        return await self.model.read_log(n)
+        new = await self.model.read_log(n)
+        self.pacer.observe(n, time.perf_counter() - h)
+        return new
 
 
 class _Stream:

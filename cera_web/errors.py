@@ -21,5 +21,9 @@ class GPUUnavailableError(CeraError):
     """No WebGPU adapter/device could be obtained, or the device was lost."""
 
 
+class GPUMemoryError(CeraError):
+    """The GPU could not allocate a buffer the model needs (out of memory, or over a device limit)."""
+
+
 class InputError(CeraError):
     """Bad input from the caller (e.g. an empty prompt)."""

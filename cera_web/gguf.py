@@ -31,7 +31,7 @@ from cera_web.errors import GGUFFormatError, UnsupportedModelError
 
 __all__ = [
     "GGMLType", "GGML_BLOCK", "GGUFValueType", "TensorInfo", "GGUFFile",
-    "parse_gguf", "open_gguf", "path_reader", "tensor_bytes",
+    "parse_gguf", "open_gguf", "path_reader", "tensor_bytes", "UnreadArray",
 ]
 
 Reader = Callable[[int, int], bytes]
@@ -155,6 +155,14 @@ _MIN_ITEM_SIZE = {**{t: s.size for t, s in _SCALAR.items()}, GGUFValueType.STRIN
 _MAX_ARRAY_NESTING = 16            # arrays of arrays deeper than this are treated as corrupt
 _FIRST_WINDOW = 1 << 20            # first read: 1 MiB
 _MAX_WINDOW = 8 << 20              # later reads double up to 8 MiB
+# Memory budget of a header (issue 17). Arrays of more than _EAGER_ITEMS items are skipped on the first pass and read
+# after the tensor table, only if they hold at most 4x the vocabulary (the rows of token_embd.weight) + 1024 items,
+# or _NO_MODEL_ITEMS in a file without that tensor; longer ones stay an UnreadArray. Everything kept (strings,
+# items, tensor entries) is counted in approximate Python bytes against _MAX_KEPT; one string is at most _MAX_STRING.
+_EAGER_ITEMS = 1024
+_NO_MODEL_ITEMS = 1 << 20
+_MAX_KEPT = 64 << 20
+_MAX_STRING = 4 << 20
 _U32 = struct.Struct("<I").unpack_from
 _U64 = struct.Struct("<Q").unpack_from
 _REQUIRED = object()
@@ -170,6 +178,33 @@ class TensorInfo:
     offset: int          # absolute byte offset of the data in the file
     nbytes: int
     n_elements: int
+
+
+class UnreadArray:
+    """A metadata array the parser left unread: it holds more items than the model can need. Its length is known;
+    reading it (`tolist()`, iteration, indexing) raises the GGUFFormatError that says why."""
+
+    def __init__(self, key: str, type: GGUFValueType, count: int, limit: int, why: str):
+        self.key, self.type, self.count, self.limit, self.why = key, type, count, limit, why
+
+    def __len__(self) -> int:
+        return self.count
+
+    def error(self) -> GGUFFormatError:
+        return GGUFFormatError(f"metadata {self.key!r} is an array of {self.count} {self.type.name} items, more than "
+                               f"the {self.limit} {self.why}; it was not read. The model file is corrupt.")
+
+    def tolist(self):
+        raise self.error()
+
+    def __iter__(self):
+        raise self.error()
+
+    def __getitem__(self, k):
+        raise self.error()
+
+    def __repr__(self) -> str:
+        return f"UnreadArray({self.key!r}, {self.type.name}, count={self.count})"
 
 
 @dataclass(repr=False)
@@ -274,6 +309,8 @@ class _Cursor:
         self.buf, self.base = b"", 0          # the window holds bytes [base, base + len(buf))
         self._window = _FIRST_WINDOW
         self.pos = 0
+        self.kept = 0                          # approximate bytes of Python objects built so far (see keep())
+        self.stop = size                       # reads need not go past this byte (the tensor table, on a 2nd pass)
 
     def fail(self, msg: str):
         raise GGUFFormatError(self.label + msg)
@@ -286,12 +323,12 @@ class _Cursor:
     def need(self, n: int, what: str) -> int:
         """Make bytes [pos, pos+n) available in `buf`; return the index of pos in `buf`."""
         i = self.pos - self.base
-        if i + n <= len(self.buf):
+        if 0 <= i and i + n <= len(self.buf):
             return i
         end = self.pos + n
         if end > self.size:
             self.truncated(what, end)
-        want = min(max(n, self._window), self.size - self.pos)
+        want = max(n, min(self._window, self.stop - self.pos))
         data = self._read(self.pos, want)
         if not isinstance(data, bytes):
             data = bytes(data)
@@ -324,8 +361,17 @@ class _Cursor:
         self.pos += 8
         return _U64(self.buf, i)[0]
 
-    def string(self, what: str) -> str:
+    def keep(self, nbytes: int, what: str):
+        """Count `nbytes` (approximate Python memory) of parsed values against the header's budget."""
+        self.kept += nbytes
+        if self.kept > _MAX_KEPT:
+            self.fail(f"the header needs more than {_MAX_KEPT >> 20} MiB of memory to hold (reached at {what}); no "
+                      f"model needs that much: the file is corrupt or hostile")
+
+    def string(self, what: str, keep: bool = True) -> str | None:
         n = self.u64(f"{what} length")
+        if n > _MAX_STRING and n <= self.size - self.pos:
+            self.fail(f"{what} is a string of {n} bytes, more than the {_MAX_STRING} a model's metadata needs")
         i = self.need(n, what)
         raw = self.buf[i:i + n]
         try:
@@ -333,13 +379,17 @@ class _Cursor:
         except UnicodeDecodeError as e:
             self.fail(f"{what} is not valid UTF-8 (bad byte at {self.pos + e.start}: {raw[e.start:e.start + 4]!r})")
         self.pos += n
+        if not keep:
+            return None
+        self.keep(49 + n, what)
         return s
 
-    def value(self, vtype: int, what: str, depth: int = 0):
+    def value(self, vtype: int, what: str, depth: int = 0, keep: bool = True):
+        """The value at `pos` (None when not `keep`: walked and checked, nothing built)."""
         if vtype in _SCALAR:
             return self.scalar(GGUFValueType(vtype), what)
         if vtype == GGUFValueType.STRING:
-            return self.string(what)
+            return self.string(what, keep)
         if vtype != GGUFValueType.ARRAY:
             self.fail(f"{what} has unknown value type id {vtype} (valid ids are 0-12)")
         if depth >= _MAX_ARRAY_NESTING:
@@ -355,33 +405,53 @@ class _Cursor:
             self.fail(f"{what} claims {count} items of type {itype.name}, which need at least {least} bytes, but "
                       f"only {self.size - self.pos} bytes remain in the file (expected at least {self.pos + least} "
                       f"bytes, has {self.size}): the file is truncated or corrupt")
+        if keep:
+            self.keep(56 + 36 * count, what)
         if itype is GGUFValueType.STRING:
-            return self.string_array(count, what)
+            return self.string_array(count, what, keep)
         if itype is GGUFValueType.ARRAY:
+            if not keep:
+                for k in range(count):
+                    self.value(GGUFValueType.ARRAY, f"{what}[{k}]", depth + 1, keep=False)
+                return None
             return [self.value(GGUFValueType.ARRAY, f"{what}[{k}]", depth + 1) for k in range(count)]
-        # Fixed-size items: one bulk unpack.
-        i = self.need(least, what)
-        items = struct.unpack_from(f"<{count}{_SCALAR_CODE[itype]}", self.buf, i)
-        if itype is GGUFValueType.BOOL:
-            if any(b > 1 for b in items):
-                self.fail(f"{what} holds a bool byte other than 0 or 1")
-            items = [b == 1 for b in items]
-        self.pos += least
-        return list(items)
+        if not keep and itype is not GGUFValueType.BOOL:
+            self.pos += least           # fixed-size items: nothing to check
+            return None
+        # Fixed-size items: bulk unpacks of at most a window's worth at a time.
+        items: list = []
+        step = max(1, _MAX_WINDOW // _MIN_ITEM_SIZE[itype])
+        code = _SCALAR_CODE[itype]
+        for k in range(0, count, step):
+            c = min(step, count - k)
+            i = self.need(c * _MIN_ITEM_SIZE[itype], what)
+            part = struct.unpack_from(f"<{c}{code}", self.buf, i)
+            self.pos += c * _MIN_ITEM_SIZE[itype]
+            if itype is GGUFValueType.BOOL:
+                if any(b > 1 for b in part):
+                    self.fail(f"{what} holds a bool byte other than 0 or 1")
+                part = [b == 1 for b in part]
+            if keep:
+                items.extend(part)
+        return items if keep else None
 
-    def string_array(self, count: int, what: str) -> list[str]:
+    def string_array(self, count: int, what: str, keep: bool = True) -> list[str] | None:
         """The vocabulary fast path: walk the window with local variables, refill only at its edge."""
         out: list[str] = []
         append = out.append
         buf, base = self.buf, self.base
         i, end = self.pos - base, len(buf)
         k = 0
+        kept = 0
         try:
             while k < count:
                 if i + 8 <= end:
-                    j = i + 8 + _U64(buf, i)[0]
-                    if j <= end:
-                        append(buf[i + 8:j].decode("utf-8"))
+                    n = _U64(buf, i)[0]
+                    j = i + 8 + n
+                    if j <= end and n <= _MAX_STRING:
+                        if keep:        # a walk only finds the end (UTF-8 is checked when the array is read)
+                            append(buf[i + 8:j].decode("utf-8"))
+                        kept += n
                         i = j
                         k += 1
                         continue
@@ -389,6 +459,9 @@ class _Cursor:
                 self.pos = base + i
                 at = self.need(8, f"{what}[{k}] length")
                 n = _U64(self.buf, at)[0]
+                if n > _MAX_STRING and n <= self.size - self.pos - 8:
+                    self.fail(f"{what}[{k}] is a string of {n} bytes, more than the {_MAX_STRING} a model's "
+                              f"metadata needs")
                 self.need(8 + n, f"{what}[{k}]")
                 buf, base = self.buf, self.base
                 i, end = self.pos - base, len(buf)
@@ -396,6 +469,9 @@ class _Cursor:
             self.pos = base + i
             self.fail(f"{what}[{k}] is not valid UTF-8 (bad byte at {self.pos + 8 + e.start})")
         self.pos = base + i
+        if not keep:
+            return None
+        self.keep(49 * count + kept, what)
         return out
 
 
@@ -436,12 +512,27 @@ def parse_gguf(read: Reader, file_size: int, *, name: str | None = None) -> GGUF
 
     # ---- metadata
     metadata: dict[str, object] = {}
+    deferred: list[tuple[str, int, GGUFValueType, int]] = []     # (key, position, item type, count)
     alignment_type = None
     for k in range(n_kv):
         key = cur.string(f"metadata key #{k}")
         if key in metadata:
             cur.fail(f"metadata key {key!r} appears twice")
+        cur.keep(120 + len(key), f"metadata {key!r}")
         vtype = cur.u32(f"the value type of metadata {key!r}")
+        if vtype == GGUFValueType.ARRAY:
+            # A long array is walked (checked, nothing built) now and read after the tensor table, which says how
+            # many items the model can need.
+            at = cur.pos
+            i = cur.need(12, f"metadata {key!r} item type and count")
+            itype, count = _U32(cur.buf, i)[0], _U64(cur.buf, i + 4)[0]
+            if count > _EAGER_ITEMS and itype in _TYPE_NAME:
+                cur.value(vtype, f"metadata {key!r}", keep=False)
+                deferred.append((key, at, GGUFValueType(itype), count))
+                metadata[key] = None
+                if key == "general.alignment":
+                    alignment_type = vtype      # refused below
+                continue
         metadata[key] = cur.value(vtype, f"metadata {key!r}")
         if key == "general.alignment":
             alignment_type = vtype
@@ -454,6 +545,7 @@ def parse_gguf(read: Reader, file_size: int, *, name: str | None = None) -> GGUF
                      f"{_TYPE_NAME.get(alignment_type, alignment_type)} {alignment!r}")
 
     # ---- tensor table
+    table_start = cur.pos
     raw: list[tuple[str, tuple[int, ...], GGMLType, int]] = []
     seen: set[str] = set()
     for t in range(n_tensors):
@@ -462,9 +554,10 @@ def parse_gguf(read: Reader, file_size: int, *, name: str | None = None) -> GGUF
             cur.fail(f"tensor name {tname!r} appears twice")
         seen.add(tname)
         what = f"tensor {tname!r}"
+        cur.keep(400 + 2 * len(tname), what)
         n_dims = cur.u32(f"the dimension count of {what}")
-        if n_dims > GGML_MAX_DIMS:
-            cur.fail(f"{what} has {n_dims} dimensions; ggml tensors have at most {GGML_MAX_DIMS}")
+        if n_dims > GGML_MAX_DIMS or n_dims == 0:
+            cur.fail(f"{what} has {n_dims} dimensions; ggml tensors have at least 1 and at most {GGML_MAX_DIMS}")
         i = cur.need(8 * n_dims, f"the dimensions of {what}")
         shape = struct.unpack_from(f"<{n_dims}q", cur.buf, i)
         cur.pos += 8 * n_dims
@@ -481,6 +574,20 @@ def parse_gguf(read: Reader, file_size: int, *, name: str | None = None) -> GGUF
         raw.append((tname, shape, gtype, rel))
 
     data_offset = -(-cur.pos // alignment) * alignment
+
+    # ---- the long arrays, up to what the model can need
+    embd = next((r for r in raw if r[0] == "token_embd.weight" and len(r[1]) == 2), None)
+    if embd is not None:
+        limit, why = 4 * embd[1][1] + 1024, f"(4 x the vocabulary of {embd[1][1]} + 1024) this model can need"
+    else:
+        limit, why = _NO_MODEL_ITEMS, "a file without token_embd.weight can need"
+    cur.stop = table_start
+    for key, at, itype, count in deferred:
+        if count > limit:
+            metadata[key] = UnreadArray(key, itype, count, limit, why)
+        else:
+            cur.pos = at
+            metadata[key] = cur.value(GGUFValueType.ARRAY, f"metadata {key!r}")
 
     # ---- sizes and placement of tensor data
     tensors: dict[str, TensorInfo] = {}
@@ -526,6 +633,8 @@ def path_reader(path: str | os.PathLike) -> Reader:
 
 def open_gguf(path: str | os.PathLike) -> GGUFFile:
     """Parse the header of a local GGUF file."""
+    from cera_web.source import check_regular_file
+    check_regular_file(path)
     return parse_gguf(path_reader(path), os.path.getsize(path), name=os.fspath(path))
 
 

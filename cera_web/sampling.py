@@ -77,14 +77,14 @@ class SamplingParams:
             setattr(self, name, int(v) if integer else float(v))
 
         num("max_tokens", 0, None, integer=True)
-        num("temperature", 0.0, None)
+        num("temperature", 0.0, self._INFO["temperature"][2])
         num("top_k", 0, None, integer=True)
         num("top_p", 0.0, 1.0)
         num("min_p", 0.0, 1.0)
         num("repeat_window", 0, RING, integer=True)
-        v = self.repeat_penalty
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-            raise InputError(f"repeat_penalty must be a positive number (1 = off), got {v!r}")
+        v, top = self.repeat_penalty, self._INFO["repeat_penalty"][2]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0 < v <= top:
+            raise InputError(f"repeat_penalty must be a positive number up to {top} (1 = off), got {v!r}")
         self.repeat_penalty = float(v)
         if self.seed is not None:
             num("seed", 0, 2 ** 64 - 1, integer=True)

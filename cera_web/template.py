@@ -14,16 +14,23 @@ as untrusted code and rendered in a sandbox that
     Operations whose result can be far larger than their inputs are checked *before* they run: ``*`` (repeat),
     ``+``/``~`` (concatenation), ``%``/``format`` (field widths), ``replace``, ``join``, ``indent``, ``wordwrap``,
     ``expandtabs``; every integer argument of a call or filter must be at most ``max_chars``;
-  * ``max_built_chars`` [64,000,000]: the total size of all values that calls, filters, operators, ``~`` and
-    slices build in one render, counted as they are made. A template can keep every value it builds (one variable
-    per ``{% set %}``, items of a list literal), so this bounds the memory it can fill, which ``max_chars`` alone
-    does not (a value returned unchanged by a call, e.g. ``.get()``, is counted too: the bound is conservative);
+  * ``max_built_bytes`` [64 MiB]: the total memory of all values that calls, filters, operators, ``~`` and
+    slices build in one render (Python objects, measured with ``sys.getsizeof`` through containers: a list of a
+    million 2-character strings is 59 MB, not 3 M characters), counted as they are made. A template can keep every
+    value it builds (one variable per ``{% set %}``, items of a list literal), so this bounds the memory it can
+    fill, which ``max_chars`` alone does not (a value returned unchanged by a call, e.g. ``.get()``, is counted
+    too: the bound is conservative). Operations that make many objects from one value (``split``, ``splitlines``,
+    the ``list``, ``sort``, ``batch``, ``slice``, ``dictsort``, ``items``, ``groupby`` filters) are checked against
+    what is left of it *before* they run, and filters that return a generator (``map``, ``select``, ``unique``,
+    ``batch``, ``slice``, ...) count a step per item they yield;
   * ``max_range`` [100,000]: items in one ``range()``; ``max_depth`` [50]: nested calls (macros, recursive loops);
     integers are kept under 65,536 bits;
   * ``max_source_chars`` [256,000]: the template's own length (compiling costs about 5 µs a character and is not
     covered by the timeout; real templates take a few thousand characters);
-  * ``timeout_s`` [10]: wall-clock time, checked at every step, a backstop for operations that are slow without
-    being large (one such operation can still overrun it by its own duration, a few seconds at most).
+  * ``timeout_s`` [10]: wall-clock time, checked at every step. No single step can be slow: the filters that
+    were super-linear are replaced or bounded (``wordwrap`` by a linear wrapper giving textwrap's result, sorting
+    filters take at most ``max_sort_items`` [200,000] items), so one step stays well under a second at the
+    largest sizes allowed (docs/robustness.md gives the measured worst cases).
 
 What a template sees matches Hugging Face ``transformers``' ``apply_chat_template`` (checked against its output
 in tests/test_chat.py): ``trim_blocks`` and ``lstrip_blocks`` on, the trailing newline of the source dropped,
@@ -43,9 +50,12 @@ Pure Python + jinja2 (a pure-Python wheel, available in Pyodide); no numpy.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import logging
 import re
+import sys
+import textwrap
 import time
 import types
 from collections.abc import Mapping
@@ -82,8 +92,9 @@ class TemplateLimits:
     max_range: int = 100_000
     max_depth: int = 50
     timeout_s: float = 10.0
-    max_built_chars: int = 64_000_000
+    max_built_bytes: int = 64 << 20
     max_source_chars: int = 256_000
+    max_sort_items: int = 200_000
 
 
 _MAX_INT_BITS = 65_536
@@ -126,8 +137,14 @@ class _Budget:
 
     def build(self, n: int) -> None:
         self.built += n
-        if self.built > self.limits.max_built_chars:
-            raise _refuse(f"built values totalling more than {self.limits.max_built_chars:,} characters")
+        if self.built > self.limits.max_built_bytes:
+            raise _refuse(f"built values taking more than {self.limits.max_built_bytes:,} bytes of memory")
+
+    def reserve(self, n: int, what: str) -> None:
+        """Refuse an operation about to make about `n` bytes of objects if they do not fit in what is left."""
+        if self.built + n > self.limits.max_built_bytes:
+            raise _refuse(f"would make about {n:,} bytes of objects with {what}, more than the "
+                          f"{self.limits.max_built_bytes:,} a render may build")
 
     def emit(self, n: int) -> None:
         self.emitted += n
@@ -147,23 +164,43 @@ def _budget() -> _Budget:
 def _weight(value, limit: int) -> int:
     """About how many characters `value` takes as text: str length, plus one per container item, summed through
     nested lists/tuples/dicts. Stops counting once past `limit`, so it costs at most O(limit)."""
-    total, stack = 0, [value]
-    while stack and total <= limit:
-        v = stack.pop()
-        if isinstance(v, str):
-            total += len(v)
-        elif isinstance(v, dict):
-            total += len(v)
-            stack.extend(v.keys())
-            stack.extend(v.values())
-        elif isinstance(v, (list, tuple, set, frozenset)):
-            total += len(v)
-            stack.extend(v)
-        elif isinstance(v, range):
-            total += len(v)
-        else:
-            total += 1
+    total, group = 0, [value]
+    while group and total <= limit:                 # one level of nesting at a time, summed at C speed
+        kinds = set(map(type, group))
+        if kinds <= {str}:
+            total += sum(map(len, group))
+            break
+        if kinds <= _FLAT:
+            total += len(group)
+            break
+        strs = [x for x in group if isinstance(x, str)]
+        sized = [x for x in group if isinstance(x, (list, tuple, set, frozenset, dict, range))]
+        total += sum(map(len, strs)) + sum(map(len, sized)) + len(group) - len(strs) - len(sized)
+        group = _children(sized) if total <= limit else []
     return total
+
+
+def _nbytes(value, limit: int) -> int:
+    """About how much memory `value` takes (sys.getsizeof summed through nested containers; a shared item is
+    counted each time it appears). Stops counting once past `limit`."""
+    total, group = 0, [value]
+    while group and total <= limit:                 # one level of nesting at a time, summed at C speed
+        total += sum(map(sys.getsizeof, group))
+        if set(map(type, group)) <= _FLAT or total > limit:
+            break
+        group = _children([x for x in group if isinstance(x, (list, tuple, set, frozenset, dict))])
+    return total
+
+
+def _children(containers: list) -> list:
+    """The items of lists/tuples/sets and the keys and values of dicts, in one flat list (ranges: none)."""
+    out = list(itertools.chain.from_iterable(x for x in containers if not isinstance(x, (dict, range))))
+    out += itertools.chain.from_iterable(itertools.chain(d.keys(), d.values())
+                                         for d in containers if isinstance(d, dict))
+    return out
+
+
+_FLAT = frozenset({str, int, float, bool, type(None)})
 
 
 _SCALARS = (int, float, bool, type(None))
@@ -174,8 +211,21 @@ def _check_size(value, b: _Budget, what: str):
         size = _weight(value, b.limits.max_chars)
         if size > b.limits.max_chars:
             raise _refuse(f"built {what} larger than {b.limits.max_chars:,} characters")
-        b.build(size)
+        b.build(_nbytes(value, b.limits.max_built_bytes))
     return value
+
+
+def _items_cost(value) -> tuple[int, int]:
+    """(items, bytes) that iterating `value` into a new list costs: a pointer per item, plus a new object per
+    character of a string outside Latin-1 (Latin-1 one-character strings are shared by Python)."""
+    if isinstance(value, str):
+        n = len(value)
+        return n, 8 * n + (80 * n if n and max(value) > "\xff" else 0)
+    try:
+        n = len(value)
+    except TypeError:
+        return 0, 0           # a generator: counted a step per item instead (_counted_iter)
+    return n, 8 * n
 
 
 def _check_int_args(args, kwargs, b: _Budget) -> None:
@@ -232,7 +282,27 @@ def _str_method_precheck(b: _Budget, method, args: tuple, kwargs: dict) -> tuple
             raise _refuse(f"would build a string larger than {b.limits.max_chars:,} characters with expandtabs")
     elif name in ("format", "format_map"):
         _check_format(s, b)
+    elif name in ("split", "rsplit", "splitlines"):
+        b.reserve(_pieces(s, name, args, kwargs) * 64, f"str.{name}")
     return args
+
+
+_LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+
+
+def _pieces(s: str, name: str, args: tuple, kwargs: dict) -> int:
+    """An upper bound on the number of strings s.split / rsplit / splitlines makes, in linear time."""
+    if name == "splitlines":
+        return sum(map(s.count, _LINE_BREAKS)) + 1
+    sep = args[0] if args else kwargs.get("sep")
+    maxsplit = args[1] if len(args) > 1 else kwargs.get("maxsplit", -1)
+    if isinstance(sep, str) and sep:
+        n = s.count(sep)
+    else:                                       # whitespace: pieces are separated by at least one character
+        n = (len(s) + 1) // 2
+    if isinstance(maxsplit, int) and maxsplit >= 0:
+        n = min(n, maxsplit)
+    return n + 1
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -254,7 +324,62 @@ def _filter_precheck(b: _Budget, name: str, value, args: tuple, kwargs: dict):
         wrap = args[2] if len(args) > 2 else kwargs.get("wrapstring") or "\n"
         if isinstance(value, str) and len(value) * (1 + len(str(wrap))) > b.limits.max_chars:
             raise _refuse(f"would build a string larger than {b.limits.max_chars:,} characters with wordwrap")
+        width = args[0] if args else kwargs.get("width", 79)
+        if isinstance(value, str) and isinstance(width, int):
+            # textwrap handles a chunk (word, space run, hyphenated part) or a line at a time, in Python
+            work = len(value) // max(width, 1) + sum(map(value.count, " \t-\n"))
+            if work > _MAX_TEXT_PIECES:
+                raise _refuse(f"asked wordwrap for about {work:,} lines and words (at most {_MAX_TEXT_PIECES:,})")
+    elif name in _TEXT_PIECES and isinstance(value, str):
+        # filters that loop in Python over the words, lines or tags of a string, or split it into a list
+        starts, most = _TEXT_PIECES[name]
+        work = sum(map(value.count, starts)) + 1
+        if work > most:
+            raise _refuse(f"asked {name} to handle about {work:,} words, lines or tags (at most {most:,})")
+        b.reserve(64 * work, f"the {name!r} filter")
+    elif name in ("e", "escape", "forceescape") and isinstance(value, str):
+        grown = len(value) + 4 * sum(map(value.count, "<>&'\""))
+        if grown > b.limits.max_chars:
+            raise _refuse(f"would build a string larger than {b.limits.max_chars:,} characters with {name}")
+    elif name == "wordcount" and isinstance(value, str) and len(value) > 2 * _MAX_TEXT_PIECES:
+        raise _refuse(f"asked wordcount to count the words of {len(value):,} characters (at most "
+                      f"{2 * _MAX_TEXT_PIECES:,})")
+    elif name == "pprint" and _weight(value, _MAX_PPRINT) > _MAX_PPRINT:
+        raise _refuse(f"asked pprint to format more than {_MAX_PPRINT:,} items and characters")
+    if name in _SORTING:
+        n, _ = _items_cost(value)
+        if n > b.limits.max_sort_items:
+            raise _refuse(f"sorted {n:,} items with {name} (at most {b.limits.max_sort_items:,} are allowed)")
+    if name in _FAN_OUT:
+        n, cost = _items_cost(value)
+        if name == "slice":         # slice(k) makes k lists, even empty ones
+            k = args[0] if args else kwargs.get("slices", 1)
+            cost += 64 * k if isinstance(k, int) else 0
+        elif name in ("dictsort", "items", "groupby", "batch"):
+            cost += 72 * n          # a tuple or list per item
+        b.reserve(cost, f"the {name!r} filter")
     return value
+
+
+# Filters that loop in Python over a string's words, lines or tags: the characters that start one, and the most
+# pieces they may handle in one step (each takes well under a second on a busy machine: docs/robustness.md).
+_SPACES = " \t\n\r\x0b\x0c\xa0\u3000"
+_TEXT_PIECES = {"striptags": ("<" + _SPACES, 100_000), "urlize": (_SPACES, 10_000), "indent": (_LINE_BREAKS, 200_000),
+                "title": (_SPACES + "-({[<", 200_000)}
+_MAX_TEXT_PIECES = 200_000      # wordwrap's lines and words
+_MAX_PPRINT = 100_000           # pprint: items and characters of its input
+
+# Filters that build a container with an item (or more) per item of their input; and those that sort it.
+_FAN_OUT = frozenset("list sort unique batch slice dictsort items groupby map select reject selectattr rejectattr "
+                     "reverse random".split())
+_SORTING = frozenset("sort dictsort groupby".split())
+
+
+def _counted_iter(iterator):
+    """A filter's generator, counting a step per item it yields (so `x|map(...)|list` is bounded like a loop)."""
+    for item in iterator:
+        _budget().step()
+        yield item
 
 
 def _guard_filter(name: str, func):
@@ -268,7 +393,10 @@ def _guard_filter(name: str, func):
         lead, value, rest = args[:skip], args[skip], args[skip + 1:]
         _check_int_args(rest, kwargs, b)
         value = _filter_precheck(b, name, value, rest, kwargs)
-        return _check_size(func(*lead, value, *rest, **kwargs), b, f"a value with the {name!r} filter")
+        result = func(*lead, value, *rest, **kwargs)
+        if isinstance(result, types.GeneratorType):
+            return _counted_iter(result)
+        return _check_size(result, b, f"a value with the {name!r} filter")
 
     return guarded
 
@@ -278,6 +406,52 @@ def _tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=F
     if indent is not None and (len(indent) if isinstance(indent, str) else indent) > _MAX_TOJSON_INDENT:
         raise _refuse(f"asked tojson for an indent over {_MAX_TOJSON_INDENT}")
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+class _LinearWrapper(textwrap.TextWrapper):
+    """textwrap's wrapping, with a long word cut into its lines in one pass: textwrap cuts one line's worth at a
+    time and copies the rest of the word each time, quadratic in the word's length (a 1 M-character word wrapped
+    at width 1 took 43 s). The cut is the one textwrap makes (width characters a line; the hyphen rule only applies
+    to words with a hyphen, which keep textwrap's own code, up to _MAX_HYPHEN_WORD characters)."""
+
+    def _handle_long_word(self, reversed_chunks, cur_line, cur_len, width):
+        chunk = reversed_chunks[-1]
+        if not self.break_long_words or width < 1 or not chunk.strip() or len(chunk) <= 2 * width:
+            return super()._handle_long_word(reversed_chunks, cur_line, cur_len, width)
+        if self.break_on_hyphens and "-" in chunk:
+            if len(chunk) > _MAX_HYPHEN_WORD:
+                raise _refuse(f"asked wordwrap to break a {len(chunk):,}-character word with hyphens (at most "
+                              f"{_MAX_HYPHEN_WORD:,})")
+            return super()._handle_long_word(reversed_chunks, cur_line, cur_len, width)
+        first = width - cur_len
+        cur_line.append(chunk[:first])
+        # The rest: full lines of `width`, each alone on its line (it fills it), then a shorter tail that later
+        # words may join, all pushed back in reverse order as textwrap's chunk stack expects.
+        rest = len(chunk) - first
+        tail = rest % width or width
+        reversed_chunks[-1] = chunk[len(chunk) - tail:]
+        reversed_chunks.extend(chunk[i:i + width] for i in range(len(chunk) - tail - width, first - 1, -width))
+
+
+_MAX_HYPHEN_WORD = 20_000
+
+
+@jinja2.pass_environment
+def _wordwrap(environment, s, width=79, break_long_words=True, wrapstring=None, break_on_hyphens=True):
+    """Jinja's wordwrap filter (each existing line wrapped on its own, joined by `wrapstring`), in linear time."""
+    if wrapstring is None:
+        wrapstring = environment.newline_sequence
+    wrapper = _LinearWrapper(width=width, expand_tabs=False, replace_whitespace=False,
+                             break_long_words=break_long_words, break_on_hyphens=break_on_hyphens)
+    return wrapstring.join(wrapstring.join(wrapper.wrap(line)) for line in s.splitlines())
+
+
+_WORD = re.compile(r"\w+")
+
+
+def _wordcount(s) -> int:
+    """Jinja's wordcount without the list of every word it builds (subn counts at C speed)."""
+    return _WORD.subn("", str(s))[1]
 
 
 # The filters below are inserted by _Harden and cannot be named by a template (their names are not
@@ -432,6 +606,8 @@ class _BoundedSandbox(ImmutableSandboxedEnvironment):
                             raise_exception=_raise_exception, strftime_now=_strftime_now)
         self.filters = {name: _guard_filter(name, f) for name, f in self.filters.items()}
         self.filters["tojson"] = _guard_filter("tojson", _tojson)
+        self.filters["wordwrap"] = _guard_filter("wordwrap", _wordwrap)
+        self.filters["wordcount"] = _guard_filter("wordcount", _wordcount)
         self.filters.update({_EMIT: _emit, _COUNTED: _counted, _CONCAT: _concat, _SLICE: _slice})
 
     def is_safe_attribute(self, obj, attr, value) -> bool:

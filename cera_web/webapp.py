@@ -16,6 +16,8 @@ Worker glue. The worker calls, in order (message shapes: the header of web/worke
     await chat_send(text, settings_json)                       the next turn of the page's one ChatSession
     await chat_regenerate(settings_json)                       its last reply again
     chat_clear()                                               forget the conversation
+    set_system(text)                    the system message of the conversation ("" for none): the worker sets it
+                                        before each chat turn
     stop()                              called from the worker's onmessage while a generation is suspended
 
 settings_json: "" or a JSON object of the settings form's values as typed (see parse_settings); a value the engine
@@ -223,7 +225,7 @@ async def load_source(source, origin: str | None = None) -> bool:
         except Exception as exc:
             traceback.print_exception(exc, file=sys.stderr)
     _send(type="ready", model=engine.name, backend=engine.backend, memory=memory_summary(engine), origin=origin,
-          cpu=not engine.model.on_gpu, split=split_tensors(engine))
+          cpu=not engine.model.on_gpu, split=split_tensors(engine), **_page_facts(engine))
     return True
 
 
@@ -300,7 +302,10 @@ def _done(result, **extra) -> None:
     _send(type="done", text=result.text, stop_reason=result.stop_reason,
           prompt_tokens=[int(t) for t in result.prompt_tokens], tokens=[int(t) for t in result.tokens],
           prefill_tok_s=_finite(result.prefill_tok_s), decode_tok_s=_finite(result.decode_tok_s),
-          prefill_ms=_finite(result.prefill_ms), decode_ms=_finite(result.decode_ms), **extra)
+          prefill_ms=_finite(result.prefill_ms), decode_ms=_finite(result.decode_ms),
+          reused_tokens=int(result.reused_tokens),
+          seed=None if result.seed is None else str(result.seed),   # text: a 64-bit seed is beyond JS numbers
+          **extra)
 
 
 async def _run(during: str, make_coro, **extra) -> bool:
@@ -348,6 +353,23 @@ async def chat_regenerate(settings_json: str = "") -> bool:
     async def run():
         return await _chat.regenerate(on_token=_on_token, **parse_settings(settings_json))
     return await _run("chat-regenerate", run, mode="chat", messages=_messages)
+
+
+def _page_facts(engine) -> dict:
+    """What the page needs to know about a loaded model beyond its name: file (the name of the file it came from,
+    which the page names it by) and chat_template (whether the file has one: the page opens chat models in chat
+    mode, and base models in raw completion)."""
+    return {"file": getattr(engine.source, "name", None) or engine.name,
+            "chat_template": bool(engine.gguf.metadata.get("tokenizer.chat_template"))}
+
+
+def set_system(text: str) -> None:
+    """Make ``text`` the system message of the page's conversation ("": none, the template's default), in place of
+    the one it has: the next turn renders the conversation with it (the KV cache is reused as far as it matches)."""
+    if _chat is None:
+        return
+    messages = [m for m in _chat.messages if m["role"] != "system"]
+    _chat.messages = ([{"role": "system", "content": text}] if text and text.strip() else []) + messages
 
 
 def chat_clear() -> None:

@@ -1,9 +1,11 @@
 // Greedy sampling on the GPU: id = argmax_i logits[i] (the lowest index among equal maxima).
 // Writes id to tokens[0] (the next pass's input) and to log[step.out_index] (read back after several steps).
+// With PAIRS, the input is the per-slice winners of argmax_parts.wgsl instead: V pairs (value, f32(index)) in index
+// order, and the answer is the index of the best pair (the second stage of a large vocabulary's argmax).
 //
-// Constants: V (vocabulary size).
+// Constants: V (vocabulary size, or pairs with PAIRS), PAIRS.
 // Bindings:
-//   0 logits: array<f32>       [V]
+//   0 logits: array<f32>       [V] ([2 V] with PAIRS)
 //   1 tokens: array<u32>       [>= 1]
 //   2 log: array<u32>          [max steps per readback]
 //   3 step: uniform Step
@@ -23,6 +25,21 @@ fn keep_best(bv: ptr<function, f32>, bi: ptr<function, u32>, v: f32, i: u32) {
     }
 }
 
+// Candidate i's value and vocabulary index.
+fn value(i: u32) -> f32 {
+    if (PAIRS) {
+        return logits[2u * i];
+    }
+    return logits[i];
+}
+
+fn index(i: u32) -> u32 {
+    if (PAIRS) {
+        return u32(logits[2u * i + 1u]);     // exact: vocabularies are far below 2^24
+    }
+    return i;
+}
+
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) tid: u32) {
     var bv = -3.4e38;
@@ -31,17 +48,17 @@ fn main(@builtin(local_invocation_index) tid: u32) {
     // bound by load latency); strictly greater: within a thread the first (lowest) index wins
     var i = tid;
     for (; i + 768u < V; i += 1024u) {
-        let a = logits[i];
-        let b = logits[i + 256u];
-        let c = logits[i + 512u];
-        let d = logits[i + 768u];
-        keep_best(&bv, &bi, a, i);
-        keep_best(&bv, &bi, b, i + 256u);
-        keep_best(&bv, &bi, c, i + 512u);
-        keep_best(&bv, &bi, d, i + 768u);
+        let a = value(i);
+        let b = value(i + 256u);
+        let c = value(i + 512u);
+        let d = value(i + 768u);
+        keep_best(&bv, &bi, a, index(i));
+        keep_best(&bv, &bi, b, index(i + 256u));
+        keep_best(&bv, &bi, c, index(i + 512u));
+        keep_best(&bv, &bi, d, index(i + 768u));
     }
     for (; i < V; i += 256u) {
-        keep_best(&bv, &bi, logits[i], i);
+        keep_best(&bv, &bi, value(i), index(i));
     }
     best_v[tid] = bv;
     best_i[tid] = bi;

@@ -22,7 +22,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--prompt-tokens", type=int, default=128)
     p.add_argument("--decode-tokens", type=int, default=128)
-    p.add_argument("--steps-per-read", type=int, default=4)
+    p.add_argument("--steps-per-read", type=int, default=None, help="default: adaptive, as the page")
     p.add_argument("--chunk", type=int)
     p.add_argument("--timeout-s", type=float, default=3600)
     args = p.parse_args()
@@ -35,7 +35,8 @@ def main():
     server = serve.make_server("127.0.0.1", 0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = (f"http://127.0.0.1:{server.server_address[1]}/web/bench.html?prompt={args.prompt_tokens}"
-           f"&decode={args.decode_tokens}&steps={args.steps_per_read}" + (f"&chunk={args.chunk}" if args.chunk else ""))
+           f"&decode={args.decode_tokens}" + (f"&steps={args.steps_per_read}" if args.steps_per_read else "")
+           + (f"&chunk={args.chunk}" if args.chunk else ""))
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         page = browser.new_page()

@@ -75,7 +75,7 @@ class App:
         self.status = page.get_by_role("status")
         self.alert = page.get_by_role("alert")
         self.output = page.get_by_role("region", name="Output")
-        self.prompt = page.get_by_label("Prompt")
+        self.prompt = page.get_by_label("Prompt", exact=True)
         self.max_tokens = page.get_by_label("Max tokens")
         self.chat = page.get_by_label("Chat template")
         self.generate_button = page.get_by_role("button", name="Generate")
@@ -87,14 +87,14 @@ class App:
         self.stats = page.locator("#stats")
 
     def diagnostics(self) -> str:
-        error = self.page.locator("#error").text_content()   # the alert role is absent while it is empty
+        error = self.page.locator(".error").all_text_contents()   # the alert role is absent while it is empty
         return (f"status={self.status.text_content()!r} error={error!r}\n"
                 + "\n".join(self.console[-40:]))
 
     def wait_ready(self, timeout=LOAD_MS):
         try:
             expect(self.status).to_have_text(re.compile(r"Ready"), timeout=timeout)
-            expect(self.generate_button).to_be_enabled(timeout=10_000)
+            expect(self.page.locator("#generate")).to_be_enabled(timeout=10_000)   # Send or Generate, by mode
         except AssertionError as e:
             raise AssertionError(f"{e}\n{self.diagnostics()}") from None
 
@@ -121,6 +121,8 @@ class App:
         return re.match(r"^Ready \((.*)\)$", self.status.text_content()).group(1)
 
     def load_url(self, url: str):
+        if self.page.locator("#drawer").get_attribute("open") is None:   # the model controls fold once one loaded
+            self.page.get_by_text("Model and cache", exact=True).click()
         self.model_url.fill(url)
         self.load_button.click()
 
@@ -173,6 +175,8 @@ def app(browser, server_url, bad_models):
     """)
     page.goto(server_url + "/")
     a.wait_ready()
+    a.opened_in_chat = page.get_by_label("Chat", exact=True).is_checked()
+    page.get_by_label("Raw completion").check()    # these tests drive the Prompt/Generate/Output flow
     yield a
     context.close()
 
@@ -195,7 +199,9 @@ def test_page_loads_default_model_and_shows_adapter(app, smollm2_gguf):
     page = app.page
     assert page.evaluate("window.__sent")[0] == "load"   # the default model loads on open, unasked
     expect(page).to_have_title(re.compile("cera_web"))
-    expect(app.model_name).to_have_text(_gguf_general_name(Path(smollm2_gguf)))
+    # named by its file, as in the menu and the cache list; the name inside the file is its title
+    expect(app.model_name).to_have_text(Path(smollm2_gguf).name)
+    expect(app.model_name).to_have_attribute("title", f"Named in the file: {_gguf_general_name(Path(smollm2_gguf))}")
     # The backend names the WebGPU adapter the page's browser offers (asked independently, from the page).
     info = page.evaluate("""async () => {
         const a = await navigator.gpu.requestAdapter();
@@ -214,7 +220,8 @@ def test_page_loads_default_model_and_shows_adapter(app, smollm2_gguf):
     assert any(re.fullmatch(rf"Downloading: {re.escape(total_mb)} of {re.escape(total_mb)} \(100%\){rate}", s)
                for s in seen), seen
     expect(app.stop_button).to_be_disabled()
-    expect(app.chat).to_be_checked()   # the default model is an instruct model
+    assert app.opened_in_chat   # the default model is an instruct model: the page opened in chat mode
+    expect(app.chat).not_to_be_checked()   # and a raw completion starts without the chat template
     expect(app.alert).to_have_count(0)   # the (empty) alert area is hidden
 
 
@@ -290,7 +297,8 @@ def _load_bad_model_then_generate(app, reference, url, *needles):
     name_before = app.model_name.text_content()
     app.load_url(url)
     try:
-        expect(app.alert).to_contain_text("GGUFFormatError", timeout=ERROR_MS)
+        expect(app.alert).to_have_attribute("data-kind", "GGUFFormatError", timeout=ERROR_MS)
+        expect(app.alert).to_contain_text("This is not a usable model file: ")
     except AssertionError as e:
         raise AssertionError(f"{e}\n{app.diagnostics()}") from None
     for needle in needles:
@@ -314,7 +322,8 @@ def test_truncated_gguf_shows_error_and_keeps_the_model(app, reference, url):
 
 def test_missing_model_url_shows_download_error(app):
     app.load_url("/models/no-such-model.gguf")
-    expect(app.alert).to_contain_text("DownloadError", timeout=ERROR_MS)
+    expect(app.alert).to_have_attribute("data-kind", "DownloadError", timeout=ERROR_MS)
+    expect(app.alert).to_contain_text("The download failed: ")
     expect(app.alert).to_contain_text("404")
     app.wait_ready(timeout=10_000)
 
@@ -346,11 +355,12 @@ def test_without_webgpu_the_page_says_what_is_missing(browser, server_url):
         page = b.new_page()
         page.goto(server_url + "/")
         alert = page.get_by_role("alert")
-        expect(alert).to_contain_text("GPUUnavailableError", timeout=60_000)
+        expect(alert).to_have_attribute("data-kind", "GPUUnavailableError", timeout=60_000)
+        expect(alert).to_contain_text("No usable GPU: ")
         expect(alert).to_contain_text("no GPU adapter")
         expect(alert).to_contain_text("--enable-unsafe-webgpu")
         expect(page.get_by_role("status")).to_have_text(re.compile("Loading failed"))
-        expect(page.get_by_role("button", name="Generate")).to_be_disabled()
+        expect(page.get_by_role("button", name="Send")).to_be_disabled()
     finally:
         b.close()
 

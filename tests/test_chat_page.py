@@ -94,7 +94,7 @@ class Chat:
         self.clear = page.get_by_role("button", name="Clear", exact=True)
 
     def diagnostics(self) -> str:
-        return (f"status={self.status.text_content()!r} error={self.page.locator('#error').text_content()!r}\n"
+        return (f"status={self.status.text_content()!r} errors={self.page.locator('.error').all_text_contents()!r}\n"
                 + "\n".join(self.console[-30:]))
 
     def wait_ready(self, pattern=r"^Ready", timeout=LOAD_MS):
@@ -112,7 +112,7 @@ class Chat:
 
     def turns(self) -> list[tuple[str, str, bool]]:
         """(role label, text, stopped) of each turn in the Conversation."""
-        items = self.log.get_by_role("listitem")
+        items = self.log.locator(".turn")   # (a Markdown reply may hold list items of its own)
         return [(items.nth(i).locator(".role").text_content(), items.nth(i).locator(".content").text_content(),
                  "(stopped)" in items.nth(i).text_content()) for i in range(items.count())]
 
@@ -154,12 +154,14 @@ def test_stop_regenerate_clear_and_bad_settings_on_a_tiny_model(browser, server_
         page.goto(f"{server_url}/?model=/fake/qwen3.gguf&mode=chat")
         chat = Chat(page)
         chat.wait_ready()
-        expect(page.locator("#model-name")).to_have_text("tiny random qwen3")
+        expect(page.locator("#model-name")).to_have_text("qwen3.gguf")
+        expect(page.locator("#model-name")).to_have_attribute("title", "Named in the file: tiny random qwen3")
 
         # A bad setting: the engine's own message, and nothing is added to the conversation.
         chat.setting("Top-p").fill("2")
         chat.say("hello", 4)
-        expect(chat.alert).to_contain_text("InputError: top_p must be between 0.0 and 1.0, got 2")
+        expect(chat.alert).to_have_text("Check the input: top_p must be between 0.0 and 1.0, got 2")
+        expect(chat.alert).to_have_attribute("data-kind", "InputError")
         assert chat.turns() == []
         expect(chat.message).to_have_value("hello")   # the message is given back
         chat.setting("Top-p").fill("0.95")
@@ -167,7 +169,7 @@ def test_stop_regenerate_clear_and_bad_settings_on_a_tiny_model(browser, server_
         # Stop after the first token: the partial reply stays, marked stopped.
         chat.setting("Ignore end of turn").check()
         chat.say("tell me a long story", 1000)
-        assistant = chat.log.get_by_role("listitem").nth(1).locator(".content")
+        assistant = chat.log.locator(".turn").nth(1).locator(".content")
         expect(assistant).to_have_text(re.compile(r"."), timeout=GENERATE_MS)
         chat.stop.click()
         chat.wait_ready(r"^Ready \(stopped\)", 120_000)
@@ -217,7 +219,7 @@ class RawPage:
     def __init__(self, context, server_url):
         self.page = page = context.new_page()
         page.route(f"{server_url}/fake/qwen3.gguf", _serve((SMALL / "qwen3-q8_0.gguf").read_bytes()))
-        page.goto(f"{server_url}/?model=/fake/qwen3.gguf")
+        page.goto(f"{server_url}/?model=/fake/qwen3.gguf&mode=raw")
         self.status, self.output = page.get_by_role("status"), page.get_by_role("region", name="Output")
         self.alert = page.get_by_role("alert")
         expect(self.status).to_have_text(re.compile(r"^Ready"), timeout=LOAD_MS)
@@ -225,7 +227,7 @@ class RawPage:
 
     def generate(self, wait=True):
         """The tiny model's text case, greedy; with wait: until it is done."""
-        self.page.get_by_label("Prompt").fill(TINY_CASE["prompt"])
+        self.page.get_by_label("Prompt", exact=True).fill(TINY_CASE["prompt"])
         self.page.get_by_label("Max tokens").fill(str(len(TINY_CASE["greedy_ids"])))
         self.page.get_by_role("button", name="Generate").click()
         if wait:
@@ -266,8 +268,10 @@ def test_a_lost_gpu_device_is_reported_and_the_model_reloads(browser, server_url
         assert len(page.workers) == 1
         page.workers[0].evaluate("webapp._engine.dev.device.destroy()")     # the device is lost
         raw.generate(wait=False)
-        expect(raw.alert).to_contain_text("GPUUnavailableError", timeout=GENERATE_MS)
+        expect(raw.alert).to_have_attribute("data-kind", "GPUUnavailableError", timeout=GENERATE_MS)
+        expect(raw.alert).to_contain_text("No usable GPU: ")
         expect(raw.alert).to_contain_text("reload the model")
+        page.get_by_text("Model and cache", exact=True).click()   # the model controls, folded since the first load
         page.get_by_label("Model URL").fill("/fake/qwen3.gguf")
         page.get_by_role("button", name="Load", exact=True).click()
         expect(raw.status).to_have_text(re.compile(r"^Ready"), timeout=LOAD_MS)
@@ -285,8 +289,8 @@ def test_without_webgpu_the_page_runs_on_the_cpu_when_asked(browser, server_url)
     try:
         page = b.new_page()
         page.route(f"{server_url}/fake/qwen3.gguf", _serve((SMALL / "qwen3-q8_0.gguf").read_bytes()))
-        page.goto(f"{server_url}/?model=/fake/qwen3.gguf")
-        expect(page.get_by_role("alert")).to_contain_text("GPUUnavailableError", timeout=60_000)
+        page.goto(f"{server_url}/?model=/fake/qwen3.gguf&mode=raw")
+        expect(page.get_by_role("alert")).to_have_attribute("data-kind", "GPUUnavailableError", timeout=60_000)
         run_cpu = page.get_by_role("button", name="Run on the CPU (slow)")
         expect(run_cpu).to_be_visible()
         run_cpu.click()
@@ -295,7 +299,7 @@ def test_without_webgpu_the_page_runs_on_the_cpu_when_asked(browser, server_url)
         expect(page.locator("#memory")).to_have_text("none (running on the CPU)")
         expect(run_cpu).to_be_hidden()
         # A raw completion (greedy by default) gives transformers' greedy continuation.
-        page.get_by_label("Prompt").fill(case["prompt"])
+        page.get_by_label("Prompt", exact=True).fill(case["prompt"])
         page.get_by_label("Max tokens").fill(str(len(case["greedy_ids"])))
         page.get_by_label("Chat template").set_checked(False)
         page.get_by_role("button", name="Generate").click()

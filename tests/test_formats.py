@@ -87,6 +87,24 @@ CASES = [(3, 7, 1, 32, 1), (3, 70, 3, 1, 8), (5, 9, 3, 32, 8), (6, 5, 11, 4, 8),
 @pytest.mark.parametrize("fmt", NEW, ids=lambda f: f.name)
 @pytest.mark.parametrize("blocks,N,T,lanes,tb", CASES)
 def test_matmul(dev, fmt, blocks, N, T, lanes, tb):
+    check_matmul(dev, fmt, blocks, N, T, lanes, tb)
+
+
+# the decode shapes of the matrix-vector kernel (kernels.matvec_shape): rows per thread, workgroup sizes, subgroup
+# shuffles (lanes no wider than lavapipe's subgroups of 8), rows not a multiple of a workgroup's rows
+SHAPES = [dict(lanes=8, rpt=4, wg=64, sg=True), dict(lanes=4, rpt=2, wg=128, sg=True),
+          dict(lanes=32, rpt=2, wg=256, sg=False), dict(lanes=8, rpt=1, wg=64, sg=True)]
+
+
+@pytest.mark.parametrize("fmt", NEW, ids=lambda f: f.name)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(f"{k}{int(v)}" for k, v in s.items()))
+def test_matmul_decode_shapes(dev, fmt, shape):
+    if shape["sg"] and (dev.subgroup_size or 0) < shape["lanes"]:
+        pytest.skip(f"subgroups of {dev.subgroup_size} < {shape['lanes']} lanes on this adapter")
+    check_matmul(dev, fmt, 5, 75, 1, shape["lanes"], 1, rpt=shape["rpt"], wg=shape["wg"], sg=shape["sg"])
+
+
+def check_matmul(dev, fmt, blocks, N, T, lanes, tb, rpt=1, wg=64, sg=False):
     K = row_len(fmt, blocks)
     rng = np.random.default_rng(int(fmt) * 1000 + blocks * 100 + N + T)
     raw, wq = random_weights(fmt, N, K, rng)
@@ -102,9 +120,10 @@ def test_matmul(dev, fmt, blocks, N, T, lanes, tb):
     tol = 2e-5 * (np.abs(xg) @ magnitude(fmt, raw, wq).astype(np.float64).T) + 1e-30
     for accum in (False, True):
         Y = upload(dev, y0)
-        run(dev, kernels.matmul(fmt, K, N, norm=True, eps=eps, accum=accum, tokens=tb, lanes=lanes),
+        run(dev, kernels.matmul(fmt, K, N, norm=True, eps=eps, accum=accum, tokens=tb, lanes=lanes, rpt=rpt, wg=wg,
+                                sg=sg),
             [W, X, Y, step_buffer(dev, T), G],
-            kernels.spread(kernels.matmul_groups(N, lanes)))
+            kernels.spread(kernels.matmul_groups(N, lanes, rpt, wg)))
         got = read(dev, Y, T * N).reshape(T, N).astype(np.float64)
         err = np.abs(got - (want + (y0 if accum else 0)))
         bad = err > tol + (np.abs(y0) * 1e-6 if accum else 0)

@@ -597,3 +597,95 @@ def test_mini_fuzz(small_valid_file, monkeypatch):
         tracemalloc.stop()
     print(outcomes)
     assert outcomes["error"] > 100 and outcomes["ok"] > 5, outcomes
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Memory tied to what the model needs, never to the file's size (issue 17)
+
+def test_zero_dims_rejected():
+    expect_error(build([], [tinfo("t", [], QT.F32, 0)], b"\0" * 32), "'t' has 0 dimensions", "at least 1")
+
+
+def peak_of(fn):
+    """(result or GGUFFormatError, tracemalloc peak in bytes) of fn()."""
+    tracemalloc.start()
+    try:
+        try:
+            out = fn()
+        except GGUFFormatError as e:
+            out = e
+        return out, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def file_with_long_array(itype, count: int, item: bytes, vocab: int = 64) -> bytes:
+    """A model-like file: a token embedding of `vocab` rows, and a metadata array of `count` real items."""
+    kvs = [kv_str("general.architecture", "test"),
+           kv("junk", VT.ARRAY, u32(itype) + u64(count) + item * count)]
+    return build(kvs, [tinfo("token_embd.weight", [32, vocab], QT.F32, 0)], bytes(32 * vocab * 4))
+
+
+@pytest.mark.parametrize("itype, item", [(VT.UINT8, b"\x07"), (VT.FLOAT32, b"\0\0\x80?")])
+def test_long_array_beyond_the_model_is_left_unread(itype, item):
+    # 50 M uint8 / 12.5 M float32 items that really are in the file: old code built a list of them (1.58 GiB /
+    # 1.2 GiB for the issue's files); now they are walked, not read, and the header costs a few MiB.
+    count = (50 << 20) // len(item)
+    data = file_with_long_array(itype, count, item)
+    g, peak = peak_of(lambda: parse_bytes(data))
+    print(f"{itype.name}: {count} items, {len(data) >> 20} MiB file, peak {peak / 2**20:.1f} MiB")
+    assert peak < 8 << 20
+    junk = g.metadata["junk"]
+    assert isinstance(junk, cg.UnreadArray) and len(junk) == count and junk.limit == 4 * 64 + 1024
+    with pytest.raises(GGUFFormatError, match=f"'junk' is an array of {count} {itype.name} items, more than the "
+                                              f"1280 .4 x the vocabulary of 64"):
+        junk.tolist()
+    assert g.tensors["token_embd.weight"].shape == (32, 64)
+
+
+def test_long_array_within_the_model_is_read():
+    # up to 4 x the vocabulary (64 rows) + 1024 items: read as a list, like every short array
+    g = parse_bytes(file_with_long_array(VT.UINT16, 1280, struct.pack("<H", 513)))
+    assert g.metadata["junk"] == [513] * 1280
+    g = parse_bytes(file_with_long_array(VT.UINT16, 1281, struct.pack("<H", 513)))
+    assert isinstance(g.metadata["junk"], cg.UnreadArray)
+
+
+def test_flipped_count_bit_in_the_real_model(smollm2_gguf):
+    # One flipped bit in tokenizer.ggml.token_type's count (49152 | 1 << 24): old code built 16.8 M ints (+835 MiB)
+    # before the format error.
+    data = bytearray(smollm2_gguf.read_bytes())
+    key = b"tokenizer.ggml.token_type"
+    at = data.index(key) + len(key) + 8          # past the value type and the item type
+    assert struct.unpack_from("<Q", data, at)[0] == 49152
+    struct.pack_into("<Q", data, at, 49152 | 1 << 24)
+    data = bytes(data)
+    out, peak = peak_of(lambda: parse_bytes(data))
+    print(f"peak {peak / 2**20:.1f} MiB: {out}")
+    assert isinstance(out, GGUFFormatError) and "truncated or corrupt" in str(out)
+    assert peak < 16 << 20
+
+
+def test_tokenizer_refuses_an_unread_array():
+    from cera_web.tokenizer import Tokenizer
+    toks = b"".join(gstr(f"t{i}") for i in range(2000))
+    kvs = [kv_str("tokenizer.ggml.model", "gpt2"), kv("tokenizer.ggml.merges", VT.ARRAY, u32(VT.STRING) + u64(0)),
+           kv("tokenizer.ggml.tokens", VT.ARRAY, u32(VT.STRING) + u64(2000) + toks)]
+    g = parse_bytes(build(kvs, [tinfo("token_embd.weight", [32, 4], QT.F32, 0)], bytes(512)))
+    with pytest.raises(GGUFFormatError, match="'tokenizer.ggml.tokens' is an array of 2000 STRING items"):
+        Tokenizer.from_gguf(g)
+
+
+def test_long_array_as_alignment_is_refused():
+    data = build([kv("general.alignment", VT.ARRAY, u32(VT.UINT8) + u64(2000) + bytes(2000))])
+    expect_error(data, "general.alignment must be a power of two stored as uint32")
+
+
+def test_string_longer_than_any_metadata_needs():
+    expect_error(build([kv_str("general.architecture", "x" * (5 << 20))]), "a string of 5242880 bytes, more than")
+
+
+def test_header_memory_budget():
+    # 70,000 keys of 1 KiB: each fine, together more than the 64 MiB a header may take (old code: ~80 MiB kept).
+    kvs = [kv_u32(f"k{i:05d}" + "x" * 1000, i) for i in range(70_000)]
+    expect_error(build(kvs), "needs more than 64 MiB of memory")

@@ -86,6 +86,27 @@ def test_matmul_norm_glu(dev, fmt, T, lanes, tokens):
     np.testing.assert_allclose(read(dev, Y, T * stride).reshape(T, stride), want, rtol=2e-4, atol=2e-4)
 
 
+@pytest.mark.parametrize("fmt", [GGMLType.F32, GGMLType.Q4_1, GGMLType.Q8_0], ids=lambda f: f.name)
+@pytest.mark.parametrize("lanes,rpt,wg,sg", [(8, 4, 64, True), (8, 2, 128, False), (4, 4, 256, True)])
+def test_matmul_decode_glu_shapes(dev, fmt, lanes, rpt, wg, sg):
+    """The decode shapes (rows per thread, workgroup size, subgroup shuffles) with the norm and SwiGLU fused."""
+    if sg and (dev.subgroup_size or 0) < lanes:
+        pytest.skip(f"subgroups of {dev.subgroup_size} < {lanes} lanes on this adapter")
+    K, N, eps = 256, 45, 1e-5
+    rng = np.random.default_rng(lanes + rpt + wg)
+    w = rng.standard_normal((2 * N, K)).astype(np.float32)
+    raw, wq = quantize(fmt, w)
+    x = (rng.standard_normal((1, K)) * 3).astype(np.float32)
+    g = rng.standard_normal(K).astype(np.float32)
+    W, X, G = upload(dev, raw), f32_buffer(dev, x), f32_buffer(dev, g)
+    Y = dev.create_buffer(N * 4)
+    run(dev, kernels.matmul(fmt, K, N, norm=True, eps=eps, glu=True, tokens=1, lanes=lanes, rpt=rpt, wg=wg, sg=sg),
+        [W, X, Y, step_buffer(dev, 1), G], kernels.spread(kernels.matmul_groups(N, lanes, rpt, wg)))
+    xn = rmsnorm_ref(x, g, eps)
+    a, b = xn @ wq[:N].T, xn @ wq[N:].T
+    np.testing.assert_allclose(read(dev, Y, N).reshape(1, N), a / (1 + np.exp(-a)) * b, rtol=2e-4, atol=2e-4)
+
+
 @pytest.mark.parametrize("tile", kernels.TILES, ids=lambda t: "x".join(map(str, t)))
 @pytest.mark.parametrize("fmt", FMTS, ids=lambda f: f.name)
 @pytest.mark.parametrize("T,norm,glu", [(40, True, True), (7, False, False), (70, True, False)])
@@ -289,3 +310,21 @@ def test_argmax(dev, top):
     run(dev, kernels.argmax(V), [L, tok, log, step_buffer(dev, 1, out_index=5)], (1, 1, 1))
     assert read(dev, tok, 1, np.uint32)[0] == top[0]
     assert read(dev, log, 16, np.uint32)[5] == top[0]
+
+
+# the two-stage argmax of large vocabularies: ties inside a slice, across slices (2047 | 2048), in the last partial
+# slice, and a vocabulary of one slice plus one logit
+@pytest.mark.parametrize("V,top", [(49157, (1234, 40000)), (49157, (2048, 2047)), (49157, (49156,)),
+                                   (49157, (4097, 4096 + 300)), (2049, (2048,)), (128256, (70001, 128255))])
+def test_argmax_two_stage(dev, V, top):
+    rng = np.random.default_rng(V)
+    logits = rng.standard_normal(V).astype(np.float32)
+    logits[list(top)] = 9.0
+    parts = -(-V // kernels.ARGMAX_SLICE)
+    L, P = upload(dev, logits), dev.create_buffer(8 * parts)
+    tok = dev.create_buffer(16); log = dev.create_buffer(64)
+    run(dev, kernels.argmax_parts(V), [L, P], (parts, 1, 1))
+    run(dev, kernels.argmax(parts, pairs=True), [P, tok, log, step_buffer(dev, 1, out_index=5)], (1, 1, 1))
+    want = min(top)
+    assert read(dev, tok, 1, np.uint32)[0] == want
+    assert read(dev, log, 16, np.uint32)[5] == want

@@ -130,7 +130,7 @@ class Page:
 
     def diagnostics(self) -> str:
         p = self.page
-        return (f"status={p.locator('#status').text_content()!r} error={p.locator('#error').text_content()!r}\n"
+        return (f"status={p.locator('#status').text_content()!r} errors={p.locator('.error').all_text_contents()!r}\n"
                 + "\n".join(self.console[-30:]))
 
     def seen(self) -> list[str]:
@@ -145,10 +145,12 @@ class Page:
         except AssertionError as e:
             raise AssertionError(f"{e}\n{self.diagnostics()}") from None
         self.expect(self.alert).to_have_count(0)
+        self.show_drawer()   # these tests look at the cache list and use its buttons
 
     def generate(self, prompt: str, max_tokens: int) -> str:
         p = self.page
-        p.get_by_label("Prompt").fill(prompt)
+        p.get_by_label("Raw completion").check()
+        p.get_by_label("Prompt", exact=True).fill(prompt)
         p.get_by_label("Max tokens").fill(str(max_tokens))
         p.get_by_label("Chat template").set_checked(False)
         p.get_by_role("button", name="Generate").click()
@@ -158,6 +160,11 @@ class Page:
             raise AssertionError(f"{e}\n{self.diagnostics()}") from None
         self.expect(self.alert).to_have_count(0)
         return self.output.text_content()
+
+    def show_drawer(self):
+        """Open the model and cache controls (folded once a model has loaded)."""
+        if self.page.locator("#drawer").get_attribute("open") is None:
+            self.page.get_by_text("Model and cache", exact=True).click()
 
     def opfs_files(self) -> dict:
         """{name: size} of the files in the page's model cache directory (read independently of the page's code)."""
@@ -365,6 +372,7 @@ def test_url_download_progress_memory_cache_and_reload(tab, site, smollm2_gguf):
     out = tab.generate(case["prompt"], 2)
     assert out.strip() and case["greedy_text"].startswith(out), (out, case["greedy_text"])
 
+    tab.show_drawer()
     tab.page.get_by_role("button", name="Delete SmolLM2-135M-Instruct.Q4_1.gguf").click()
     tab.expect(tab.cache_items).to_have_count(0)
     assert tab.opfs_files() == {}
@@ -414,7 +422,8 @@ def test_local_file_by_picker_and_by_drag_and_drop(tab, site):
     gets = sum(site.gets.values())
     # the file picker
     tab.page.get_by_label("Model file").set_input_files(str(SMALL / "lfm2-q8_0.gguf"))
-    tab.expect(tab.page.locator("#model-name")).to_have_text("tiny random lfm2", timeout=LOAD_MS)
+    tab.expect(tab.page.locator("#model-name")).to_have_text("lfm2-q8_0.gguf", timeout=LOAD_MS)
+    tab.expect(tab.page.locator("#model-name")).to_have_attribute("title", "Named in the file: tiny random lfm2")
     tab.wait_ready()
     tab.expect(tab.page.locator("#notice")).to_contain_text("Loading lfm2-q8_0.gguf from this computer")
     case = _small_case("lfm2-q8_0")
@@ -433,7 +442,8 @@ def test_local_file_by_picker_and_by_drag_and_drop(tab, site):
     }""", data)
     assert tab.page.evaluate("window.__overlayShown")
     tab.expect(overlay).to_be_hidden()
-    tab.expect(tab.page.locator("#model-name")).to_have_text("tiny random qwen2", timeout=LOAD_MS)
+    tab.expect(tab.page.locator("#model-name")).to_have_text("qwen2-q8_0.gguf", timeout=LOAD_MS)
+    tab.expect(tab.page.locator("#model-name")).to_have_attribute("title", "Named in the file: tiny random qwen2")
     tab.wait_ready()
     case = _small_case("qwen2-q8_0")
     assert tab.generate(case["prompt"], len(case["greedy_ids"])) == case["text"]
@@ -441,8 +451,10 @@ def test_local_file_by_picker_and_by_drag_and_drop(tab, site):
     assert sum(site.gets.values()) == gets
     tab.expect(tab.cache_items).to_have_count(1)    # the URL model only
     # back to the cached model, from the list: no download
+    tab.show_drawer()
     tab.page.get_by_role("button", name="Open qwen3-q8_0.gguf").click()
-    tab.expect(tab.page.locator("#model-name")).to_have_text("tiny random qwen3", timeout=LOAD_MS)
+    tab.expect(tab.page.locator("#model-name")).to_have_text("qwen3-q8_0.gguf", timeout=LOAD_MS)
+    tab.expect(tab.page.locator("#model-name")).to_have_attribute("title", "Named in the file: tiny random qwen3")
     tab.wait_ready()
     tab.expect(tab.page.locator("#notice")).to_have_text("Loaded qwen3-q8_0.gguf from the browser cache (no download).")
     assert sum(site.gets.values()) == gets
@@ -472,17 +484,19 @@ def test_model_that_cannot_fit_is_refused_before_the_download(tab, site, smollm2
     sent_before = site.sent[model]     # the server is shared by the module's tests
     tab.open("?max_binding=1000000")
     try:
-        tab.expect(tab.alert).to_contain_text("UnsupportedModelError", timeout=LOAD_MS)
+        tab.expect(tab.alert).to_have_attribute("data-kind", "UnsupportedModelError", timeout=LOAD_MS)
+        tab.expect(tab.alert).to_contain_text("This model cannot run here: ")
     except AssertionError as e:
         raise AssertionError(f"{e}\n{tab.diagnostics()}") from None
     tab.expect(tab.alert).to_contain_text("KV cache for 2048 tokens")
     tab.expect(tab.alert).to_contain_text(f"needed {2048 * 3 * 64 * 4} bytes, available 1000000")
     tab.expect(tab.alert).to_contain_text("maxStorageBufferBindingSize")
     tab.expect(tab.status).to_have_text("Loading failed: see the error below.")
-    tab.expect(tab.page.get_by_role("button", name="Generate")).to_be_disabled()
+    tab.expect(tab.page.get_by_role("button", name="Send")).to_be_disabled()
     sent = site.sent[model] - sent_before
     assert 0 < sent < size // 4, f"{sent} of {size} bytes were sent"
     assert tab.opfs_files() == {}
+    tab.show_drawer()
     tab.expect(tab.cache_items).to_have_count(0)
     tab.assert_offline()
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import http.client
 import subprocess
 import sys
@@ -307,10 +308,10 @@ def test_timeout_stops_a_loop_of_slow_operations():
 ])
 def test_templates_cannot_fill_memory(template):
     # Each value is under max_chars, but a template can keep many: 60 of them would hold 240 MB. The total a render
-    # builds is bounded (max_built_chars, 64 M characters by default), measured here with tracemalloc.
+    # builds is bounded (max_built_bytes, 64 MiB by default), measured here with tracemalloc.
     tracemalloc.start()
     try:
-        with pytest.raises(InputError, match="totalling more than 64,000,000 characters"):
+        with pytest.raises(InputError, match="taking more than 67,108,864 bytes of memory"):
             render_chat(template, USER)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
@@ -326,8 +327,95 @@ def test_built_limit_leaves_real_templates_alone():
     messages = [{"role": "user", "content": "word " * 79_000} for _ in range(10)]
     out = render_chat(template, messages, add_generation_prompt=False)
     assert out.count("<|im_start|>user\n") == 10 and len(out) > 3_900_000
-    with pytest.raises(InputError, match="totalling more than 1,000 characters"):
-        ChatTemplate(template, limits=TemplateLimits(max_built_chars=1_000)).render(messages[:1])
+    with pytest.raises(InputError, match="taking more than 1,000 bytes"):
+        ChatTemplate(template, limits=TemplateLimits(max_built_bytes=1_000)).render(messages[:1])
+
+
+def _render_traced(template, limits=None):
+    """(text or InputError, tracemalloc peak in bytes, seconds) of rendering `template` for USER."""
+    chat = ChatTemplate(template, limits=limits or TemplateLimits())
+    tracemalloc.start()
+    t0 = time.monotonic()
+    try:
+        try:
+            out = chat.render(USER)
+        except InputError as e:
+            out = e
+        return out, tracemalloc.get_traced_memory()[1], time.monotonic() - t0
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("template, fragment", [
+    # issue 17: 24 lists of 1.33 M two-character strings: 4 M "characters" each, but 78 MB of objects (was +754 MiB)
+    ("".join(f"{{% set v{i} = ('ab ' * 1333333).split() %}}" for i in range(24)), "with str.split"),
+    # the same through a filter and a loop-free generator chain
+    ("".join(f"{{% set v{i} = ('ab' * 1000000)|list %}}" for i in range(24)), "bytes"),
+    ("{% set s = ('ab ' * 1000000) %}{% set l = s|map('upper')|list %}", "more than 20,000 steps"),
+    # slice(k) makes k lists even from one item (was +307 MiB and ~10 s in one step)
+    ("{{ [1]|slice(3999998)|list }}", "with the 'slice' filter"),
+    ("{{ ('x' * 3999999)|batch(1)|list|length }}", "bytes of objects with the 'batch' filter"),
+    ("{% set d = {} %}{{ ('ab ' * 1000000).split()|unique|list|length }}", "with str.split"),
+    ("{{ ('a\n' * 1999999).splitlines()|length }}", "with str.splitlines"),
+])
+def test_templates_memory_counts_objects_not_characters(template, fragment):
+    out, peak, elapsed = _render_traced(template, TemplateLimits(max_steps=20_000))
+    print(f"{template[:50]}: peak {peak / 2**20:.0f} MiB, {elapsed:.2f} s: {out}")
+    assert isinstance(out, InputError) and fragment in str(out), out
+    assert peak < 80 << 20, f"{peak / 2**20:.0f} MiB"
+    assert elapsed < 30       # bounded, not hanging (generous: the machine may be busy)
+
+
+def test_wordwrap_is_linear_and_matches_jinja():
+    # textwrap cut a long word one line at a time, copying the rest each time: 1 M characters at width 1 ran 43 s
+    # past the 10 s timeout in one step. Now refused when it would make more than 200,000 lines or words, and
+    # linear below that, with textwrap's result.
+    import random
+
+    import jinja2
+    out, peak, elapsed = _render_traced("{{ ('a' * 1000000)|wordwrap(1)|length }}")
+    assert isinstance(out, InputError) and "wordwrap for about 1,000,000 lines" in str(out)
+    out, peak, elapsed = _render_traced("{{ ('a' * 190000)|wordwrap(1)|length }}")
+    print(f"190,000-character word at width 1: {elapsed:.2f} s")
+    assert out == str(190000 * 2 - 1)
+    env = jinja2.Environment()
+    rng = random.Random(17)
+    for _ in range(3000):
+        text = "".join(rng.choice(["a", "b", " ", "-", "\n", "\t", "xxxxxxxxxxxxxxxxx", "é"])
+                       for _ in range(rng.randint(0, 40)))
+        args = (rng.randint(1, 9), rng.random() < 0.8, rng.choice([None, "|"]), rng.random() < 0.5)
+        want = env.filters["wordwrap"](env, text, *args)
+        assert render_chat("{{ t|wordwrap(w, b, s, h) }}", USER, t=text, w=args[0], b=args[1], s=args[2],
+                           h=args[3]) == want, (text, args)
+
+
+@pytest.mark.parametrize("template", [
+    "{{ ((range(100000)|list) + (range(100000)|list))|sort(reverse=true)|first }}",
+    "{{ ((range(100000)|list) + (range(100000)|list))|groupby('real')|length }}",
+    "{{ dict.fromkeys(range(100000), 1)|dictsort|length }}",
+    "{{ ('<a>' * 99999)|striptags|length }}",
+    "{{ ('<!--' * 50000 + 'x' * 100)|striptags|length }}",
+    "{{ ('ab, ' * 9999)|urlize|length }}",
+    "{{ ('a,' * 199999)|wordcount }}",
+    "{{ ('a,' * 1999999)|wordcount }}",
+    "{{ ('a\n' * 199999)|indent(2)|length }}",
+    "{{ ('a-' * 99999)|title|length }}",
+    "{{ ('<&>' * 1000000)|e|length }}",
+    "{{ (range(99999)|list)|pprint|length }}",
+    "{{ ('a' * 99999)|pprint|length }}",
+    "{{ ('ab' * 1999999) is string and ('a' * 1000000 + 'b') in ('a' * 3999999) }}",
+    "{{ ('aaaa' * 999999).replace('a', 'b')|length }}",
+    "{{ (('a' * 1999999).split('a'))|length }}",
+    "{{ ('x' * 190000)|wordwrap(1, true, '')|length }}",
+    "{{ ('xy-' * 6000)|wordwrap(1)|length }}",
+])
+def test_no_single_step_outlasts_the_timeout(template):
+    # The timeout is checked between steps: every operation at the largest sizes the limits allow ends (text or
+    # InputError) within the 1 s timeout plus at most a few seconds on this busy machine.
+    out, peak, elapsed = _render_traced(template, TemplateLimits(timeout_s=1.0))
+    print(f"{template[:60]}: {elapsed:.2f} s, peak {peak / 2**20:.0f} MiB: {str(out)[:80]}")
+    assert elapsed < 5, f"{elapsed:.1f} s"
+    assert peak < 120 << 20
 
 
 def test_huge_template_source_is_refused_before_compiling():
@@ -416,3 +504,91 @@ def test_binds_elsewhere_only_when_told():
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The command line: one-line errors, no tracebacks (issue 17 item 6)
+
+def _cli(*args, timeout=120):
+    """(exit status, stderr) of `python -m cera_web ARGS` in a fresh process."""
+    proc = subprocess.run([sys.executable, "-m", "cera_web", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=Path(__file__).resolve().parent.parent)
+    return proc.returncode, proc.stderr
+
+
+def _one_line_error(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in stderr, stderr[-2000:]
+    return lines[0]
+
+
+@pytest.mark.parametrize("flag, value, fragment", [
+    ("--temperature", "1e39", "temperature must be between 0.0 and 5.0, got 1e+39"),
+    ("--temperature", "5.5", "temperature must be between 0.0 and 5.0, got 5.5"),
+    ("--repeat-penalty", "1e39", "repeat_penalty must be a positive number up to 10.0 (1 = off), got 1e+39"),
+])
+def test_cli_refuses_settings_out_of_range_before_loading(tiny, flag, value, fragment):
+    # was an OverflowError traceback (struct.pack of the sampler's float32 uniform) after the model had loaded
+    status, err = _cli("generate", "--model", str(tiny), "--prompt", "hi", "--max-tokens", "1", flag, value)
+    assert status == 1 and fragment in _one_line_error(err)
+
+
+@pytest.mark.gpu
+def test_cli_refuses_a_context_over_the_buffer_limit_up_front():
+    # was a wgpu GPUValidationError traceback: "Buffer size 2304000000 is greater than the maximum buffer size"
+    status, err = _cli("generate", "--prompt", "hi", "--max-tokens", "1", "--context", "3000000")
+    line = _one_line_error(err)
+    assert status == 1 and "KV cache for 3000000 tokens" in line and "needed 2304000000 bytes" in line, line
+    assert "smaller context size" in line
+
+
+@pytest.mark.gpu
+def test_gpu_out_of_memory_at_load_names_what_did_not_fit(tiny):
+    # A device whose allocation of layer 0's K cache fails as a full GPU's does (was GPUValidationError "Not enough
+    # memory left" with a 40-line traceback).
+    import wgpu
+
+    from cera_web.engine import Engine
+    from cera_web.errors import GPUMemoryError
+    from cera_web.gpu.native import NativeDevice
+
+    class FullGPU:
+        def __init__(self, device):
+            self._device = device
+
+        def __getattr__(self, name):
+            return getattr(self._device, name)
+
+        def create_buffer(self, *, size, usage, label=""):
+            if label == "k0":
+                raise wgpu.GPUValidationError("Validation Error\n\nCaused by:\n  Not enough memory left.")
+            return self._device.create_buffer(size=size, usage=usage, label=label)
+
+    dev = NativeDevice.create()
+    dev.device = FullGPU(dev.device)
+    try:
+        with pytest.raises(GPUMemoryError, match=r"could not allocate buffer 'k0' of [\d,]+ bytes .*: Not enough "
+                                                 r"memory left\. Load a smaller model or a smaller context size"):
+            run(Engine.load(tiny, context_size=64, chunk=8, device=dev))
+    finally:
+        dev.device = dev.device._device
+        dev.destroy()
+
+
+def test_cli_model_that_is_not_a_regular_file(tmp_path):
+    # `generate --model FIFO` hung in open() waiting for a writer
+    fifo = tmp_path / "model.gguf"
+    os.mkfifo(fifo)
+    for args in (("generate", "--prompt", "hi", "--model", str(fifo)), ("info", str(fifo)),
+                 ("generate", "--prompt", "hi", "--model", str(tmp_path))):
+        status, err = _cli(*args, timeout=60)
+        line = _one_line_error(err)
+        assert status == 1 and ("is a FIFO (named pipe), not a model file" in line
+                                or "is a directory, not a model file" in line), line
+
+
+def test_cli_usage_errors_exit_2_as_the_readme_says():
+    status, err = _cli("generate", "--prompt", "hi", "--temperature", "warm")
+    assert status == 2 and "usage:" in err and "invalid float value: 'warm'" in err
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert "Errors exit with status 1" in readme and "exits with status 2 and the usage" in readme

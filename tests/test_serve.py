@@ -7,6 +7,7 @@ secrets that must never leak are known exactly; a few run against the real check
 
 from __future__ import annotations
 
+import email.utils
 import hashlib
 import http.client
 import inspect
@@ -40,7 +41,7 @@ def request(base, path, method="GET", headers=None):
     u = urlsplit(base)
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
     try:
-        conn.putrequest(method, path, skip_host=False, skip_accept_encoding=True)
+        conn.putrequest(method, path, skip_host="Host" in (headers or {}), skip_accept_encoding=True)
         for k, v in (headers or {}).items():
             conn.putheader(k, v)
         conn.endheaders()
@@ -661,3 +662,143 @@ def test_browser_fixture_gets_a_webgpu_adapter(server_url, page):
     }""")
     assert "error" not in info, info
     assert info["binding"] >= 128 << 20
+
+
+# ----------------------------------------------------------------------------- issue 17: serve.py under load
+
+
+def test_range_with_unicode_digits_and_huge_numbers(site):
+    # '²' passes str.isdigit but not int(); int() refuses over 4,300 digits: both raised ValueError in parse_range
+    # (an empty reply and a traceback). Now: a malformed range is ignored (the whole file, as for 'bytes=abc'),
+    # a start past any file is unsatisfiable (416), a huge end or suffix is clamped to the file.
+    n = len(MODEL)
+    huge = "9" * 4300
+    for rng in ("bytes=²-", "bytes=0-²", "bytes=-²", "bytes=١-٢".encode()):
+        status, _, body = request(site, "/models/tiny.gguf", headers={"Range": rng})
+        assert (status, body) == (200, MODEL), rng
+    status, headers, body = request(site, "/models/tiny.gguf", headers={"Range": f"bytes={huge}-"})
+    assert (status, headers["Content-Range"], body) == (416, f"bytes */{n}", b"")
+    for rng in (f"bytes=5-{huge}", f"bytes=-{huge}", f"bytes={'0' * 5000}5-{huge}"):
+        status, headers, body = request(site, "/models/tiny.gguf", headers={"Range": rng})
+        first = 0 if rng.startswith("bytes=-") else 5
+        assert (status, headers["Content-Range"], body) == (206, f"bytes {first}-{n - 1}/{n}", MODEL[first:]), rng
+
+
+def test_if_modified_since_in_the_future_is_ignored(site):
+    future = email.utils.formatdate(time.time() + 86400, usegmt=True)
+    status, _, body = request(site, "/models/tiny.gguf", headers={"If-Modified-Since": future})
+    assert (status, body) == (200, MODEL)        # was 304: a client with a bad clock kept a stale copy
+    last_modified = request(site, "/models/tiny.gguf")[1]["Last-Modified"]
+    assert request(site, "/models/tiny.gguf", headers={"If-Modified-Since": last_modified})[0] == 304
+
+
+def test_app_zip_is_built_once_and_rebuilt_when_a_source_changes(tmp_path, monkeypatch):
+    for rel, data in SITE_FILES.items():
+        if rel.startswith(("cera_web/", "shaders/")):
+            (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / rel).write_bytes(data)
+    builds = []
+    real = serve.build_app_zip
+    monkeypatch.setattr(serve, "build_app_zip", lambda root, tools=False: builds.append(root) or real(root, tools))
+    server, url = start(tmp_path)
+    try:
+        first = request(url, "/app/cera_web.zip")[2]
+        t0 = time.perf_counter()
+        for _ in range(20):
+            assert request(url, "/app/cera_web.zip")[2] == first
+        print(f"20 cached requests: {(time.perf_counter() - t0) * 50:.1f} ms each")
+        assert len(builds) == 1
+        (tmp_path / "cera_web/sub/mod.py").write_bytes(b"CHANGED = 1\n")
+        second = request(url, "/app/cera_web.zip")[2]
+        assert len(builds) == 2
+        with zipfile.ZipFile(io.BytesIO(second)) as zf:
+            assert zf.read("cera_web/sub/mod.py") == b"CHANGED = 1\n"
+        (tmp_path / "shaders/new.wgsl").write_bytes(b"// new")
+        with zipfile.ZipFile(io.BytesIO(request(url, "/app/cera_web.zip")[2])) as zf:
+            assert zf.read("shaders/new.wgsl") == b"// new"
+        assert len(builds) == 3
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_host_header_must_name_this_server(site, tmp_path):
+    # DNS rebinding: a page at evil.example whose name is re-pointed at 127.0.0.1 sends Host: evil.example.
+    port = urlsplit(site).port
+    for host in ("evil.example", f"evil.example:{port}", "localhost.evil.example", "127.0.0.1.nip.example"):
+        status, _, body = request(site, "/models/tiny.gguf", headers={"Host": host})
+        assert status == 403 and MODEL not in body, host
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", "LOCALHOST", f"[::1]:{port}", "10.1.2.3"):
+        assert request(site, "/models/tiny.gguf", headers={"Host": host})[:3:2] == (200, MODEL), host
+    # names given with --allow-host, and the --host name itself
+    server = serve.make_server("127.0.0.1", 0, root=tmp_path, allow_hosts=["My.Box"])
+    assert server.hosts == {"127.0.0.1", "localhost", "my.box"}
+    server.server_close()
+    assert serve.allowed_hosts("0.0.0.0") >= {"localhost"}
+    assert serve.allowed_hosts("cera.lan") == {"cera.lan"}
+    assert serve.parse_args(["--allow-host", "a.lan", "--allow-host", "b.lan"]).allow_host == ["a.lan", "b.lan"]
+
+
+@pytest.fixture
+def model_server(repo_root):
+    model = repo_root / ".assets/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+    if not model.is_file():
+        pytest.skip("the default model is not fetched")
+    server = serve.make_server("127.0.0.1", 0, root=repo_root, idle_timeout=2.0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server, f"http://127.0.0.1:{server.server_address[1]}", model
+    server.shutdown()
+    server.server_close()
+
+
+def test_200_concurrent_range_readers_are_all_served(model_server):
+    # With the default listen backlog (5), 21-99 of 200 concurrent clients failed on timeouts (~61 s in all).
+    server, url, model = model_server
+    assert server.request_queue_size == 256
+    data = model.read_bytes()
+    n_clients, span = 200, 256 << 10
+    barrier = threading.Barrier(n_clients)
+    results = [None] * n_clients
+
+    def client(i):
+        start = (i * 7919 * 4096) % (len(data) - span)
+        barrier.wait()
+        try:
+            status, headers, body = request(url, f"/models/{model.name}",
+                                            headers={"Range": f"bytes={start}-{start + span - 1}"})
+            results[i] = (status, body == data[start:start + span])
+        except Exception as e:      # noqa: BLE001 (a failure to report, not to raise in a thread)
+            results[i] = (type(e).__name__, False)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(n_clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    elapsed = time.perf_counter() - t0
+    failed = [r for r in results if r != (206, True)]
+    print(f"{n_clients} concurrent Range reads of {span >> 10} KiB: {elapsed:.2f} s, {len(failed)} failed")
+    assert not failed, failed[:5]
+
+
+def test_silent_clients_are_dropped_after_the_idle_timeout(model_server):
+    # Without an idle timeout, 150 silent clients held a thread each for as long as they liked.
+    import socket
+    server, url, model = model_server
+    port = server.server_address[1]
+    silent = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(150)]
+    half = socket.create_connection(("127.0.0.1", port), timeout=10)
+    half.sendall(b"GET /models/" + model.name.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n")   # never finished
+    try:
+        t0 = time.monotonic()
+        assert request(url, f"/models/{model.name}", headers={"Range": "bytes=0-3"})[2] == b"GGUF"
+        for s in [*silent, half]:
+            assert s.recv(1) == b""                 # closed by the server (a timeout here raises)
+        elapsed = time.monotonic() - t0
+        print(f"151 silent clients dropped after {elapsed:.1f} s (idle timeout 2 s)")
+        assert elapsed < 8
+    finally:
+        for s in [*silent, half]:
+            s.close()

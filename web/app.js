@@ -2,14 +2,14 @@
 'use strict';
 
 const DEFAULT_MODEL_URL = '/models/SmolLM2-135M-Instruct.Q4_1.gguf';
-// The mode the page opens in. Raw completion, so far: the page tests drive the Prompt/Generate/Output flow without
-// choosing a mode. ?mode=chat opens in chat mode.
-const DEFAULT_MODE = 'raw';
+const MODELS_INDEX_URL = '/models/index.json';   // the served models, for the model menu (serve.py models_index)
 
 const $ = (id) => document.getElementById(id);
 const ui = {
   modelName: $('model-name'), backend: $('backend'), status: $('status'),
-  progress: $('progress'), progressText: $('progress-text'),
+  progress: $('progress'), progressText: $('progress-text'), progressRow: $('progress-row'),
+  modelSelect: $('model-select'), modelState: $('model-state'), drawer: $('drawer'), loadError: $('load-error'),
+  system: $('system'), modeHint: $('mode-hint'), chatRadio: document.querySelector('input[name="mode"][value="chat"]'),
   loadForm: $('load-form'), modelUrl: $('model-url'), load: $('load'), modelFile: $('model-file'),
   notice: $('notice'), memory: $('memory'), cacheList: $('cache-list'), cacheUsage: $('cache-usage'),
   dropOverlay: $('drop-overlay'),
@@ -23,7 +23,14 @@ const ui = {
 
 const state = {
   modelLoaded: false, loading: false, generating: false,
-  mode: 'raw',            // 'chat' or 'raw' (the Mode radio buttons)
+  mode: 'chat',           // 'chat' or 'raw' (the Mode radio buttons)
+  modeChosen: false,      // the person (or ?mode=) picked the mode: a new model does not change it
+  loadingName: '',        // the file name of the model being loaded (the page names models by file)
+  loadingUrl: null,       // its URL (null for a picked or dropped file)
+  modelUrl: null,         // the URL of the loaded model (null for a file)
+  served: [],             // the served models [{name, file, url, size}] (the model menu)
+  cached: new Set(),      // absolute URLs of the models in the browser cache
+  meta: new Map(),        // index of an assistant message -> {tokens, tok_s, seed} of the run that made it
   running: null,          // the mode of the generation in flight
   cpu: false,             // the person chose to run without WebGPU: loads ask for the CPU fallback
   messages: [],           // the conversation as the worker's ChatSession holds it ({role, content})
@@ -43,11 +50,35 @@ function refreshControls() {
   ui.load.disabled = state.loading || state.generating;
   ui.modelUrl.disabled = state.loading || state.generating;
   ui.modelFile.disabled = state.loading || state.generating;
+  ui.modelSelect.disabled = state.loading || state.generating;
   for (const b of ui.cacheList.querySelectorAll('button')) b.disabled = state.loading || state.generating;
 }
 
-function showError(text) { ui.error.textContent = text; }
-function clearError() { ui.error.textContent = ''; }
+// What the person sees for an error kind (the worker's Python or JS class name, kept in data-kind for tests and
+// tools, never shown).
+const ERROR_LABELS = {
+  GGUFFormatError: 'This is not a usable model file', DownloadError: 'The download failed',
+  UnsupportedModelError: 'This model cannot run here', GPUUnavailableError: 'No usable GPU',
+  ContextOverflowError: 'The conversation is too long', InputError: 'Check the input', TemplateError: 'Chat template',
+};
+
+// An error, shown next to what caused it: a load's (`where` 'load') under the model bar at the top, a generation's
+// next to the message box. Only one error shows at a time.
+function showError(text, kind = '', where = 'run') {
+  clearError();
+  const box = where === 'load' ? ui.loadError : ui.error;
+  let message = kind && text.startsWith(`${kind}: `) ? text.slice(kind.length + 2) : text;
+  message = message.replace(/^[A-Z]\w*(Error|Exception): /, '');   // a Python traceback's last line
+  if (kind) message = `${ERROR_LABELS[kind] || 'Something went wrong'}: ${message}`;
+  box.textContent = message;
+  box.dataset.kind = kind;
+}
+function clearError() {
+  for (const box of [ui.error, ui.loadError]) {
+    box.textContent = '';
+    delete box.dataset.kind;
+  }
+}
 
 function formatBytes(n) {
   if (n >= 1e9) return `${(n / 1e9).toFixed(2)} GB`;
@@ -87,16 +118,45 @@ function showProgress(stage, done, total) {
   }
 }
 
+// A load ended: the progress row goes away (it shows only while a model loads).
 function hideProgress(done) {
   ui.progress.max = 1;
   ui.progress.value = done ? 1 : 0;
   ui.progressText.textContent = '';
+  ui.progressRow.hidden = true;
 }
 
 function fmtRate(tokS, count, ms) {
   const rate = tokS == null ? '—' : tokS.toFixed(tokS < 10 ? 2 : 1);
   const time = ms == null ? '' : `, ${Math.round(ms)} ms`;
   return `${rate} tok/s (${count} tokens${time})`;
+}
+
+// The stats line of a finished run. Prefill counts only the prompt tokens processed now (not those the KV cache
+// already held from the last turn), so its rate is theirs.
+function statsText(msg) {
+  const reused = msg.reused_tokens || 0;
+  return `Prefill: ${fmtRate(msg.prefill_tok_s, msg.prompt_tokens.length - reused, msg.prefill_ms)}` +
+    (reused ? `, ${reused} more from the cache` : '') +
+    ` · Decode: ${fmtRate(msg.decode_tok_s, msg.tokens.length, msg.decode_ms)}`;
+}
+
+// A "seed N" button: clicking it puts N in the Seed setting, so the next run repeats this one.
+function seedButton(seed) {
+  const b = document.createElement('button');
+  b.type = 'button';
+  b.className = 'seed';
+  b.textContent = `seed ${seed}`;
+  b.title = 'Use this seed again';
+  b.setAttribute('aria-label', `Use seed ${seed}`);
+  b.addEventListener('click', () => {
+    const input = $('setting-seed');
+    if (!input) return;
+    input.value = seed;
+    settingsForm.edited.add('seed');
+    ui.status.textContent = `Seed ${seed} set: the next run with the same settings repeats this one.`;
+  });
+  return b;
 }
 
 const STOP_REASONS = {eos: 'end of text', max_tokens: 'max tokens reached', cancelled: 'stopped',
@@ -119,10 +179,13 @@ worker.onmessage = (event) => {
     case 'cache':
       showCache(msg);
       break;
-    case 'ready':
+    case 'ready': {
+      const first = !state.modelLoaded;
       state.modelLoaded = true;
       state.loading = false;
-      ui.modelName.textContent = msg.model;
+      state.modelUrl = state.loadingUrl;
+      ui.modelName.textContent = msg.file || state.loadingName;   // named by its file, as in the menu and cache
+      ui.modelName.title = `Named in the file: ${msg.model}`;
       ui.backend.textContent = msg.backend;
       state.split = msg.split;   // the tensors split across buffers (listed with the memory)
       ui.memory.textContent = msg.cpu ? 'none (running on the CPU)' : formatMemory(msg.memory);
@@ -131,15 +194,23 @@ worker.onmessage = (event) => {
       hideProgress(true);
       state.messages = [];        // a new model starts a new conversation (in the worker too)
       state.stopped.clear();
+      state.meta.clear();
       renderConversation();
+      modelHasTemplate(msg.chat_template);
+      showMenu();
+      if (first) ui.drawer.open = false;   // the conversation first; the model controls fold into the bar
       break;
+    }
     case 'settings':
       buildSettings(msg);
       break;
     case 'token':
-      // a text node per token: cheap, and the live regions announce politely
-      if (state.running === 'chat' && state.pending) state.pending.append(msg.text);
-      else ui.output.append(msg.text);
+      if (state.running === 'chat' && state.pending) {
+        state.pendingText += msg.text;
+        renderPending();
+      } else {
+        ui.output.append(msg.text);   // a text node per token: cheap, and the live region announces politely
+      }
       break;
     case 'done':
       if (msg.mode === 'chat') chatDone(msg);
@@ -147,13 +218,11 @@ worker.onmessage = (event) => {
       state.running = null;
       ui.status.textContent = `Ready (${STOP_REASONS[msg.stop_reason] || msg.stop_reason})`;
       if (msg.memory) ui.memory.textContent = formatMemory(msg.memory);   // after every run: a leak would show
-      ui.stats.textContent =
-        `Prefill: ${fmtRate(msg.prefill_tok_s, msg.prompt_tokens.length, msg.prefill_ms)} · ` +
-        `Decode: ${fmtRate(msg.decode_tok_s, msg.tokens.length, msg.decode_ms)}`;
+      ui.stats.textContent = statsText(msg);
+      if (msg.seed != null && msg.mode !== 'chat') ui.stats.append(' · ', seedButton(msg.seed));
       break;
     case 'error':
-      // Python's last traceback line already starts with the class name.
-      showError(msg.message.startsWith(`${msg.kind}:`) ? msg.message : `${msg.kind}: ${msg.message}`);
+      showError(msg.message, msg.kind, msg.during === 'load' || msg.during === 'cache-delete' ? 'load' : 'run');
       if (msg.during === 'load' && msg.kind === 'GPUUnavailableError' && !state.modelLoaded && !state.cpu) {
         ui.cpuOffer.hidden = false;   // offer the CPU fallback
       }
@@ -167,6 +236,7 @@ worker.onmessage = (event) => {
         ui.status.textContent = state.modelLoaded
           ? `Ready. Loading the new model failed; still using ${ui.modelName.textContent}.`
           : 'Loading failed: see the error below.';
+        showMenu();
       } else {
         ui.status.textContent = state.modelLoaded ? 'Ready' : ui.status.textContent;
       }
@@ -178,7 +248,7 @@ worker.onmessage = (event) => {
 };
 
 worker.onerror = (event) => {
-  showError(`The worker failed: ${event.message || 'unknown error'}. Reload the page to start again.`);
+  showError(`The worker failed: ${event.message || 'unknown error'}. Reload the page to start again.`, '', 'load');
   state.loading = state.generating = false;
   refreshControls();
 };
@@ -192,6 +262,8 @@ function formatMemory(m) {
 }
 
 function showCache({entries, usage, quota}) {
+  state.cached = new Set(entries.map((e) => e.url));
+  showMenu();
   ui.cacheList.textContent = '';
   for (const e of entries) {
     const li = document.createElement('li');
@@ -228,25 +300,83 @@ function startLoading(what) {
   clearError();
   ui.notice.textContent = '';
   state.loading = true;
+  state.loadingName = what;
   ui.status.textContent = `Loading ${what}…`;
+  ui.progressText.textContent = '';
+  ui.progressRow.hidden = false;
   refreshControls();
 }
 
+const absolute = (url) => new URL(url, location.href).href;
+const fileName = (url) => new URL(url, location.href).pathname.split('/').pop() || url;
+
 function loadModel(url) {
-  startLoading(url);
+  startLoading(fileName(url));
+  state.loadingUrl = absolute(url);
+  showMenu();
   worker.postMessage({type: 'load', url, limits: LIMITS, cpu: state.cpu});
 }
 
+// -- the model menu: the served models, with size and cache state ------------------------------------------------
+
+async function fetchMenu() {
+  try {
+    const resp = await fetch(MODELS_INDEX_URL);
+    if (!resp.ok) throw new Error(`HTTP ${resp.status}`);
+    state.served = (await resp.json()).models || [];
+  } catch (e) {
+    state.served = [];   // a static host without the list: the menu shows the loaded model only
+  }
+  showMenu();
+}
+
+// The menu: every served model ("file · size · cached"), selected: the loaded (or loading) one; a model loaded from
+// elsewhere (a URL, a file) shows as one more entry.
+function showMenu() {
+  const current = state.loading ? state.loadingUrl : state.modelUrl;
+  const currentName = state.loading ? state.loadingName : ui.modelName.textContent;
+  ui.modelSelect.textContent = '';
+  let selected = false;
+  for (const m of state.served) {
+    const url = absolute(m.url);
+    const option = document.createElement('option');
+    option.value = m.url;
+    const cached = state.cached.has(url) ? 'cached' : 'download';
+    option.textContent = `${m.file} · ${formatBytes(m.size)} · ${cached}`;
+    if (url === current) option.selected = selected = true;
+    ui.modelSelect.append(option);
+  }
+  if (!selected) {
+    const option = document.createElement('option');
+    option.value = '';
+    option.disabled = true;
+    option.selected = true;
+    option.textContent = state.modelLoaded || state.loading ? currentName : 'none loaded';
+    ui.modelSelect.prepend(option);
+  }
+  ui.modelState.textContent = state.loading ? 'loading…' : '';
+}
+
+ui.modelSelect.addEventListener('change', () => {
+  const url = ui.modelSelect.value;
+  if (url && !state.loading && !state.generating) {
+    ui.modelUrl.value = url;
+    loadModel(url);
+  }
+});
+
 function loadFile(file) {
   if (state.loading || state.generating) {
-    showError('Wait for the current load or generation to finish before loading another model.');
+    showError('Wait for the current load or generation to finish before loading another model.', '', 'load');
     return;
   }
   if (!/\.gguf$/i.test(file.name)) {
-    showError(`${file.name} is not a .gguf file: pick or drop a GGUF model file.`);
+    showError(`${file.name} is not a .gguf file: pick or drop a GGUF model file.`, '', 'load');
     return;
   }
   startLoading(file.name);
+  state.loadingUrl = null;
+  showMenu();
   ui.modelUrl.value = '';
   worker.postMessage({type: 'load', file, limits: LIMITS, cpu: state.cpu});
 }
@@ -283,7 +413,7 @@ ui.loadForm.addEventListener('submit', (event) => {
   event.preventDefault();
   const url = ui.modelUrl.value.trim();
   if (!url) {
-    showError('Enter a model URL first: the address of a GGUF file.');
+    showError('Enter a model URL first: the address of a GGUF file.', '', 'load');
     return;
   }
   loadModel(url);
@@ -314,7 +444,7 @@ ui.generateForm.addEventListener('submit', (event) => {
     state.lastSent = prompt;
     state.sending = true;
     ui.prompt.value = '';
-    worker.postMessage({type: 'chat-send', text: prompt, settings});
+    worker.postMessage({type: 'chat-send', text: prompt, settings, system: ui.system.value});
     return;
   }
   ui.output.textContent = '';
@@ -327,7 +457,10 @@ function startRun(mode) {
   ui.stats.textContent = '';
   state.generating = true;
   state.running = mode;
-  if (mode === 'chat') state.pending = addTurn('assistant', '', false);
+  if (mode === 'chat') {
+    state.pending = addTurn('assistant', '', false);
+    state.pendingText = '';
+  }
   ui.status.textContent = 'Generating…';
   refreshControls();
 }
@@ -336,16 +469,24 @@ function startRun(mode) {
 
 const ROLE_LABELS = {user: 'You', assistant: 'Assistant', system: 'System'};
 
-// One turn of the Conversation list; returns the element its text goes in.
-function addTurn(role, text, stopped) {
+// Whether the conversation is scrolled to its end (then it follows new text; else the person is reading back).
+const atEnd = () => ui.conversation.scrollHeight - ui.conversation.scrollTop - ui.conversation.clientHeight < 40;
+function follow(wasAtEnd) {
+  if (wasAtEnd) ui.conversation.scrollTop = ui.conversation.scrollHeight;
+}
+
+// One turn of the Conversation list; returns the element its text goes in. Assistant text is rendered as Markdown
+// (web/markdown.js: DOM nodes, never HTML); the person's own text as typed. meta: {tokens, tok_s, seed} of the run.
+function addTurn(role, text, stopped, meta) {
   const li = document.createElement('li');
   li.className = `turn ${role}${stopped ? ' stopped' : ''}`;
   const label = document.createElement('span');
   label.className = 'role';
   label.textContent = ROLE_LABELS[role] || role;
   const content = document.createElement('div');
-  content.className = 'content';
-  content.textContent = text;
+  content.className = role === 'assistant' ? 'content md' : 'content';
+  if (role === 'assistant') content.append(CeraMarkdown.render(text));
+  else content.textContent = text;
   li.append(label, content);
   if (stopped) {
     const note = document.createElement('span');
@@ -353,26 +494,55 @@ function addTurn(role, text, stopped) {
     note.textContent = '(stopped)';
     li.append(note);
   }
+  if (meta) {
+    const line = document.createElement('div');
+    line.className = 'turn-meta';
+    line.append(`${meta.tokens} tokens · ${meta.tok_s == null ? '—' : meta.tok_s.toFixed(1)} tok/s`);
+    if (meta.seed != null) line.append(' · ', seedButton(meta.seed));
+    li.append(line);
+  }
+  const end = atEnd();
   ui.conversation.append(li);
-  li.scrollIntoView({block: 'nearest'});
+  follow(end);
   return content;
+}
+
+// The reply being streamed, rendered again from its whole text (a code fence may open or close at any token).
+let pendingFrame = 0;
+function renderPending() {
+  if (pendingFrame) return;
+  pendingFrame = requestAnimationFrame(() => {
+    pendingFrame = 0;
+    if (!state.pending) return;
+    const end = atEnd();
+    state.pending.replaceChildren(CeraMarkdown.render(state.pendingText));
+    follow(end);
+  });
 }
 
 function renderConversation() {
   ui.conversation.textContent = '';
   state.pending = null;
-  state.messages.forEach((m, i) => addTurn(m.role, m.content, state.stopped.has(i)));
+  state.messages.forEach((m, i) => addTurn(m.role, m.content, state.stopped.has(i), state.meta.get(i)));
+  ui.conversation.scrollTop = ui.conversation.scrollHeight;
 }
 
 // A chat turn finished: the worker's conversation is the truth (a turn stopped before any text is dropped there).
 function chatDone(msg) {
   const messages = msg.messages || [];
   const last = messages.length - 1;
-  for (const i of [...state.stopped]) {   // keep marks only where the message is still the same
-    if (i >= last || !state.messages[i] || state.messages[i].content !== messages[i].content) state.stopped.delete(i);
+  for (const marks of [state.stopped, state.meta]) {   // keep marks only where the message is still the same
+    for (const i of [...marks.keys()]) {
+      if (i >= last || !state.messages[i] || !messages[i] || state.messages[i].content !== messages[i].content) {
+        marks.delete(i);
+      }
+    }
   }
   if (msg.stop_reason === 'cancelled' && last >= 0 && messages[last].role === 'assistant' && msg.tokens.length) {
     state.stopped.add(last);
+  }
+  if (last >= 0 && messages[last].role === 'assistant') {
+    state.meta.set(last, {tokens: msg.tokens.length, tok_s: msg.decode_tok_s, seed: msg.seed});
   }
   state.messages = messages;
   renderConversation();
@@ -397,16 +567,19 @@ ui.regenerate.addEventListener('click', () => {
   state.messages = keep;
   startRun('chat');
   state.sending = false;
-  worker.postMessage({type: 'chat-regenerate', settings: {...readSettings(), max_tokens: maxTokens}});
+  worker.postMessage({type: 'chat-regenerate', settings: {...readSettings(), max_tokens: maxTokens},
+                      system: ui.system.value});
 });
 
 ui.clear.addEventListener('click', () => {
   worker.postMessage({type: 'chat-clear'});
   state.messages = [];
   state.stopped.clear();
+  state.meta.clear();
   renderConversation();
   clearError();
   ui.stats.textContent = '';
+  if (state.modelLoaded) ui.status.textContent = 'Ready';   // not the last run's stop reason
   refreshControls();
 });
 
@@ -421,6 +594,7 @@ function setMode(mode) {
   for (const el of document.querySelectorAll('.chat-only')) el.hidden = !chat;
   for (const el of document.querySelectorAll('.raw-only')) el.hidden = chat;
   ui.promptLabel.textContent = chat ? 'Message' : 'Prompt';
+  ui.stats.textContent = '';
   ui.generate.textContent = chat ? 'Send' : 'Generate';
   ui.prompt.placeholder = chat ? 'Type a message; Ctrl+Enter sends it.'
                                : 'Ask something, or start a text for the model to continue.';
@@ -429,7 +603,21 @@ function setMode(mode) {
 }
 
 for (const r of document.querySelectorAll('input[name="mode"]')) {
-  r.addEventListener('change', () => { if (r.checked) setMode(r.value); });
+  r.addEventListener('change', () => {
+    if (!r.checked) return;
+    state.modeChosen = true;
+    setMode(r.value);
+  });
+}
+
+// A loaded model with a chat template opens in chat mode (unless the person chose a mode); one without is a base
+// model: raw completion only, and the Chat template box (which would fall back to ChatML) starts unticked.
+function modelHasTemplate(has) {
+  ui.chatRadio.disabled = !has;
+  ui.chat.checked = false;
+  ui.modeHint.textContent = has ? '' : 'This model has no chat template: it continues text.';
+  if (!has) setMode('raw');
+  else if (!state.modeChosen) setMode('chat');
 }
 
 // -- settings ----------------------------------------------------------------------------------------------------
@@ -529,11 +717,13 @@ ui.stop.addEventListener('click', () => {
   ui.status.textContent = 'Stopping…';
 });
 
-// ?mode=chat|raw picks the mode the page opens in (default: raw completion).
-setMode(params.get('mode') === 'chat' ? 'chat' : DEFAULT_MODE);
+// ?mode=chat|raw picks the mode the page opens in (default: chat for a model with a chat template, else raw).
+if (['chat', 'raw'].includes(params.get('mode'))) state.modeChosen = true;
+setMode(params.get('mode') === 'raw' ? 'raw' : 'chat');
 
 // ?model=URL picks another model to load on open.
 const initialUrl = params.get('model') || DEFAULT_MODEL_URL;
 ui.modelUrl.value = initialUrl;
 loadModel(initialUrl);
 worker.postMessage({type: 'cache-list'});
+fetchMenu();

@@ -34,9 +34,10 @@
 //                                               run one raw completion; `chat` wraps the prompt in the chat template;
 //                                               settings: the settings form's values as typed ({name: string|bool},
 //                                               see cera_web.webapp.parse_settings); greedy unless they say otherwise
-//   {type: 'chat-send', text, settings}         the next user turn of the worker's one ChatSession (its KV cache is
-//                                               kept between turns); the reply streams as 'token's, then 'done'
-//   {type: 'chat-regenerate', settings}         the last reply again
+//   {type: 'chat-send', text, settings, system} the next user turn of the worker's one ChatSession (its KV cache is
+//                                               kept between turns); the reply streams as 'token's, then 'done'.
+//                                               system (optional): the conversation's system message ('' for none)
+//   {type: 'chat-regenerate', settings, system} the last reply again
 //   {type: 'chat-clear'}                        forget the conversation (a new model also starts a new one)
 //   {type: 'stop'}                              cancel the running generation (handled at once, not queued: the
 //                                               engine stops within one decode step and still sends 'done').
@@ -55,8 +56,10 @@
 //   {type: 'settings', fields, raw}             after Python starts: the generation settings (name, label, default,
 //                                               min, max, help: SamplingParams.describe()) and the raw-completion
 //                                               defaults (greedy), for the settings form
-//   {type: 'ready', model, backend, memory, origin, cpu, split: {tensor: buffers} of weights split across buffers}
-//                                               a model is loaded and usable; backend describes the GPU adapter;
+//   {type: 'ready', model, file, chat_template, backend, memory, origin, cpu, split: {tensor: buffers} of weights
+//    split across buffers}                      a model is loaded and usable; model: its general.name; file: the
+//                                               file it came from; chat_template: whether the file has one;
+//                                               backend describes the GPU adapter;
 //                                               memory: {weights, kv_cache, other, total, buffers} GPU bytes (null
 //                                               on the CPU); origin: 'cache', 'download' or 'file'; cpu: running on
 //                                               the CPU fallback
@@ -64,8 +67,10 @@
 //                                               origin's storage use and quota in bytes (null when unknown)
 //   {type: 'token', id, text}                   one generated token and its new text ('' while a UTF-8 character
 //                                               is still incomplete)
-//   {type: 'done', text, stop_reason, prompt_tokens, tokens, prefill_tok_s, decode_tok_s, prefill_ms, decode_ms,
-//    memory: webapp.memory_summary + wasm_heap (bytes of the Pyodide heap) | null on the CPU fallback}
+//   {type: 'done', text, stop_reason, prompt_tokens, tokens, reused_tokens (prompt tokens the KV cache held: not
+//    prefilled again), seed (text; null when greedy), prefill_tok_s, decode_tok_s, prefill_ms, decode_ms,
+//    memory: webapp.memory_summary + wasm_heap (bytes of the Pyodide heap; in 'ready' too) | null on the CPU
+//    fallback}
 //                                               a generation finished; stop_reason is 'eos', 'max_tokens',
 //                                               'context' (context window full) or 'cancelled'; prompt_tokens and
 //                                               tokens are lists of token ids; rates and times may be null. Chat
@@ -158,7 +163,9 @@ async function boot(cpu) {
   module.init((json) => {
     const msg = JSON.parse(json);
     // the wasm heap (it only grows): with the GPU memory in 'done', the page shows that generations leak nothing
-    if (msg.type === 'done' && msg.memory) msg.memory.wasm_heap = pyodide._module.HEAPU8.byteLength;
+    if ((msg.type === 'done' || msg.type === 'ready') && msg.memory) {
+      msg.memory.wasm_heap = pyodide._module.HEAPU8.byteLength;
+    }
     post(msg);
   });
   post({type: 'settings', ...JSON.parse(module.settings_form())});
@@ -225,9 +232,11 @@ async function handle(msg) {
     await webapp.generate(msg.prompt, msg.maxTokens, !!msg.chat, settingsJson(msg));
   } else if (msg.type === 'chat-send') {
     needModel();
+    if (msg.system != null) webapp.set_system(msg.system);
     await webapp.chat_send(msg.text, settingsJson(msg));
   } else if (msg.type === 'chat-regenerate') {
     needModel();
+    if (msg.system != null) webapp.set_system(msg.system);
     await webapp.chat_regenerate(settingsJson(msg));
   } else if (msg.type === 'chat-clear') {
     if (webapp) webapp.chat_clear();

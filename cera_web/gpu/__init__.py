@@ -24,6 +24,7 @@ class Device:
     submits: int = 0                   # queue submissions
     live_buffers: object               # the buffers created and not yet released (for leak checks)
     is_cpu: bool = False               # a software adapter (SwiftShader, lavapipe): kernels pick CPU-friendly shapes
+    subgroup_size: int | None = None   # the smallest subgroup the adapter runs (None: no subgroups feature)
 
     def create_buffer(self, nbytes: int, *, kind: str = "storage", label: str = ""):
         """kind: "storage" (read/write, copy src/dst), "uniform" (uniform + copy dst)."""

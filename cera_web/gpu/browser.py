@@ -153,7 +153,11 @@ class BrowserDevice(Device):
         if limits_override:
             all_limits.update(limits_override)
         is_cpu = bool(getattr(adapter, "isFallbackAdapter", False)) or "swiftshader" in desc.lower()
-        return cls(adapter, device, f"{desc or 'WebGPU adapter'} (browser WebGPU)", all_limits, set(features), is_cpu)
+        dev = cls(adapter, device, f"{desc or 'WebGPU adapter'} (browser WebGPU)", all_limits, set(features), is_cpu)
+        if "subgroups" in features and info is not None:       # the smallest subgroup the adapter may run
+            size = getattr(info, "subgroupMinSize", None)
+            dev.subgroup_size = int(size) if isinstance(size, (int, float)) and size > 0 else None
+        return dev
 
     def check(self):
         """Raise if the device was lost or reported errors (validation, out of memory)."""

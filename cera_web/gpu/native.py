@@ -6,7 +6,7 @@ import weakref
 
 import numpy as np
 
-from ..errors import GPUUnavailableError
+from ..errors import GPUMemoryError, GPUUnavailableError
 from . import Device, Plan
 
 try:   # wgpu-native's C entry points, for the fast encode path (falls back to the public API when absent)
@@ -44,6 +44,9 @@ class NativeDevice(Device):
         self.calls = 0
         self._pipelines = {}
         self.live_buffers = weakref.WeakSet()   # buffers created and not released (leak checks)
+        self.subgroup_size = self._probe_subgroup_size() if "subgroup" in self.features else None
+        if os.environ.get("CERA_WEB_SUBGROUPS") == "0":    # tests and benchmarks: the path without subgroups
+            self.subgroup_size = None
 
     @classmethod
     def create(cls, limits_override: dict | None = None, power_preference: str = "high-performance"):
@@ -73,7 +76,10 @@ class NativeDevice(Device):
         U = self._wgpu.BufferUsage
         usage = U.UNIFORM | U.COPY_DST if kind == "uniform" else U.STORAGE | U.COPY_DST | U.COPY_SRC
         self.calls += 1
-        buf = self.device.create_buffer(size=max(16, (nbytes + 3) // 4 * 4), usage=usage, label=label)
+        try:
+            buf = self.device.create_buffer(size=max(16, (nbytes + 3) // 4 * 4), usage=usage, label=label)
+        except self._wgpu.GPUError as e:
+            raise _buffer_error(e, nbytes, label, self.limits) from None
         self.live_buffers.add(buf)
         return buf
 
@@ -99,11 +105,25 @@ class NativeDevice(Device):
         for start in range(0, nbytes, chunk):
             self.write_buffer(buf, source.read(offset + start, min(chunk, nbytes - start)), at + start)
 
+    def _probe_subgroup_size(self):
+        """The subgroup size of a 64-thread compute kernel (wgpu-py's adapter info does not carry the adapter's
+        subgroup sizes): the smallest seen over the workgroup."""
+        buf = self.create_buffer(4 * 64)
+        pipe = self.pipeline("@group(0) @binding(0) var<storage, read_write> Y: array<u32>;\n"
+                             "@compute @workgroup_size(64) fn main(@builtin(local_invocation_index) i: u32, "
+                             "@builtin(subgroup_size) s: u32) { Y[i] = s; }", "subgroup probe")
+        self.submit([self.record([(pipe, self.bind(pipe, [buf]), (1, 1, 1))])])
+        self.dispatches = self.submits = self.calls = 0
+        sizes = np.frombuffer(bytes(self.device.queue.read_buffer(buf, 0, 4 * 64)), np.uint32)
+        self.release(buf)
+        return int(sizes.min())
+
     # -- pipelines -----------------------------------------------------------------------------------------------
     def pipeline(self, wgsl, label=""):
         p = self._pipelines.get(wgsl)
         if p is None:
-            module = self.device.create_shader_module(code=wgsl, label=label)
+            # naga rejects WebGPU's `enable subgroups;` (it allows subgroup builtins whenever the feature is on)
+            module = self.device.create_shader_module(code=wgsl.replace("enable subgroups;", ""), label=label)
             p = self.device.create_compute_pipeline(
                 layout="auto", compute={"module": module, "entry_point": "main"}, label=label)
             self._pipelines[wgsl] = p
@@ -176,3 +196,13 @@ class NativeDevice(Device):
 
     def _lost(self, e):
         return GPUUnavailableError(f"the GPU device was lost or failed ({e}); load the model again")
+
+
+def _buffer_error(e, nbytes: int, label: str, limits: dict) -> GPUMemoryError:
+    """A clean error for a failed buffer allocation: what did not fit, how big it is, what the device said."""
+    said = [line.strip() for line in str(e).splitlines() if line.strip()]
+    said = said[-1].rstrip(".") if said else type(e).__name__
+    return GPUMemoryError(
+        f"the GPU could not allocate buffer {label or '(unnamed)'!r} of {nbytes:,} bytes ({nbytes / 2**20:.1f} MiB; "
+        f"this device's maxBufferSize is {int(limits.get('max-buffer-size', 0)):,}): {said}. Load a smaller model "
+        f"or a smaller context size (--context), or free GPU memory used by other programs")

@@ -27,7 +27,9 @@ def load_model(dev, gguf, source, *, context_size: int, chunk: int, on_progress=
     if isinstance(dev, CPUDevice):
         cls = CPUModel
     else:
+        from .memory import fit_report
         from .transformer import Transformer as cls
+        fit_report(gguf, dev.limits, context_size, spec=spec)   # refuse what cannot fit before uploading anything
     return cls(dev, gguf, source, spec, context_size=context_size, chunk=chunk, on_progress=on_progress)
 
 

@@ -146,6 +146,7 @@ class Transformer(GPUModel):
             self.bcx = buf(4 * T * 3 * s.hidden, label="bcx")            # [T, B | C | x] in_proj output
             self.conv_out = buf(4 * T * s.hidden, label="conv out")      # [T, hidden] C * conv(B * x)
         self._norms, self._freqs, self._scratch, self._plan_all_logits = {}, {}, None, None
+        self._argmax_pairs = None     # the two-stage argmax's (value, index) per slice, made on first use
         self.ones = self.f32_buffer(np.ones(max(s.hidden, s.ffn, q_dim, 2 * s.head_dim), np.float32), "ones")
         self.zero_bias = self.f32_buffer(np.zeros(max(qkv_dim, 1), np.float32), "no bias")
         self.final_gain = self.norm(s.final_norm)
@@ -216,9 +217,10 @@ class Transformer(GPUModel):
                 rec.add(kernels.matmul_tiled(fmt, k, rows_here, tile=tile, **common), buffers,
                         kernels.tiled_groups(rows_here, T, tile), label)
                 continue
-            lanes = kernels.lanes_for(k // kernels.block_elems(fmt), self.dev.is_cpu)
-            wgsl = kernels.matmul(fmt, k, rows_here, tokens=1 if self.dev.is_cpu else min(T, 8), lanes=lanes, **common)
-            rec.add(wgsl, buffers, kernels.spread(kernels.matmul_groups(rows_here, lanes)), label)
+            shape = kernels.matvec_shape(k // kernels.block_elems(fmt), 1 if kw.get("last_only") else T,
+                                         self.dev.is_cpu, self.dev.subgroup_size)
+            rec.add(kernels.matmul(fmt, k, rows_here, **shape, **common), buffers,
+                    kernels.spread(kernels.matmul_groups(rows_here, shape["lanes"], shape["rpt"], shape["wg"])), label)
 
     # -- plans ---------------------------------------------------------------------------------------------------
     def record_body(self, T):
@@ -232,8 +234,22 @@ class Transformer(GPUModel):
     def record_head(self, T):
         rec = Recorder(self.dev)
         self.linear(rec, T, self.spec.lm_head, self.x, self.logits, gain=self.final_gain, last_only=True)
-        rec.add(kernels.argmax(self.spec.vocab), [self.logits, self.tokens, self.log, self.step], (1, 1, 1), "argmax")
+        self.record_argmax(rec)
         return rec.finish()
+
+    def record_argmax(self, rec):
+        """Greedy token = argmax of the logits, into tokens[0] and the log: in two stages for large vocabularies
+        (each workgroup the best of a slice, then the best of those)."""
+        V = self.spec.vocab
+        parts = kernels.argmax_parts_count(V)
+        if parts == 1:
+            rec.add(kernels.argmax(V), [self.logits, self.tokens, self.log, self.step], (1, 1, 1), "argmax")
+            return
+        if self._argmax_pairs is None:
+            self._argmax_pairs = self.dev.create_buffer(8 * parts, label="argmax pairs")
+        rec.add(kernels.argmax_parts(V), [self.logits, self._argmax_pairs], (parts, 1, 1), "argmax")
+        rec.add(kernels.argmax(parts, pairs=True), [self._argmax_pairs, self.tokens, self.log, self.step], (1, 1, 1),
+                "argmax")
 
     async def chunk_logits(self, ids, pos0: int) -> np.ndarray:
         """Run one prompt chunk (len(ids) <= chunk) at positions pos0... like prefill, and return the logits at each

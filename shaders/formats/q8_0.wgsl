@@ -16,7 +16,7 @@ fn w8(row: u32, oct: u32) -> array<vec4<f32>, 2> {
 const BLOCK: u32 = 8u;
 
 fn block_dot(row: u32, b: u32, x: u32) -> f32 {
-    let base = row * ROW_BYTES + (b / 4u) * 34u + 2u + (b % 4u) * 8u;
+    let base = row * ROW_BYTES + (b / 4u) * 34u + 2u + (b % 4u) * 8u;    // even: rows and blocks are 34 bytes
     let d = read_f16(row * ROW_BYTES + (b / 4u) * 34u);
-    return d * (dot(unpack_i8x4(read_u32(base)), xin(x)) + dot(unpack_i8x4(read_u32(base + 4u)), xin(x + 1u)));
+    return d * (dot(unpack_i8x4(read_u32_even(base)), xin(x)) + dot(unpack_i8x4(read_u32_even(base + 4u)), xin(x + 1u)));
 }
