@@ -88,14 +88,14 @@ def test_greedy_decode(dev, stem, chunk):
 @pytest.mark.gpu
 def test_generate_text_case_with_split_embedding(dev):
     """Engine.generate from the text prompt (our SentencePiece tokenizer gives the ids sentencepiece gave), on a device
-    binding at most 8 KiB: the embedding table / tied head is split across buffers; the greedy text is transformers'."""
+    binding at most 16 KiB (one layer's KV cache for 64 tokens): the embedding table / tied head is split across buffers; the greedy text is transformers'."""
     from cera_web.engine import Engine
     from cera_web.gpu.native import NativeDevice
     case = INFO["files"]["gemma3-q8_0"]["text_case"]
-    small = NativeDevice.create(limits_override={"max-storage-buffer-binding-size": 8192})
+    small = NativeDevice.create(limits_override={"max-storage-buffer-binding-size": 16384})
     eng = run(Engine.load(SMALL / "gemma3-q8_0.gguf", device=small, context_size=64, chunk=8))
     try:
-        assert len(eng.model.split_tensors()["token_embd.weight"]) >= 3
+        assert len(eng.model.split_tensors()["token_embd.weight"]) >= 2
         assert eng.tokenizer.encode(case["prompt"]) == case["prompt_ids"]
         res = run(eng.generate(case["prompt"], max_tokens=len(case["greedy_ids"]), stop_at_eos=False))
         assert res.tokens == case["greedy_ids"]
