@@ -41,16 +41,16 @@ def run(coro):
 def engines():
     from cera_web.engine import Engine
     from cera_web.gpu.native import NativeDevice
-    dev = NativeDevice.create()
     cache = {}
 
     def get(name):
         if not assets.is_installed(name):
             pytest.skip(f"{name} is not fetched: python -m cera_web.assets --models (tests/run.py does)")
         if name not in cache:
-            for other in list(cache):           # one real model in memory at a time
+            for other in list(cache):           # one real model in memory at a time (close() ends its device)
                 cache.pop(other).close()
-            cache[name] = run(Engine.load(assets.asset_path(name), device=dev, context_size=256, chunk=64))
+            cache[name] = run(Engine.load(assets.asset_path(name), device=NativeDevice.create(), context_size=256,
+                                          chunk=64))
         return cache[name]
     yield get
     for eng in cache.values():
