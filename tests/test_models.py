@@ -346,11 +346,15 @@ def test_page_generates_with_each_family(browser, server_url):
         status = page.get_by_role("status")
         for family in ("lfm2", "qwen2", "qwen3"):
             if family != "lfm2":
+                if page.locator("#drawer").get_attribute("open") is None:   # model controls fold once one loaded
+                    page.locator("#drawer > summary").click()
                 page.get_by_label("Model URL").fill(f"/fake/{family}.gguf")
                 page.get_by_role("button", name="Load").click()
-                expect(page.locator("#model-name")).to_have_text(f"tiny random {family}", timeout=300_000)
+                expect(page.locator("#model-name")).to_have_text(f"{family}.gguf", timeout=300_000)
             expect(status).to_have_text(re.compile(r"Ready"), timeout=300_000)
-            expect(page.locator("#model-name")).to_have_text(f"tiny random {family}")
+            expect(page.locator("#model-name")).to_have_text(f"{family}.gguf")
+            expect(page.locator("#model-name")).to_have_attribute("title", f"Named in the file: tiny random {family}")
+            page.get_by_label("Raw completion").check()
             case = INFO["files"][f"{family}-q8_0"]["text_case"]
             page.get_by_label("Prompt").fill(case["prompt"])
             page.get_by_label("Max tokens").fill(str(len(case["greedy_ids"])))
