@@ -356,7 +356,7 @@ def test_page_generates_with_each_family(browser, server_url):
             expect(page.locator("#model-name")).to_have_attribute("title", f"Named in the file: tiny random {family}")
             page.get_by_label("Raw completion").check()
             case = INFO["files"][f"{family}-q8_0"]["text_case"]
-            page.get_by_label("Prompt").fill(case["prompt"])
+            page.get_by_label("Prompt", exact=True).fill(case["prompt"])
             page.get_by_label("Max tokens").fill(str(len(case["greedy_ids"])))
             page.get_by_label("Chat template").set_checked(False)
             page.get_by_role("button", name="Generate").click()
