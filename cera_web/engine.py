@@ -36,7 +36,7 @@ class GenerationResult:
     prompt_tokens: list[int]
     tokens: list[int] = field(default_factory=list)   # generated ids (without an ending end-of-turn or stop token)
     text: str = ""                   # the output text (never contains a stop string)
-    stop_reason: str = ""            # "eos" | "stop" | "max_tokens" | "context" | "cancelled"
+    stop_reason: str = ""            # "eos" | "stop" | "max_tokens" | "context" | "cancelled" | "grammar"
     stop_sequence: str | int | None = None   # the stop string or stop token id that ended it ("stop")
     seed: int | None = None          # the seed the draws used (None when decoding was greedy)
     reused_tokens: int = 0           # prompt tokens found in the KV cache (not prefilled again)
@@ -121,6 +121,7 @@ class Engine:
         self._chat_template = None
         self._cancel = False
         self._sampler = None
+        self._trie = None       # the vocabulary's byte trie, for grammar masks (built on first use)
         # what the KV cache holds: _cache[p] is the token whose K/V are at position p; valid while model.passes
         # equals _cache_passes (a pass run by anyone else, e.g. a test calling model.prefill, invalidates it)
         self._cache: list[int] = []
@@ -229,7 +230,8 @@ class Engine:
         return params.replace(**settings) if settings else params
 
     async def generate(self, prompt, params=None, *, on_token=None, chat: bool = False, reuse_cache: bool = False,
-                       stop_at_eos: bool | None = None, **settings) -> GenerationResult:
+                       stop_at_eos: bool | None = None, response_format=None, grammar=None,
+                       **settings) -> GenerationResult:
         """Generate from ``prompt`` (text, or token ids). Settings: ``params`` (a SamplingParams or a dict) and/or
         keyword arguments named like its fields (max_tokens=..., temperature=..., seed=..., stop=[...], ...).
         With no settings at all decoding is greedy (cera_web.sampling.GREEDY) and stops after 256 tokens.
@@ -239,12 +241,24 @@ class Engine:
         end-of-turn/stop token that ended the reply. The texts add up to result.text.
         chat: wrap a text prompt as one user message in the model's chat template.
         reuse_cache: skip prefilling the longest prefix that the KV cache already holds from the last generation.
-        stop_at_eos: the older spelling of ``ignore_eos=not stop_at_eos``."""
+        stop_at_eos: the older spelling of ``ignore_eos=not stop_at_eos``.
+        response_format / grammar: constrain the output (cera_web.json_schema.constraint): {"type": "json_object"},
+        {"type": "json_schema", "json_schema": {"schema": ...}}, {"type": "grammar", "grammar": GBNF}, or GBNF text
+        / a compiled Grammar as ``grammar``. The reply is then complete text of the grammar unless max_tokens, the
+        context or a stop string cut it short; it ends with stop_reason "grammar" when nothing can follow."""
         if stop_at_eos is not None:
             settings["ignore_eos"] = not stop_at_eos
         params = self.settings(params, settings)
+        constraint = _constraint(response_format, grammar)
         ids = self.encode_prompt(prompt, chat)
-        return await self.generate_ids(ids, params, on_token=on_token, reuse_cache=reuse_cache)
+        return await self.generate_ids(ids, params, on_token=on_token, reuse_cache=reuse_cache, grammar=constraint)
+
+    def token_trie(self):
+        """The vocabulary as a byte trie (cera_web.grammar.TokenTrie), built once per model."""
+        if self._trie is None:
+            from .grammar import TokenTrie
+            self._trie = TokenTrie.from_tokenizer(self.tokenizer)
+        return self._trie
 
     def _reusable(self, ids) -> int:
         """How many leading tokens of ``ids`` the KV cache holds (leaving at least one to prefill for the logits)."""
@@ -261,8 +275,9 @@ class Engine:
         return n if n == len(self._cache) < len(ids) else 0
 
     async def generate_ids(self, ids: list[int], params: SamplingParams, *, on_token=None,
-                           reuse_cache: bool = False) -> GenerationResult:
-        """generate() for a prompt already tokenized (validated ids) with validated settings."""
+                           reuse_cache: bool = False, grammar=None) -> GenerationResult:
+        """generate() for a prompt already tokenized (validated ids) with validated settings; grammar: a compiled
+        cera_web.grammar.Grammar or None."""
         self._cancel = False
         ctx, model = self.context_size, self.model
         if len(ids) >= ctx:
@@ -278,28 +293,37 @@ class Engine:
             return result
         start = self._reusable(ids) if reuse_cache else 0
         result.reused_tokens = start
-        if params.temperature > 0 or params.penalised:      # else the head's argmax is the answer
+        matcher = None
+        if grammar is not None:
+            from .grammar import Matcher
+            matcher = Matcher(grammar, self.token_trie())
+        # else the head's argmax is the answer; a grammar's mask is applied by the sampler, greedy or not
+        if params.temperature > 0 or params.penalised or matcher is not None:
             if self._sampler is None:
                 make = getattr(model, "make_sampler", None)      # the CPU fallback samples on the host
                 self._sampler = make() if make else GPUSampler.for_model(model)
             seed = params.seed if params.seed is not None else random_seed()
             result.seed = None if params.greedy else seed
-            self._sampler.set_params(params, seed)
+            self._sampler.set_params(params, seed, masked=matcher is not None)
             self._sampler.set_history(ids)
+            if matcher is not None:
+                self._sampler.set_mask(matcher.mask())         # for the token that prefill's head draws
             model.sampler_plan = self._sampler.plan
         out = _Output(self, result, params, on_token)
         ok = False
         try:
-            await self._run(ids, start, params, result, out)
+            await self._run(ids, start, params, result, out, matcher)
             ok = True
         finally:
             model.sampler_plan = None
             self._cache_passes = model.passes if ok else -1
         return out.finish()
 
-    async def _run(self, ids, start, params, result, out):
+    async def _run(self, ids, start, params, result, out, matcher=None):
         model, ctx = self.model, self.context_size
         eot = frozenset() if params.ignore_eos else self.tokenizer.eot_ids
+        if matcher is not None:     # under a grammar an end-of-turn token is allowed only when the text is complete
+            eot = eot | matcher.trie.eos_set
         stop_ids = frozenset(params.stop_token_ids)
         # prefill from `start`, chunk by chunk; the last chunk also samples the first new token. Waiting for each
         # chunk gives cancel() (and the browser's event loop) a point to come in.
@@ -324,15 +348,21 @@ class Engine:
 
         def accept(tok, pos):
             """Take one sampled token (for position pos); return why to stop ("" to go on)."""
+            if matcher is not None and tok not in eot and not matcher.advance(tok):
+                raise RuntimeError(f"the sampler drew token {tok}, which the grammar forbids here (a bug in the "
+                                   f"mask path)")
             if tok in eot or tok in stop_ids:
                 out.end(tok)
                 if tok in eot:
                     return "eos"
                 result.stop_sequence = tok
                 return "stop"
-            final = len(result.tokens) + 1 >= params.max_tokens or pos >= ctx
+            done = matcher is not None and matcher.finished      # nothing can follow: the text is complete
+            final = len(result.tokens) + 1 >= params.max_tokens or pos >= ctx or done
             if out.token(tok, final):
                 return "stop"
+            if done:
+                return "grammar"
             if len(result.tokens) >= params.max_tokens:
                 return "max_tokens"
             return "context" if pos >= ctx else ""
@@ -346,6 +376,10 @@ class Engine:
             n = max(1, min(self.steps_per_read, params.max_tokens - len(result.tokens), ctx - pos,
                            model.max_steps_per_read))
             h = time.perf_counter()
+            if matcher is not None:
+                # a step's mask depends on the token before it, known only once read back: one step per read
+                n = 1
+                self._sampler.set_mask(matcher.mask())
             for i in range(n):
                 model.decode(pos + i, i)
             result.host_ms += (time.perf_counter() - h) * 1000
@@ -447,9 +481,10 @@ class ChatSession:
         return Engine.settings(params, settings, base=self.params, dict_base=self.params)
 
     async def _reply(self, msgs, on_token, params, settings) -> GenerationResult:
+        constraint = _constraint(settings.pop("response_format", None), settings.pop("grammar", None))
         p = self._settings(params, settings)
         msgs, ids, dropped = self._fit(msgs, p)
-        result = await self.engine.generate_ids(ids, p, on_token=on_token, reuse_cache=True)
+        result = await self.engine.generate_ids(ids, p, on_token=on_token, reuse_cache=True, grammar=constraint)
         self.last_result = result
         if result.stop_reason == "cancelled" and not result.tokens:
             return result       # stopped before any reply: the turn is dropped
@@ -481,6 +516,14 @@ class ChatSession:
                     f"shorten the message, load the model with a larger context size, or let the session drop the "
                     f"oldest turns (overflow='truncate_oldest')")
             return msgs, ids, dropped
+
+
+def _constraint(response_format, grammar):
+    """The compiled grammar of a generation's response_format / grammar arguments (None: unconstrained)."""
+    if response_format is None and grammar is None:
+        return None
+    from .json_schema import constraint
+    return constraint(response_format, grammar)
 
 
 def _oldest_turn(msgs) -> tuple[int, int] | None:

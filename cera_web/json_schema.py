@@ -306,3 +306,62 @@ def schema_to_grammar(schema) -> Grammar:
         return Grammar.parse(text)
     except GrammarError as e:
         raise GrammarError(f"the JSON schema cannot be satisfied or compiled: {e}") from None
+
+
+_COMPILED: dict[str, Grammar] = {}
+
+
+def constraint(response_format=None, grammar=None) -> Grammar | None:
+    """The grammar a generation is constrained by, from OpenAI-style ``response_format`` and/or ``grammar``:
+    {"type": "text"} or None: none; {"type": "json_object"}: any JSON object; {"type": "json_schema",
+    "json_schema": {"schema": {...}}} (or {"type": "json_schema", "schema": {...}}): JSON valid against the schema;
+    {"type": "grammar", "grammar": "GBNF text"}; ``grammar``: GBNF text or a compiled Grammar. Compiled grammars
+    are kept by their text, so a schema used again reuses its cached states and masks."""
+    if grammar is not None and response_format not in (None, {"type": "text"}):
+        raise GrammarError("give either response_format or grammar, not both")
+    if isinstance(grammar, Grammar):
+        return grammar
+    if grammar is not None:
+        key = "gbnf:" + grammar if isinstance(grammar, str) else None
+        if key is None:
+            raise GrammarError(f"grammar must be GBNF text or a cera_web.grammar.Grammar, got {type(grammar).__name__}")
+        text = grammar
+    elif response_format is None:
+        return None
+    else:
+        if not isinstance(response_format, dict) or not isinstance(response_format.get("type"), str):
+            raise GrammarError(f"response_format must be a dict with a 'type' (text, json_object, json_schema or "
+                               f"grammar), got {response_format!r}")
+        kind = response_format["type"]
+        if kind == "text":
+            return None
+        if kind == "json_object":
+            schema = response_format.get("schema")
+            text = schema_to_gbnf("json_object" if schema is None else schema)
+        elif kind == "json_schema":
+            spec = response_format.get("json_schema", response_format)
+            if not isinstance(spec, dict) or "schema" not in spec:
+                raise GrammarError("response_format json_schema needs the schema: {'type': 'json_schema', "
+                                   "'json_schema': {'name': ..., 'schema': {...}}}")
+            text = schema_to_gbnf(spec["schema"])
+        elif kind == "grammar":
+            text = response_format.get("grammar")
+            if not isinstance(text, str):
+                raise GrammarError("response_format grammar needs the GBNF text: {'type': 'grammar', "
+                                   "'grammar': 'root ::= ...'}")
+        else:
+            raise GrammarError(f"response_format type must be text, json_object, json_schema or grammar, got "
+                               f"{kind!r}")
+        key = "gbnf:" + text
+    got = _COMPILED.get(key)
+    if got is None:
+        try:
+            got = Grammar.parse(text)
+        except GrammarError as e:
+            if grammar is None and response_format.get("type") != "grammar":
+                raise GrammarError(f"the JSON schema cannot be satisfied or compiled: {e}") from None
+            raise
+        if len(_COMPILED) >= 32:
+            _COMPILED.pop(next(iter(_COMPILED)))
+        _COMPILED[key] = got
+    return got

@@ -177,12 +177,15 @@ def penalise(logits: np.ndarray, recent, penalty: float) -> np.ndarray:
     return z
 
 
-def kept_tokens(logits: np.ndarray, params: SamplingParams, recent=()) -> tuple[np.ndarray, np.ndarray]:
+def kept_tokens(logits: np.ndarray, params: SamplingParams, recent=(), allowed=None) -> tuple[np.ndarray, np.ndarray]:
     """The tokens that may be drawn (ascending ids) and their probabilities (normalised over them), computed by
-    sorting: the plain statement of what sample.wgsl keeps. ``recent``: the latest tokens, oldest first."""
+    sorting: the plain statement of what sample.wgsl keeps. ``recent``: the latest tokens, oldest first.
+    ``allowed``: a boolean array over the vocabulary (a grammar's mask), or None for every token."""
     window = list(recent)[-params.repeat_window:] if params.repeat_window else []
     z = penalise(logits, window, params.repeat_penalty) if params.repeat_penalty != 1.0 else \
         np.asarray(logits, np.float32)
+    if allowed is not None:
+        z = np.where(allowed, z, np.float32(-3.4e38))
     if params.greedy:
         i = int(np.argmax(z))     # the first index among equal maxima
         return np.array([i]), np.array([1.0])
@@ -198,14 +201,14 @@ def kept_tokens(logits: np.ndarray, params: SamplingParams, recent=()) -> tuple[
         n = int(np.searchsorted(cum, params.top_p * cum[-1]))   # the first prefix reaching the target
         thr = max(thr, top[min(n, len(top) - 1)])
     thr = max(thr, params.min_p)
-    keep = np.nonzero(p >= thr)[0]
+    keep = np.nonzero((p >= thr) & (p > 0))[0]
     return keep, p[keep] / p[keep].sum()
 
 
-def sample_numpy(logits: np.ndarray, params: SamplingParams, recent=(), u: float = 0.0) -> int:
+def sample_numpy(logits: np.ndarray, params: SamplingParams, recent=(), u: float = 0.0, allowed=None) -> int:
     """The token sample.wgsl draws for random number ``u`` (see :func:`uniform`): inverse CDF over the kept tokens
     in index order. Agrees with the kernel except when u falls within float rounding of a CDF step."""
-    keep, probs = kept_tokens(logits, params, recent)
+    keep, probs = kept_tokens(logits, params, recent, allowed)
     i = int(np.searchsorted(np.cumsum(probs), u, side="right"))
     return int(keep[min(i, len(keep) - 1)])
 
@@ -220,24 +223,32 @@ class GPUSampler:
         from . import kernels
         self.dev = dev
         self.vocab = vocab
-        self.params = dev.create_buffer(32, kind="uniform", label="sampling params")
+        self.params = dev.create_buffer(48, kind="uniform", label="sampling params")
+        self.mask = dev.create_buffer(4 * (-(-vocab // 32)), label="grammar mask")
+        self.masked = False
         self.ring = dev.create_buffer(4 * RING, label="recent tokens")
         self.work = dev.create_buffer(16 * (-(-vocab // 4)), label="sampling scratch")
         pipe = dev.pipeline(kernels.build("sample", V=vocab, RING=RING, PROBE=probe), "sample")
         # logits twice: as f32 (the tail) and as vec4 (whole groups of 4, read two at a time)
-        group = dev.bind(pipe, [logits, tokens, log, step, self.params, self.ring, self.work, logits])
+        group = dev.bind(pipe, [logits, tokens, log, step, self.params, self.ring, self.work, logits, self.mask])
         self.plan = dev.record([(pipe, group, (1, 1, 1))])
 
     @classmethod
     def for_model(cls, model) -> "GPUSampler":
         return cls(model.dev, model.vocab, model.logits, model.tokens, model.log, model.step)
 
-    def set_params(self, params: SamplingParams, seed: int):
+    def set_params(self, params: SamplingParams, seed: int, masked: bool = False):
+        """The generation's settings; masked: apply the mask buffer (set_mask before each step)."""
         temperature = 0.0 if params.greedy else params.temperature
         penalty = params.repeat_penalty if params.penalised else 1.0
+        self.masked = bool(masked)
         self.dev.write_buffer(self.params, struct.pack(
-            "<fIfffIII", temperature, min(params.top_k, _MASK32), params.top_p, params.min_p, penalty,
-            params.repeat_window, seed & _MASK32, (seed >> 32) & _MASK32))
+            "<fIfffIIII12x", temperature, min(params.top_k, _MASK32), params.top_p, params.min_p, penalty,
+            params.repeat_window, seed & _MASK32, (seed >> 32) & _MASK32, int(self.masked)))
+
+    def set_mask(self, words: np.ndarray):
+        """The allowed tokens of the next step: a uint32 bitset over the vocabulary (cera_web.grammar.Matcher.mask)."""
+        self.dev.write_buffer(self.mask, words)
 
     def set_history(self, ids):
         """Put the latest RING tokens of the sequence ``ids`` (positions 0..len-1) into the ring."""

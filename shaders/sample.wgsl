@@ -3,6 +3,8 @@
 // to log[step.out_index] (read back after several steps) and to the recent-token ring (for later penalties).
 //
 // What it computes (the same semantics as cera_web.sampling.sample_numpy, the host-side specification):
+//   0. (params.masked != 0) tokens whose bit in the mask is 0 (a grammar forbids them) get z_i = -3.4e38 after step 1,
+//      so they are never the argmax and their p_i is 0: never kept, never drawn.
 //   1. z_i = logits_i, except for the distinct tokens among the last `window` tokens of the sequence (the ring,
 //      prompt included): z = logit / penalty when logit > 0, else logit * penalty (llama.cpp's repeat penalty).
 //   2. temperature <= 0 or top_k == 1: the id is argmax_i z_i (the lowest index among equal maxima); done.
@@ -43,6 +45,7 @@
 //                                              this kernel writes each sampled one)
 //   6 work: array<vec4<f32>>          [ceil(V / 4)]  scratch: z, then p (past V: z = -3.4e38, p = 0)
 //   7 logits4: array<vec4<f32>>       the logits buffer again, read 4 at a time (its whole vec4s: V / 4)
+//   8 mask: array<u32>                [ceil(V / 32)]  bit i % 32 of mask[i / 32]: token i allowed (read when masked)
 // Dispatch: (1, 1, 1), one workgroup of 256 threads. Workgroup memory: about 15 KiB.
 // Each thread reads two vec4s per loop iteration, so loads overlap: one workgroup is otherwise latency-bound.
 
@@ -55,6 +58,10 @@ struct Sample {
     window: u32,        // how many of the latest tokens the penalty covers (<= RING)
     seed_lo: u32,
     seed_hi: u32,
+    masked: u32,        // 1: apply the mask (binding 8)
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<storage, read> logits: array<f32>;
@@ -65,6 +72,7 @@ struct Sample {
 @group(0) @binding(5) var<storage, read_write> ring: array<u32>;
 @group(0) @binding(6) var<storage, read_write> work: array<vec4<f32>>;
 @group(0) @binding(7) var<storage, read> logits4: array<vec4<f32>>;     // the same buffer as logits
+@group(0) @binding(8) var<storage, read> mask: array<u32>;
 
 const WG: u32 = 256u;
 const BINS: u32 = 16u;          // radix digit values; also the fast path's powers of two
@@ -395,9 +403,16 @@ fn main(@builtin(local_invocation_index) tid: u32) {
             let q = q0 + h * WG;        // indices 4q..4q+3, in increasing order for this thread
             if (q < V4) {
                 var z = select(a, b, h == 1u);
+                var bits = 0xfu;    // 4q..4q+3 lie in one mask word (4q is a multiple of 4)
+                if (params.masked != 0u) {
+                    bits = (mask[q >> 3u] >> (4u * (q & 7u))) & 0xfu;
+                }
                 for (var e = 0u; e < 4u; e++) {
                     if (penalised) {
                         z[e] = penalise(4u * q + e, z[e]);
+                    }
+                    if ((bits >> e & 1u) == 0u) {
+                        z[e] = LOW;
                     }
                     if (z[e] > bv) {
                         bv = z[e];

@@ -125,15 +125,20 @@ class Harness:
     def path(self):
         return {1: "fast", 2: "radix"}.get(int(np.frombuffer(run(self.dev.read(self.tokens, 4, 4)), np.uint32)[0]))
 
-    def draw(self, logits, params, seeds, pos, history=()):
-        """One draw per seed, for position pos, after the tokens `history` at positions 0..len-1."""
+    def draw(self, logits, params, seeds, pos, history=(), allowed=None):
+        """One draw per seed, for position pos, after the tokens `history` at positions 0..len-1; allowed: a
+        boolean mask over the vocabulary (a grammar's), or None."""
         self.dev.write_buffer(self.logits, np.asarray(logits, np.float32))
         self.sampler.set_history(list(history))
+        if allowed is not None:
+            bits = np.zeros(32 * -(-self.V // 32), bool)
+            bits[:self.V] = allowed
+            self.sampler.set_mask(np.packbits(bits, bitorder="little").view(np.uint32))
         out = []
         for start in range(0, len(seeds), 256):
             batch = seeds[start:start + 256]
             for i, seed in enumerate(batch):
-                self.sampler.set_params(params, seed)
+                self.sampler.set_params(params, seed, masked=allowed is not None)
                 self.dev.write_buffer(self.step, struct.pack("<4I", 1, pos - 1, i, pos))
                 self.dev.submit([self.sampler.plan])
             out += np.frombuffer(run(self.dev.read(self.log, 0, 4 * len(batch))), np.uint32).tolist()
@@ -368,3 +373,39 @@ def test_stop_token_ids_and_ignore_eos(engine):
     res = run(engine.generate(p["prompt_ids"], max_tokens=eos + 2, ignore_eos=True, reuse_cache=True))
     assert res.reused_tokens == len(p["prompt_ids"]) - 1
     assert res.tokens == p["greedy_ids"][:eos + 2] and res.stop_reason == "max_tokens"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("settings, path", [
+    (dict(temperature=0.0, repeat_penalty=1.0), None),                # greedy: the best allowed token
+    (dict(temperature=0.0, repeat_penalty=1.3, repeat_window=8), None),
+    (dict(), "fast"),
+    (dict(temperature=1.0, **OFF), "radix"),
+    (dict(temperature=1.3, top_k=0, top_p=0.6, min_p=0.0), "fast"),
+    (dict(temperature=2.0, top_k=2500, top_p=1.0, min_p=0.0), "radix"),
+])
+def test_masked_kernel_matches_numpy_specification(harness, settings, path):
+    """A grammar's mask: disallowed tokens are never drawn, and the draw is the specification's on the masked
+    logits (the mask applies before temperature, top-k/top-p/min-p: greedy and seeded sampling stay exact)."""
+    rng = np.random.default_rng(11)
+    logits = (rng.standard_normal(harness.V) * 2.5).astype(np.float32)
+    allowed = rng.random(harness.V) < 0.3
+    top = np.argsort(-logits)[:50]
+    allowed[top[:10]] = False                   # the most likely tokens are forbidden
+    allowed[harness.V - 3:] = [True, False, True]   # the partial last vec4 too
+    logits[harness.V - 3] = 9.0
+    history = rng.integers(0, harness.V, 12).tolist()
+    params = SamplingParams(**settings)
+    seeds = list(range(300, 340))
+    got = harness.draw(logits, params, seeds, len(history), history, allowed=allowed)
+    want = [sample_numpy(logits, params, history, uniform(s, len(history)), allowed) for s in seeds]
+    assert all(allowed[g] for g in got)
+    if path:
+        assert harness.path == path
+    assert sum(g != w for g, w in zip(got, want)) <= 2
+    if params.greedy:
+        assert got == want
+    # only one token allowed: it is drawn whatever the logits and settings
+    only = np.zeros(harness.V, bool)
+    only[int(np.argmin(logits))] = True
+    assert set(harness.draw(logits, params, seeds[:8], len(history), history, allowed=only)) == {int(np.argmin(logits))}

@@ -38,9 +38,14 @@ class CPUSampler:
         self.params = SamplingParams(temperature=0.0)
         self.seed = 0
         self.recent: list[int] = []
+        self.allowed = None         # a grammar's mask as a boolean array, or None
 
-    def set_params(self, params: SamplingParams, seed: int):
+    def set_params(self, params: SamplingParams, seed: int, masked: bool = False):
         self.params, self.seed = params, seed
+        self.allowed = None
+
+    def set_mask(self, words):
+        self.allowed = np.unpackbits(np.asarray(words, np.uint32).view(np.uint8), bitorder="little").astype(bool)
 
     def set_history(self, ids):
         self.recent = list(ids[-RING:])
@@ -75,7 +80,8 @@ class CPUModel:
             return int(np.argmax(logits))
         window = s.params.repeat_window
         recent = s.recent[-window:] if window else []
-        tok = sample_numpy(logits, s.params, recent, uniform(s.seed, pos))
+        allowed = None if s.allowed is None else s.allowed[:len(logits)]
+        tok = sample_numpy(logits, s.params, recent, uniform(s.seed, pos), allowed)
         s.recent = (s.recent + [tok])[-RING:]
         return tok
 
