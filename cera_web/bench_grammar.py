@@ -1,12 +1,19 @@
 """Benchmark of the grammar engine's per-step host cost (JSON on stdout).
 
     python -m cera_web.bench_grammar [--gguf FILE] [--vocab 150000] [--steps 200] [--runs 8]
+    python -m cera_web.bench_grammar --decode [--gguf FILE | --vocab-json F] [--decode-tokens 128]
 
 For a few JSON schemas and grammars, random walks over the real vocabulary (each token drawn from the step's mask,
 seeded) play the part of generations; each step's ``mask()`` and ``advance()`` are timed. The first run of a schema
 starts with empty caches (cold: every new grammar state walks the trie); later runs reuse them, as later generations
 with the same schema do. ``--vocab N`` pads the model's vocabulary to N tokens with synthetic ones (concatenations
 of two real tokens, so the byte statistics stay realistic), to measure a 150k-token vocabulary.
+
+``--decode`` measures the engine instead: decode tok/s of the same prompt unconstrained (argmax plan, several steps
+a readback), unconstrained through the sampler at one step a readback (what constrained decoding costs without
+its mask), and under a JSON schema (first generation: cold grammar caches; then again: warm), with the host's mask
+time per step. ``--vocab-json`` (written by ``--save-vocab F`` where the model file is) builds a random-weight model
+with the real vocabulary on machines the model file cannot reach.
 """
 from __future__ import annotations
 
@@ -64,13 +71,79 @@ def _stats(xs):
             "p99_us": round(float(np.percentile(a, 99)), 1), "max_us": round(float(a.max()), 1)}
 
 
+DECODE_SCHEMA = {"type": "array", "maxItems": 12, "items": {
+    "type": "object", "properties": {"name": {"type": "string", "maxLength": 24}, "age": {"type": "integer"},
+                                     "city": {"type": "string"}, "member": {"type": "boolean"}},
+    "required": ["name", "age", "city", "member"]}}
+
+
+async def decode_bench(engine, decode_tokens: int, steps_per_read: int) -> dict:
+    from . import grammar as gm
+    spent = []
+    mask = gm.Matcher.mask
+
+    def timed(self):
+        t0 = time.perf_counter()
+        try:
+            return mask(self)
+        finally:
+            spent.append(time.perf_counter() - t0)
+
+    t0 = time.perf_counter()
+    engine.token_trie()
+    trie_ms = (time.perf_counter() - t0) * 1000
+    ids = engine.encode_chat([{"role": "user", "content": "List some people as JSON: name, age, city, member."}])
+    await engine.generate(ids[:8], max_tokens=4, stop_at_eos=False)        # warm-up
+    await engine.generate(ids[:8], max_tokens=4, grammar='root ::= [a-z]+')
+
+    def row(res, n_mask=0):
+        steps = max(len(res.tokens) - 1, 1)
+        r = {"tokens": len(res.tokens), "decode_tok_s": round(res.decode_tok_s, 1), "stop_reason": res.stop_reason,
+             "host_ms_per_token": round(res.host_ms / steps, 4)}
+        if n_mask:
+            r["mask_us_mean"] = round(1e6 * sum(spent) / len(spent), 1)
+            r["mask_us_max"] = round(1e6 * max(spent), 1)
+        return r
+
+    out = {"model": engine.name, "backend": engine.backend, "vocab": engine.tokenizer.vocab_size,
+           "prompt_tokens": len(ids), "decode_tokens": decode_tokens}
+    engine.steps_per_read = steps_per_read
+    res = await engine.generate(ids, max_tokens=decode_tokens, stop_at_eos=False)
+    out["unconstrained"] = dict(row(res), steps_per_read=steps_per_read)
+    engine.steps_per_read = 1
+    res = await engine.generate(ids, max_tokens=decode_tokens, stop_at_eos=False, repeat_penalty=1.0001,
+                                temperature=0.0)
+    out["unconstrained_sampler_1_step_per_read"] = row(res)
+    fmt = {"type": "json_schema", "json_schema": {"name": "people", "schema": DECODE_SCHEMA}}
+    gm.Matcher.mask = timed
+    try:
+        out["trie_build_ms"] = round(trie_ms, 1)
+        for label in ("constrained_cold", "constrained_warm"):
+            spent.clear()
+            res = await engine.generate(ids, max_tokens=decode_tokens, response_format=fmt)
+            out[label] = row(res, 1)
+    finally:
+        gm.Matcher.mask = mask
+    base = out["unconstrained"]["decode_tok_s"]
+    for label in ("constrained_cold", "constrained_warm"):
+        out[label]["vs_unconstrained"] = round(out[label]["decode_tok_s"] / base, 3) if base else None
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--gguf", help="model whose vocabulary to use (default: the default model)")
     ap.add_argument("--vocab", type=int, default=0, help="pad the vocabulary to this many tokens (synthetic)")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--runs", type=int, default=8)
+    ap.add_argument("--decode", action="store_true", help="measure engine decode, constrained vs not")
+    ap.add_argument("--decode-tokens", type=int, default=128)
+    ap.add_argument("--steps-per-read", type=int, default=16)
+    ap.add_argument("--vocab-json", help="--decode on a random-weight model with this vocabulary")
+    ap.add_argument("--save-vocab", help="write the model's vocabulary as JSON for --vocab-json, and exit")
     a = ap.parse_args(argv)
+    if a.save_vocab or a.decode:
+        return _engine_main(a)
     from .assets import default_model_path
     from .gguf import parse_gguf
     from .source import FileSource
@@ -108,6 +181,38 @@ def main(argv=None):
                               "mask_later_runs": _stats(warm), "advance": _stats(adv),
                               "states_cached": len(rec._masks[1])}
     print(json.dumps(out, indent=1))
+
+
+def _engine_main(a):
+    import asyncio
+    import tempfile
+    from pathlib import Path
+
+    from .assets import default_model_path
+    if a.save_vocab:
+        from .gguf import parse_gguf
+        from .source import FileSource
+        src = FileSource(a.gguf or default_model_path())
+        g = parse_gguf(src.read, src.size)
+        md = g.metadata
+        Path(a.save_vocab).write_text(json.dumps({
+            "tokens": list(md["tokenizer.ggml.tokens"]), "merges": list(md["tokenizer.ggml.merges"]),
+            "types": [int(t) for t in md["tokenizer.ggml.token_type"]], "eos": int(md["tokenizer.ggml.eos_token_id"])}))
+        return
+    path = a.gguf
+    if a.vocab_json:
+        from .bench import synthetic_llama
+        path = synthetic_llama(Path(tempfile.mkdtemp()) / "synthetic.gguf",
+                               tokenizer=json.loads(Path(a.vocab_json).read_text()))
+    from .engine import Engine
+
+    async def go():
+        engine = await Engine.load(path or default_model_path(), context_size=1024)
+        try:
+            return await decode_bench(engine, a.decode_tokens, a.steps_per_read)
+        finally:
+            engine.close()
+    print(json.dumps(asyncio.run(go()), indent=1))
 
 
 if __name__ == "__main__":
