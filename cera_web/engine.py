@@ -43,6 +43,8 @@ class GenerationResult:
     prefill_ms: float = 0.0
     decode_ms: float = 0.0
     host_ms: float = 0.0             # decode time the host spent encoding/submitting (not waiting for the GPU)
+    # with params.logprobs: one entry per token of ``tokens``: {"logprob": float, "top_logprobs": [(id, logprob)]}
+    logprobs: list | None = None
 
     @property
     def prefill_tok_s(self) -> float:
@@ -298,7 +300,7 @@ class Engine:
             from .grammar import Matcher
             matcher = Matcher(grammar, self.token_trie())
         # else the head's argmax is the answer; a grammar's mask is applied by the sampler, greedy or not
-        if params.temperature > 0 or params.penalised or matcher is not None:
+        if params.temperature > 0 or params.penalised or params.logit_bias or params.logprobs or matcher is not None:
             if self._sampler is None:
                 make = getattr(model, "make_sampler", None)      # the CPU fallback samples on the host
                 self._sampler = make() if make else GPUSampler.for_model(model)
@@ -309,6 +311,8 @@ class Engine:
             if matcher is not None:
                 self._sampler.set_mask(matcher.mask())         # for the token that prefill's head draws
             model.sampler_plan = self._sampler.plan
+        if params.logprobs:
+            result.logprobs = []
         out = _Output(self, result, params, on_token)
         ok = False
         try:
@@ -341,13 +345,15 @@ class Engine:
                 if self._cancel:
                     break
         first = None if self._cancel else (await model.read_log(1))[0]
+        lps = await self._sampler.read_logprobs(1, params.top_logprobs) if params.logprobs and not self._cancel \
+            else [None]
         result.prefill_ms = (time.perf_counter() - t0) * 1000
         if first is None or self._cancel:
             result.stop_reason = "cancelled"
             return
 
-        def accept(tok, pos):
-            """Take one sampled token (for position pos); return why to stop ("" to go on)."""
+        def accept(tok, pos, lp=None):
+            """Take one sampled token (for position pos; lp: its logprobs); return why to stop ("" to go on)."""
             if matcher is not None and tok not in eot and not matcher.advance(tok):
                 raise RuntimeError(f"the sampler drew token {tok}, which the grammar forbids here (a bug in the "
                                    f"mask path)")
@@ -357,6 +363,8 @@ class Engine:
                     return "eos"
                 result.stop_sequence = tok
                 return "stop"
+            if lp is not None:
+                result.logprobs.append(lp)
             done = matcher is not None and matcher.finished      # nothing can follow: the text is complete
             final = len(result.tokens) + 1 >= params.max_tokens or pos >= ctx or done
             if out.token(tok, final):
@@ -369,7 +377,7 @@ class Engine:
 
         pos = len(ids)          # position of the token just sampled (the next step's input)
         t1 = time.perf_counter()
-        stop = accept(first, pos)
+        stop = accept(first, pos, lps[0])
         prev = first
         while not stop:
             # submit up to steps_per_read steps, then read their tokens back at once
@@ -384,6 +392,7 @@ class Engine:
                 model.decode(pos + i, i)
             result.host_ms += (time.perf_counter() - h) * 1000
             new = await model.read_log(n)
+            lps = await self._sampler.read_logprobs(n, params.top_logprobs) if params.logprobs else [None] * n
             inputs = [prev] + new[:-1]              # step i's input, now in the cache (K/V rows, conv state)
             prev = new[-1]
             used = n                                # steps whose input stays part of the sequence
@@ -392,7 +401,7 @@ class Engine:
                 if self._cancel:
                     stop, used = "cancelled", i      # tokens read after the request are dropped
                     break
-                stop = accept(tok, pos)
+                stop = accept(tok, pos, lps[i])
                 if stop:
                     used = i + 1
                     break   # tokens after a stop are discarded; their cache rows are overwritten later

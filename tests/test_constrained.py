@@ -90,3 +90,21 @@ def test_bad_constraints_fail_before_generation(engines):
     with pytest.raises(InputError, match="response_format type must be"):
         asyncio.run(gpu.generate("x", response_format={"type": "yaml"}))
     assert gpu.model.passes == passes        # nothing ran on the GPU
+
+
+def test_logprobs_equal_log_softmax_of_reference_logits(engines):
+    """logprobs/top_logprobs from the GPU (logprobs.wgsl) against the CPU engine, whose are numpy's log-softmax of
+    the reference model's float32 logits. Tolerance 2e-3: the logits themselves agree to ~1e-4 (test_engine)."""
+    gpu, cpu = engines
+    kw = dict(max_tokens=6, top_logprobs=5, repeat_penalty=1.0, temperature=0.0, presence_penalty=0.3,
+              logit_bias={504: -5.0})
+    got = asyncio.run(gpu.generate("The capital of France is", **kw))
+    want = asyncio.run(cpu.generate("The capital of France is", **kw))
+    assert got.tokens == want.tokens and len(got.logprobs) == len(got.tokens)
+    for g, w in zip(got.logprobs, want.logprobs):
+        assert abs(g["logprob"] - w["logprob"]) < 2e-3
+        assert [i for i, _ in g["top_logprobs"]] == [i for i, _ in w["top_logprobs"]]
+        for (_, a), (_, b) in zip(g["top_logprobs"], w["top_logprobs"]):
+            assert abs(a - b) < 2e-3
+    plain = asyncio.run(gpu.generate("The capital of France is", max_tokens=6))
+    assert plain.logprobs is None          # read back only when asked

@@ -409,3 +409,52 @@ def test_masked_kernel_matches_numpy_specification(harness, settings, path):
     only = np.zeros(harness.V, bool)
     only[int(np.argmin(logits))] = True
     assert set(harness.draw(logits, params, seeds[:8], len(history), history, allowed=only)) == {int(np.argmin(logits))}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("settings", [
+    dict(temperature=0.0, repeat_penalty=1.0, logprobs=True, top_logprobs=20),
+    dict(temperature=0.9, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.0, frequency_penalty=0.7,
+         presence_penalty=0.4, repeat_window=16, top_logprobs=5),
+    dict(temperature=0.7, repeat_penalty=1.2, repeat_window=16, frequency_penalty=-0.5,
+         logit_bias={3: 100, 17: -100, 2999: 4.5}, top_logprobs=20),
+])
+def test_penalties_bias_and_logprobs_match_numpy(harness, settings):
+    """frequency/presence penalties count repeats in the window; logit_bias is added first; the logprobs are the
+    log-softmax of the values drawn from (float32 on the GPU vs float64 here: within 2e-5) and the top 20 are the
+    largest of them, ties to the lowest id."""
+    from cera_web.sampling import TOP_LOGPROBS, logprobs_numpy
+    rng = np.random.default_rng(5)
+    logits = (rng.standard_normal(harness.V) * 2.0).astype(np.float32)
+    logits[[10, 11, 12]] = 3.25                                  # a tie among the top
+    history = rng.integers(0, 40, 30).tolist()                  # many repeats among few tokens
+    params = SamplingParams(**settings)
+    seeds = list(range(20))
+    allowed = rng.random(harness.V) < 0.5 if params.frequency_penalty < 0 else None
+    got = harness.draw(logits, params, seeds, len(history), history, allowed=allowed)
+    want = [sample_numpy(logits, params, history, uniform(s, len(history)), allowed) for s in seeds]
+    assert sum(g != w for g, w in zip(got, want)) <= 1
+    ref = logprobs_numpy(logits, params, history, allowed)
+    lps = run(harness.sampler.read_logprobs(len(seeds), params.top_logprobs))
+    order = sorted(range(harness.V), key=lambda i: (-ref[i], i))[:params.top_logprobs]
+    for tok, lp in zip(got, lps):
+        assert abs(lp["logprob"] - ref[tok]) < 2e-5
+        ids = [i for i, _ in lp["top_logprobs"]]
+        assert ids == order, (ids, order)
+        np.testing.assert_allclose([v for _, v in lp["top_logprobs"]], ref[order], atol=2e-5)
+    assert TOP_LOGPROBS == 20
+    if 17 in params.logit_bias:
+        assert 17 not in got and 3 in [i for i, _ in lps[0]["top_logprobs"]][:1]
+
+
+def test_settings_validation_of_openai_fields():
+    with pytest.raises(InputError, match="frequency_penalty must be between -2.0 and 2.0"):
+        SamplingParams(frequency_penalty=3)
+    with pytest.raises(InputError, match="top_logprobs must be between 0 and 20"):
+        SamplingParams(top_logprobs=21)
+    with pytest.raises(InputError, match="logit_bias must map"):
+        SamplingParams(logit_bias={1: 200})
+    with pytest.raises(InputError, match="logit_bias keys must be token ids"):
+        SamplingParams(logit_bias={"x": 1})
+    assert SamplingParams(logit_bias={"7": -100}).logit_bias == {7: -100.0}
+    assert SamplingParams(top_logprobs=3).logprobs
