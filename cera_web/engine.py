@@ -189,6 +189,19 @@ class Engine:
         self._cancel = True
 
     @property
+    def chat(self):
+        """The OpenAI-shaped chat API: ``await engine.chat.completions.create(messages=[...], ...)``
+        (cera_web.openai_api)."""
+        from .openai_api import _Chat
+        return _Chat(self)
+
+    @property
+    def completions(self):
+        """The OpenAI-shaped text API: ``await engine.completions.create(prompt=..., ...)``."""
+        from .openai_api import Completions
+        return Completions(self)
+
+    @property
     def chat_template(self):
         """The model's chat template (cera_web.chat.ChatTemplate; ChatML when the file has none)."""
         if self._chat_template is None:
