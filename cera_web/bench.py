@@ -95,10 +95,12 @@ async def profile(engine, prompt_tokens: int = 512, repeats: int = 20) -> dict:
     return out
 
 
-def synthetic_llama(path, *, layers=30, hidden=576, heads=9, kv_heads=3, ffn=1536, vocab=49152, seed=0):
+def synthetic_llama(path, *, layers=30, hidden=576, heads=9, kv_heads=3, ffn=1536, vocab=49152, seed=0,
+                    tokenizer=None):
     """Write a random-weight llama GGUF with SmolLM2-135M's shapes and tensor types (Q4_1 projections, Q8_0
     embedding, F32 norms) and a byte-level tokenizer padded to the vocabulary: for speed measurements where the real
-    file cannot travel. Needs the `gguf` package (a test dependency)."""
+    file cannot travel. tokenizer: {"tokens", "merges", "types", "eos"} to use a real vocabulary instead (its size
+    is then the vocabulary's). Needs the `gguf` package (a test dependency)."""
     import gguf
     import numpy as np
 
@@ -115,13 +117,15 @@ def synthetic_llama(path, *, layers=30, hidden=576, heads=9, kv_heads=3, ffn=153
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_freq_base(100000.0)
     byte_tokens = [bytes([b]).decode("latin-1") for b in range(256)]
-    tokens = byte_tokens + ["ab"] + [f"<t{i}>" for i in range(vocab - 257)]
+    tok = tokenizer or {"tokens": byte_tokens + ["ab"] + [f"<t{i}>" for i in range(vocab - 257)],
+                        "merges": ["a b"], "types": [1] * vocab, "eos": vocab - 1}
+    vocab = len(tok["tokens"])
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("gpt2")
-    w.add_token_list(tokens)
-    w.add_token_merges(["a b"])
-    w.add_token_types([1] * vocab)
-    w.add_eos_token_id(vocab - 1)
+    w.add_token_list(tok["tokens"])
+    w.add_token_merges(tok["merges"])
+    w.add_token_types(tok["types"])
+    w.add_eos_token_id(tok["eos"])
 
     def q(name, rows, cols, quant):
         data = (rng.standard_normal((rows, cols)) * 0.05).astype(np.float32)
