@@ -155,11 +155,12 @@ def random_weights(rng, type_name: str, rows: int, cols: int) -> np.ndarray:
     return blocks.reshape(rows, -1)
 
 
-def synthetic_llama(path, shape: str = "smollm2-135m", quant: str = "q4_1", *, seed=0, **overrides):
+def synthetic_llama(path, shape: str = "smollm2-135m", quant: str = "q4_1", *, seed=0, tokenizer=None, **overrides):
     """Write a random-weight GGUF with the named shape (SHAPES) and tensor types (QUANTS), F32 norms and a
     byte-level tokenizer padded to the vocabulary: for speed measurements where real files cannot travel. The
     default is SmolLM2-135M's exact shapes and types (Q4_1 projections, Q8_0 embedding). ``overrides`` replace
-    entries of the shape (e.g. layers=2 for tests). Needs the `gguf` package (a test dependency)."""
+    entries of the shape (e.g. layers=2 for tests). tokenizer: {"tokens", "merges", "types", "eos"} to use a real
+    vocabulary instead (the vocabulary size is then its). Needs the `gguf` package (a test dependency)."""
     import gguf
 
     if shape not in SHAPES:
@@ -182,13 +183,15 @@ def synthetic_llama(path, shape: str = "smollm2-135m", quant: str = "q4_1", *, s
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_freq_base(cfg["rope_theta"])
     byte_tokens = [bytes([b]).decode("latin-1") for b in range(256)]
-    tokens = byte_tokens + ["ab"] + [f"<t{i}>" for i in range(vocab - 257)]
+    tok = tokenizer or {"tokens": byte_tokens + ["ab"] + [f"<t{i}>" for i in range(vocab - 257)],
+                        "merges": ["a b"], "types": [1] * vocab, "eos": vocab - 1}
+    vocab = len(tok["tokens"])
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("gpt2")
-    w.add_token_list(tokens)
-    w.add_token_merges(["a b"])
-    w.add_token_types([1] * vocab)
-    w.add_eos_token_id(vocab - 1)
+    w.add_token_list(tok["tokens"])
+    w.add_token_merges(tok["merges"])
+    w.add_token_types(tok["types"])
+    w.add_eos_token_id(tok["eos"])
 
     def add(name, rows, cols, type_name):
         if cols % 256 and type_name in K_FALLBACK:     # rows k-quants cannot hold (llama.cpp's fallback types)

@@ -37,13 +37,15 @@ class GenerationResult:
     prompt_tokens: list[int]
     tokens: list[int] = field(default_factory=list)   # generated ids (without an ending end-of-turn or stop token)
     text: str = ""                   # the output text (never contains a stop string)
-    stop_reason: str = ""            # "eos" | "stop" | "max_tokens" | "context" | "cancelled"
+    stop_reason: str = ""            # "eos" | "stop" | "max_tokens" | "context" | "cancelled" | "grammar"
     stop_sequence: str | int | None = None   # the stop string or stop token id that ended it ("stop")
     seed: int | None = None          # the seed the draws used (None when decoding was greedy)
     reused_tokens: int = 0           # prompt tokens found in the KV cache (not prefilled again)
     prefill_ms: float = 0.0
     decode_ms: float = 0.0
     host_ms: float = 0.0             # decode time the host spent encoding/submitting (not waiting for the GPU)
+    # with params.logprobs: one entry per token of ``tokens``: {"logprob": float, "top_logprobs": [(id, logprob)]}
+    logprobs: list | None = None
 
     @property
     def prefill_tok_s(self) -> float:
@@ -123,6 +125,7 @@ class Engine:
         self._chat_template = None
         self._cancel = False
         self._sampler = None
+        self._trie = None       # the vocabulary's byte trie, for grammar masks (built on first use)
         # what the KV cache holds: _cache[p] is the token whose K/V are at position p; valid while model.passes
         # equals _cache_passes (a pass run by anyone else, e.g. a test calling model.prefill, invalidates it)
         self._cache: list[int] = []
@@ -184,6 +187,19 @@ class Engine:
         self._cancel = True
 
     @property
+    def chat(self):
+        """The OpenAI-shaped chat API: ``await engine.chat.completions.create(messages=[...], ...)``
+        (cera_web.openai_api)."""
+        from .openai_api import _Chat
+        return _Chat(self)
+
+    @property
+    def completions(self):
+        """The OpenAI-shaped text API: ``await engine.completions.create(prompt=..., ...)``."""
+        from .openai_api import Completions
+        return Completions(self)
+
+    @property
     def chat_template(self):
         """The model's chat template (cera_web.template.ChatTemplate; ChatML when the file has none)."""
         if self._chat_template is None:
@@ -227,7 +243,8 @@ class Engine:
         return params.replace(**settings) if settings else params
 
     async def generate(self, prompt, params=None, *, on_token=None, chat: bool = False, reuse_cache: bool = False,
-                       stop_at_eos: bool | None = None, **settings) -> GenerationResult:
+                       stop_at_eos: bool | None = None, response_format=None, grammar=None,
+                       **settings) -> GenerationResult:
         """Generate from ``prompt`` (text, or token ids). Settings: ``params`` (a SamplingParams or a dict) and/or
         keyword arguments named like its fields (max_tokens=..., temperature=..., seed=..., stop=[...], ...).
         With no settings at all decoding is greedy (cera_web.sampling.GREEDY) and stops after 256 tokens.
@@ -237,12 +254,24 @@ class Engine:
         end-of-turn/stop token that ended the reply. The texts add up to result.text.
         chat: wrap a text prompt as one user message in the model's chat template.
         reuse_cache: skip prefilling the longest prefix that the KV cache already holds from the last generation.
-        stop_at_eos: the older spelling of ``ignore_eos=not stop_at_eos``."""
+        stop_at_eos: the older spelling of ``ignore_eos=not stop_at_eos``.
+        response_format / grammar: constrain the output (cera_web.json_schema.constraint): {"type": "json_object"},
+        {"type": "json_schema", "json_schema": {"schema": ...}}, {"type": "grammar", "grammar": GBNF}, or GBNF text
+        / a compiled Grammar as ``grammar``. The reply is then complete text of the grammar unless max_tokens, the
+        context or a stop string cut it short; it ends with stop_reason "grammar" when nothing can follow."""
         if stop_at_eos is not None:
             settings["ignore_eos"] = not stop_at_eos
         params = self.settings(params, settings)
+        constraint = _constraint(response_format, grammar)
         ids = self.encode_prompt(prompt, chat)
-        return await self.generate_ids(ids, params, on_token=on_token, reuse_cache=reuse_cache)
+        return await self.generate_ids(ids, params, on_token=on_token, reuse_cache=reuse_cache, grammar=constraint)
+
+    def token_trie(self):
+        """The vocabulary as a byte trie (cera_web.grammar.TokenTrie), built once per model."""
+        if self._trie is None:
+            from .grammar import TokenTrie
+            self._trie = TokenTrie.from_tokenizer(self.tokenizer)
+        return self._trie
 
     def _reusable(self, ids) -> int:
         """How many leading tokens of ``ids`` the KV cache holds (leaving at least one to prefill for the logits)."""
@@ -259,8 +288,9 @@ class Engine:
         return n if n == len(self._cache) < len(ids) else 0
 
     async def generate_ids(self, ids: list[int], params: SamplingParams, *, on_token=None,
-                           reuse_cache: bool = False) -> GenerationResult:
-        """generate() for a prompt already tokenized (validated ids) with validated settings."""
+                           reuse_cache: bool = False, grammar=None) -> GenerationResult:
+        """generate() for a prompt already tokenized (validated ids) with validated settings; grammar: a compiled
+        cera_web.grammar.Grammar or None."""
         self._cancel = False
         ctx, model = self.context_size, self.model
         if len(ids) >= ctx:
@@ -276,41 +306,56 @@ class Engine:
             return result
         start = self._reusable(ids) if reuse_cache else 0
         result.reused_tokens = start
-        if params.temperature > 0 or params.penalised:      # else the head's argmax is the answer
+        matcher = None
+        if grammar is not None:
+            from .grammar import Matcher
+            matcher = Matcher(grammar, self.token_trie())
+        # else the head's argmax is the answer; a grammar's mask is applied by the sampler, greedy or not
+        if params.temperature > 0 or params.penalised or params.logit_bias or params.logprobs or matcher is not None:
             if self._sampler is None:
                 self._sampler = model.make_sampler()
             seed = params.seed if params.seed is not None else random_seed()
             result.seed = None if params.greedy else seed
-            self._sampler.set_params(params, seed)
+            self._sampler.set_params(params, seed, masked=matcher is not None)
             self._sampler.set_history(ids)
+            if matcher is not None:
+                self._sampler.set_mask(matcher.mask())         # for the token that prefill's head draws
             model.sampler_plan = self._sampler.plan
+        if params.logprobs:
+            result.logprobs = []
         out = _Output(self, result, params, on_token)
         ok = False
         try:
-            await self._run(ids, start, params, result, out)
+            await self._run(ids, start, params, result, out, matcher)
             ok = True
         finally:
             model.sampler_plan = None
             self._cache_passes = model.passes if ok else -1
         return out.finish()
 
-    async def _run(self, ids, start, params, result, out):
-        """Prefill, then decode batches until a stop (the shape of gpt-fast's generate)."""
+    async def _run(self, ids, start, params, result, out, matcher=None):
+        """Prefill, then decode batches until a stop (the shape of gpt-fast's generate). matcher: the grammar's
+        cera_web.grammar.Matcher (each step's mask written before it is submitted), or None."""
         t0 = time.perf_counter()
         first = await self._prefill(ids, start)
+        lps = await self._read_logprobs(1, params) if first is not None else None
         result.prefill_ms = (time.perf_counter() - t0) * 1000
         if first is None:
             result.stop_reason = "cancelled"
             return
-        stream = _Stream(self, params, result, out)
+        stream = _Stream(self, params, result, out, matcher)
         t1 = time.perf_counter()
         pos = len(ids)          # position of the token just sampled (the next step's input)
-        stop = stream.accept(first, pos)
+        stop = stream.accept(first, pos, lps[0])
         prev = first
         while not stop:
             n = max(1, min(self.pacer.next(self.steps_per_read), params.max_tokens - len(result.tokens),
                            self.context_size - pos, self.model.max_steps_per_read))
-            new = await self._decode_batch(pos, n, result)
+            if matcher is not None:
+                # a step's mask depends on the token before it, known only once read back: one step per read
+                n = 1
+            new = await self._decode_batch(pos, n, result, matcher)
+            lps = await self._read_logprobs(n, params)
             inputs = [prev] + new[:-1]              # step i's input, now in the cache (K/V rows, conv state)
             prev = new[-1]
             used = n                                # steps whose input stays part of the sequence
@@ -319,7 +364,7 @@ class Engine:
                 if self._cancel:
                     stop, used = "cancelled", i      # tokens read after the request are dropped
                     break
-                stop = stream.accept(tok, pos)
+                stop = stream.accept(tok, pos, lps[i])
                 if stop:
                     used = i + 1
                     break   # tokens after a stop are discarded; their cache rows are overwritten later
@@ -348,42 +393,70 @@ class Engine:
         first = (await model.read_log(1))[0]
         return None if self._cancel else first
 
-    async def _decode_batch(self, pos: int, n: int, result) -> list[int]:
+    async def _decode_batch(self, pos: int, n: int, result, matcher=None) -> list[int]:
         """Submit n decode steps from position pos (each step's token feeds the next on the GPU), then read their
-        tokens back at once."""
+        tokens back at once. matcher: write its mask for the (single) step first."""
         h = time.perf_counter()
+        if matcher is not None:
+            self._sampler.set_mask(matcher.mask())
         for i in range(n):
             self.model.decode(pos + i, i)
         result.host_ms += (time.perf_counter() - h) * 1000
         new = await self.model.read_log(n)
-        self.pacer.observe(n, time.perf_counter() - h)
+        if matcher is None:         # a constrained step (its mask made on the host) says nothing of the step time
+            self.pacer.observe(n, time.perf_counter() - h)
         return new
+
+    async def _read_logprobs(self, n: int, params) -> list:
+        """The logprobs of the last n steps read ({"logprob", "top_logprobs"} each), or n Nones when not asked."""
+        if not params.logprobs:
+            return [None] * n
+        return await self._sampler.read_logprobs(n, params.top_logprobs)
 
 
 class _Stream:
-    """The stop bookkeeping of one generation: end-of-turn and stop tokens, stop strings, max_tokens, context."""
+    """The stop bookkeeping of one generation: end-of-turn and stop tokens, stop strings, max_tokens, context, and
+    under a grammar (matcher) its state and its end."""
 
-    def __init__(self, engine, params, result, out):
+    def __init__(self, engine, params, result, out, matcher=None):
         self.eot = frozenset() if params.ignore_eos else engine.tokenizer.eot_ids
+        if matcher is not None:     # under a grammar an end-of-turn token is allowed only when the text is complete
+            self.eot = self.eot | matcher.trie.eos_set
         self.stop_ids = frozenset(params.stop_token_ids)
         self.max_tokens, self.ctx = params.max_tokens, engine.context_size
-        self.result, self.out = result, out
+        self.result, self.out, self.matcher = result, out, matcher
 
-    def accept(self, tok: int, pos: int) -> str:
-        """Take one sampled token (for position pos); return why to stop ("" to go on)."""
-        result, out = self.result, self.out
+    def accept(self, tok: int, pos: int, lp=None) -> str:
+        """Take one sampled token (for position pos; lp: its logprobs or None); return why to stop ("" to go on)."""
+        result, out, matcher = self.result, self.out, self.matcher
+        if matcher is not None and tok not in self.eot and not matcher.advance(tok):
+            raise RuntimeError(f"the sampler drew token {tok}, which the grammar forbids here (a bug in the mask "
+                               f"path)")
         if tok in self.eot or tok in self.stop_ids:
             out.end(tok)
             if tok in self.eot:
                 return "eos"
             result.stop_sequence = tok
             return "stop"
-        final = len(result.tokens) + 1 >= self.max_tokens or pos >= self.ctx
+        if lp is not None:
+            result.logprobs.append(lp)
+        done = matcher is not None and matcher.finished      # nothing can follow: the text is complete
+        final = len(result.tokens) + 1 >= self.max_tokens or pos >= self.ctx or done
         if out.token(tok, final):
             return "stop"
+        if done:
+            return "grammar"
         if len(result.tokens) >= self.max_tokens:
             return "max_tokens"
         return "context" if pos >= self.ctx else ""
+
+
+def _constraint(response_format, grammar):
+    """The compiled grammar of a generation's response_format / grammar arguments (None: unconstrained)."""
+    if response_format is None and grammar is None:
+        return None
+    from .json_schema import constraint
+    return constraint(response_format, grammar)
 
 
 from .session import ChatSession  # noqa: E402,F401  (ChatSession lives in session.py; README imports it from here)

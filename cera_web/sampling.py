@@ -25,6 +25,7 @@ import numpy as np
 from .errors import InputError
 
 RING = 1024             # the longest repetition-penalty window (the GPU ring of recent tokens)
+TOP_LOGPROBS = 20       # the most top_logprobs a step returns (logprobs.wgsl computes this many)
 _MASK32 = 0xFFFFFFFF
 
 
@@ -46,6 +47,11 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)            # texts that end the reply (never part of the output)
     stop_token_ids: list[int] = field(default_factory=list)  # token ids that end the reply (not part of the output)
     ignore_eos: bool = False       # keep going past the model's end-of-turn tokens
+    frequency_penalty: float = 0.0  # subtract this x (times a token occurs in the penalty window); -2..2, 0 = off
+    presence_penalty: float = 0.0   # subtract this from tokens present in the penalty window; -2..2, 0 = off
+    logit_bias: dict = field(default_factory=dict)   # token id -> added to its logit (-100..100; -100 bans it)
+    logprobs: bool = False         # return each generated token's log-probability (GenerationResult.logprobs)
+    top_logprobs: int = 0          # and the most likely alternatives at each step (0..20)
 
     def __post_init__(self):
         self.validate()
@@ -63,6 +69,11 @@ class SamplingParams:
         "stop": ("Stop strings", None, None, "texts that end the reply"),
         "stop_token_ids": ("Stop token ids", None, None, "token ids that end the reply"),
         "ignore_eos": ("Ignore end of turn", None, None, "keep generating past the model's end-of-turn token"),
+        "frequency_penalty": ("Frequency penalty", -2.0, 2.0, "lower the logits of tokens by how often they occur"),
+        "presence_penalty": ("Presence penalty", -2.0, 2.0, "lower the logits of tokens that already occur"),
+        "logit_bias": ("Logit bias", None, None, "token id -> a number added to its logit (-100 bans it)"),
+        "logprobs": ("Log-probabilities", None, None, "return each token's log-probability"),
+        "top_logprobs": ("Top log-probabilities", 0, 20, "also the most likely alternatives at each step"),
     }
 
     def validate(self) -> "SamplingParams":
@@ -100,6 +111,23 @@ class SamplingParams:
             raise InputError(f"stop_token_ids must be a list of token ids (integers >= 0), got {self.stop_token_ids!r}")
         self.stop_token_ids = [int(t) for t in self.stop_token_ids]
         self.ignore_eos = bool(self.ignore_eos)
+        num("frequency_penalty", -2.0, 2.0)
+        num("presence_penalty", -2.0, 2.0)
+        num("top_logprobs", 0, TOP_LOGPROBS, integer=True)
+        self.logprobs = bool(self.logprobs) or self.top_logprobs > 0
+        if not isinstance(self.logit_bias, dict):
+            raise InputError(f"logit_bias must be a dict of token id -> bias, got {self.logit_bias!r}")
+        bias = {}
+        for k, v in self.logit_bias.items():
+            try:
+                t = int(k)
+            except (TypeError, ValueError):
+                raise InputError(f"logit_bias keys must be token ids, got {k!r}") from None
+            if t < 0 or isinstance(v, bool) or not isinstance(v, (int, float)) or not -100 <= v <= 100:
+                raise InputError(f"logit_bias must map token ids >= 0 to numbers between -100 and 100, got "
+                                 f"{k!r}: {v!r}")
+            bias[t] = float(v)
+        self.logit_bias = bias
         return self
 
     @property
@@ -109,7 +137,8 @@ class SamplingParams:
 
     @property
     def penalised(self) -> bool:
-        return self.repeat_penalty != 1.0 and self.repeat_window > 0
+        return (self.repeat_penalty != 1.0 or self.frequency_penalty != 0.0 or self.presence_penalty != 0.0) \
+            and self.repeat_window > 0
 
     def replace(self, **changes) -> "SamplingParams":
         """A copy with some fields changed (validated; unknown names raise InputError)."""
@@ -168,21 +197,47 @@ def random_seed() -> int:
 
 # -- the reference sampler --------------------------------------------------------------------------------------------
 
-def penalise(logits: np.ndarray, recent, penalty: float) -> np.ndarray:
-    """llama.cpp's repeat penalty: each distinct token of ``recent`` once: logit / penalty if > 0, else * penalty."""
+def penalise(logits: np.ndarray, recent, penalty: float, frequency: float = 0.0, presence: float = 0.0) -> np.ndarray:
+    """llama.cpp's repeat penalty: each distinct token of ``recent`` once: logit / penalty if > 0, else * penalty;
+    then OpenAI's: minus frequency x (its count in ``recent``) + presence."""
     z = np.array(logits, np.float32)
-    for t in set(int(t) for t in recent):
+    counts: dict[int, int] = {}
+    for t in recent:
+        counts[int(t)] = counts.get(int(t), 0) + 1
+    for t, c in counts.items():
         if 0 <= t < len(z):
             z[t] = z[t] / np.float32(penalty) if z[t] > 0 else z[t] * np.float32(penalty)
+            z[t] -= np.float32(c * frequency + presence)
     return z
 
 
-def kept_tokens(logits: np.ndarray, params: SamplingParams, recent=()) -> tuple[np.ndarray, np.ndarray]:
+def z_numpy(logits: np.ndarray, params: SamplingParams, recent=(), allowed=None) -> np.ndarray:
+    """The values sample.wgsl draws from (before temperature): logits + logit_bias, penalised over the window,
+    forbidden tokens (``allowed`` False) at -3.4e38."""
+    z = np.array(logits, np.float32)
+    for t, b in params.logit_bias.items():
+        if t < len(z):
+            z[t] += np.float32(b)
+    if params.penalised:
+        window = list(recent)[-params.repeat_window:]
+        z = penalise(z, window, params.repeat_penalty, params.frequency_penalty, params.presence_penalty)
+    if allowed is not None:
+        z = np.where(allowed, z, np.float32(-3.4e38))
+    return z
+
+
+def logprobs_numpy(logits: np.ndarray, params: SamplingParams, recent=(), allowed=None) -> np.ndarray:
+    """log-softmax of z_numpy (float64): what logprobs.wgsl reports."""
+    z = z_numpy(logits, params, recent, allowed).astype(np.float64)
+    m = z.max()
+    return z - (m + np.log(np.exp(z - m).sum()))
+
+
+def kept_tokens(logits: np.ndarray, params: SamplingParams, recent=(), allowed=None) -> tuple[np.ndarray, np.ndarray]:
     """The tokens that may be drawn (ascending ids) and their probabilities (normalised over them), computed by
-    sorting: the plain statement of what sample.wgsl keeps. ``recent``: the latest tokens, oldest first."""
-    window = list(recent)[-params.repeat_window:] if params.repeat_window else []
-    z = penalise(logits, window, params.repeat_penalty) if params.repeat_penalty != 1.0 else \
-        np.asarray(logits, np.float32)
+    sorting: the plain statement of what sample.wgsl keeps. ``recent``: the latest tokens, oldest first.
+    ``allowed``: a boolean array over the vocabulary (a grammar's mask), or None for every token."""
+    z = z_numpy(logits, params, recent, allowed)
     if params.greedy:
         i = int(np.argmax(z))     # the first index among equal maxima
         return np.array([i]), np.array([1.0])
@@ -198,14 +253,14 @@ def kept_tokens(logits: np.ndarray, params: SamplingParams, recent=()) -> tuple[
         n = int(np.searchsorted(cum, params.top_p * cum[-1]))   # the first prefix reaching the target
         thr = max(thr, top[min(n, len(top) - 1)])
     thr = max(thr, params.min_p)
-    keep = np.nonzero(p >= thr)[0]
+    keep = np.nonzero((p >= thr) & (p > 0))[0]
     return keep, p[keep] / p[keep].sum()
 
 
-def sample_numpy(logits: np.ndarray, params: SamplingParams, recent=(), u: float = 0.0) -> int:
+def sample_numpy(logits: np.ndarray, params: SamplingParams, recent=(), u: float = 0.0, allowed=None) -> int:
     """The token sample.wgsl draws for random number ``u`` (see :func:`uniform`): inverse CDF over the kept tokens
     in index order. Agrees with the kernel except when u falls within float rounding of a CDF step."""
-    keep, probs = kept_tokens(logits, params, recent)
+    keep, probs = kept_tokens(logits, params, recent, allowed)
     i = int(np.searchsorted(np.cumsum(probs), u, side="right"))
     return int(keep[min(i, len(keep) - 1)])
 
@@ -216,28 +271,72 @@ class GPUSampler:
     """The sample.wgsl dispatch for one model, as a recorded plan that the model submits right after its head
     (whose argmax it overrides): its settings uniform, its ring of recent tokens and its scratch row."""
 
-    def __init__(self, dev, vocab: int, logits, tokens, log, step, probe: bool = False):
+    def __init__(self, dev, vocab: int, logits, tokens, log, step, probe: bool = False, slots: int = 256):
         from . import kernels
         self.dev = dev
         self.vocab = vocab
-        self.params = dev.create_buffer(32, kind="uniform", label="sampling params")
+        self.words = -(-vocab // 32)
+        self.params = dev.create_buffer(64, kind="uniform", label="sampling params")
+        # the grammar mask (words), then the dense logit_bias (f32 per token)
+        self.cons = dev.create_buffer(4 * (self.words + vocab), label="mask and logit bias")
         self.ring = dev.create_buffer(4 * RING, label="recent tokens")
         self.work = dev.create_buffer(16 * (-(-vocab // 4)), label="sampling scratch")
+        self.z = dev.create_buffer(16 * (-(-vocab // 4)), label="sampled-from logits")
+        self.stride = 2 + 2 * TOP_LOGPROBS
+        self.slots = slots
+        self.lp = dev.create_buffer(4 * self.stride * slots, label="logprobs")
+        self._bias_set = False
+        self.logprobs = False
         pipe = dev.pipeline(kernels.build("sample", V=vocab, RING=RING, PROBE=probe), "sample")
         # logits twice: as f32 (the tail) and as vec4 (whole groups of 4, read two at a time)
-        group = dev.bind(pipe, [logits, tokens, log, step, self.params, self.ring, self.work, logits])
-        self.plan = dev.record([(pipe, group, (1, 1, 1))])
+        group = dev.bind(pipe, [logits, tokens, log, step, self.params, self.ring, self.work, logits, self.cons,
+                                self.z])
+        lpipe = dev.pipeline(kernels.build("logprobs", V=vocab, TOPN=TOP_LOGPROBS), "logprobs")
+        lgroup = dev.bind(lpipe, [self.z, tokens, step, self.lp])
+        self.plain_plan = dev.record([(pipe, group, (1, 1, 1))])
+        self.logprobs_plan = dev.record([(pipe, group, (1, 1, 1)), (lpipe, lgroup, (1, 1, 1))])
+        self.plan = self.plain_plan
 
     @classmethod
     def for_model(cls, model) -> "GPUSampler":
-        return cls(model.dev, model.vocab, model.logits, model.tokens, model.log, model.step)
+        return cls(model.dev, model.vocab, model.logits, model.tokens, model.log, model.step,
+                   slots=getattr(model, "max_steps_per_read", 256))
 
-    def set_params(self, params: SamplingParams, seed: int):
+    def set_params(self, params: SamplingParams, seed: int, masked: bool = False):
+        """The generation's settings; masked: apply the mask (set_mask before each step). Selects ``plan``: the
+        sampler alone, or followed by logprobs.wgsl when params.logprobs."""
         temperature = 0.0 if params.greedy else params.temperature
-        penalty = params.repeat_penalty if params.penalised else 1.0
+        penalised = params.penalised
+        biased = bool(params.logit_bias)
+        if biased:
+            bias = np.zeros(self.vocab, np.float32)
+            for t, b in params.logit_bias.items():
+                if t >= self.vocab:
+                    raise InputError(f"logit_bias token id {t} is outside the vocabulary (0..{self.vocab - 1})")
+                bias[t] = b
+            self.dev.write_buffer(self.cons, bias, 4 * self.words)
+        self.logprobs = params.logprobs
+        self.plan = self.logprobs_plan if params.logprobs else self.plain_plan
         self.dev.write_buffer(self.params, struct.pack(
-            "<fIfffIII", temperature, min(params.top_k, _MASK32), params.top_p, params.min_p, penalty,
-            params.repeat_window, seed & _MASK32, (seed >> 32) & _MASK32))
+            "<fIfffIIIIIffI12x", temperature, min(params.top_k, _MASK32), params.top_p, params.min_p,
+            params.repeat_penalty if penalised else 1.0, params.repeat_window, seed & _MASK32, (seed >> 32) & _MASK32,
+            int(masked), int(biased), params.frequency_penalty if penalised else 0.0,
+            params.presence_penalty if penalised else 0.0, int(params.logprobs)))
+
+    def set_mask(self, words: np.ndarray):
+        """The allowed tokens of the next step: a uint32 bitset over the vocabulary (cera_web.grammar.Matcher.mask)."""
+        self.dev.write_buffer(self.cons, words)
+
+    async def read_logprobs(self, n: int, top: int) -> list[dict]:
+        """The logprobs of the last n steps (slots 0..n-1): {"logprob", "top_logprobs": [(id, logprob), ...]}."""
+        raw = np.frombuffer(await self.dev.read(self.lp, 0, 4 * self.stride * n), np.float32).reshape(n, -1)
+        out = []
+        for row in raw:
+            k = min(int(row[1]), top)
+            ids = row[2:2 + 2 * k:2].view(np.uint32)
+            out.append({"logprob": float(row[0]),
+                        "top_logprobs": [(int(i), float(v)) for i, v in zip(ids, row[3:3 + 2 * k:2])]})
+        return out
 
     def set_history(self, ids):
         """Put the latest RING tokens of the sequence ``ids`` (positions 0..len-1) into the ring."""

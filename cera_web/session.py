@@ -5,7 +5,7 @@
 """
 from __future__ import annotations
 
-from .engine import Engine, GenerationResult
+from .engine import Engine, GenerationResult, _constraint
 from .errors import ContextOverflowError, InputError
 from .sampling import SamplingParams
 
@@ -69,6 +69,8 @@ class ChatSession:
         """What send(text) (or, with text None, regenerate()) would run, without running it: the messages the
         model will see (after the overflow policy), their prompt token ids, and how many old messages that drops.
         Raises ContextOverflowError like send. ``len(ids) / engine.context_size`` is how full the context is."""
+        settings.pop("response_format", None)       # constraints do not change the prompt
+        settings.pop("grammar", None)
         return self._fit(self._turn(text), self._settings(params, settings))
 
     def _turn(self, text):
@@ -88,9 +90,10 @@ class ChatSession:
         return Engine.settings(params, settings, base=self.params, dict_base=self.params)
 
     async def _reply(self, msgs, on_token, params, settings) -> GenerationResult:
+        constraint = _constraint(settings.pop("response_format", None), settings.pop("grammar", None))
         p = self._settings(params, settings)
         msgs, ids, dropped = self._fit(msgs, p)
-        result = await self.engine.generate_ids(ids, p, on_token=on_token, reuse_cache=True)
+        result = await self.engine.generate_ids(ids, p, on_token=on_token, reuse_cache=True, grammar=constraint)
         self.last_result = result
         if result.stop_reason == "cancelled" and not result.tokens:
             return result       # stopped before any reply: the turn is dropped

@@ -271,8 +271,8 @@ def parse_settings(form) -> dict:
 
     Numbers are parsed (a value that is not a number is passed on as typed, for the engine's InputError); seed ""
     means a fresh random seed; stop: one stop string a line (``\\n`` and ``\\t`` stand for a newline and a tab);
-    stop_token_ids: ids separated by commas or spaces; ignore_eos: a boolean. Names the engine does not know are
-    passed on too (it refuses them by name)."""
+    stop_token_ids: ids separated by commas or spaces; ignore_eos: a boolean; logit_bias: JSON text of {token id:
+    bias} ("" for none). Names the engine does not know are passed on too (it refuses them by name)."""
     if isinstance(form, str):
         form = json.loads(form) if form.strip() else {}
     if not isinstance(form, dict):
@@ -289,6 +289,11 @@ def parse_settings(form) -> dict:
             out[name] = None
         elif name == "ignore_eos":
             out[name] = value
+        elif name == "logit_bias" and isinstance(value, str):    # JSON text of {token id: bias}; "" for none
+            try:
+                out[name] = json.loads(value) if value.strip() else {}
+            except ValueError:
+                out[name] = value
         else:
             out[name] = _number(value)
     return out

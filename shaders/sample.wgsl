@@ -3,8 +3,13 @@
 // to log[step.out_index] (read back after several steps) and to the recent-token ring (for later penalties).
 //
 // What it computes (the same semantics as cera_web.sampling.sample_numpy, the host-side specification):
-//   1. z_i = logits_i, except for the distinct tokens among the last `window` tokens of the sequence (the ring,
-//      prompt included): z = logit / penalty when logit > 0, else logit * penalty (llama.cpp's repeat penalty).
+//   1. l_i = logits_i + bias_i (params.biased: OpenAI's logit_bias, dense in cons[MW..MW+V)); z_i = l_i, except for
+//      the tokens among the last `window` tokens of the sequence (the ring, prompt included), c_i times each:
+//      z = l / penalty when l > 0, else l * penalty (llama.cpp's repeat penalty), then
+//      z -= c_i * frequency + presence (OpenAI's frequency and presence penalties).
+//      (params.masked) tokens whose bit in the mask cons[0..MW) is 0 (a grammar forbids them) then get
+//      z_i = -3.4e38, so they are never the argmax and their p_i is 0: never kept, never drawn.
+//      (params.logprobs) z is also written to zout, for logprobs.wgsl.
 //   2. temperature <= 0 or top_k == 1: the id is argmax_i z_i (the lowest index among equal maxima); done.
 //   3. p_i = exp((z_i - max z) / temperature): unnormalised probabilities, the most likely token has p = 1.
 //   4. thresholds on p (a token is kept when p_i >= all three; ties at a threshold are all kept):
@@ -43,6 +48,9 @@
 //                                              this kernel writes each sampled one)
 //   6 work: array<vec4<f32>>          [ceil(V / 4)]  scratch: z, then p (past V: z = -3.4e38, p = 0)
 //   7 logits4: array<vec4<f32>>       the logits buffer again, read 4 at a time (its whole vec4s: V / 4)
+//   8 cons: array<u32>                [MW + V]  MW = ceil(V / 32) mask words (bit i % 32 of cons[i / 32]: token i
+//                                              allowed; read when masked), then V f32 biases (read when biased)
+//   9 zout: array<vec4<f32>>          [ceil(V / 4)]  z (written when logprobs)
 // Dispatch: (1, 1, 1), one workgroup of 256 threads. Workgroup memory: about 15 KiB.
 // Each thread reads two vec4s per loop iteration, so loads overlap: one workgroup is otherwise latency-bound.
 
@@ -55,6 +63,14 @@ struct Sample {
     window: u32,        // how many of the latest tokens the penalty covers (<= RING)
     seed_lo: u32,
     seed_hi: u32,
+    masked: u32,        // 1: apply the mask (binding 8)
+    biased: u32,        // 1: add the biases (binding 8)
+    frequency: f32,     // 0: off
+    presence: f32,      // 0: off
+    logprobs: u32,      // 1: write z to zout
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<storage, read> logits: array<f32>;
@@ -65,6 +81,8 @@ struct Sample {
 @group(0) @binding(5) var<storage, read_write> ring: array<u32>;
 @group(0) @binding(6) var<storage, read_write> work: array<vec4<f32>>;
 @group(0) @binding(7) var<storage, read> logits4: array<vec4<f32>>;     // the same buffer as logits
+@group(0) @binding(8) var<storage, read> cons: array<u32>;
+@group(0) @binding(9) var<storage, read_write> zout: array<vec4<f32>>;
 
 const WG: u32 = 256u;
 const BINS: u32 = 16u;          // radix digit values; also the fast path's powers of two
@@ -75,6 +93,8 @@ const V4: u32 = (V + 3u) / 4u;  // vec4s of work
 const VF: u32 = V / 4u;         // whole vec4s of logits
 const VL: u32 = max(VF, 1u) - 1u;   // the last of them (clamped reads)
 const LOW: f32 = -3.4e38;
+const MW: u32 = (V + 31u) / 32u;    // mask words in cons
+const KEY: u32 = 0xfffffu;          // penalty set slot: token + 1 in the low 20 bits, its count above
 
 // P1-P2: the penalty hash set (token + 1; 0 = empty). Fast path: the candidate list, key (bits of p) in [0, CAP),
 // token id in [CAP, 2 CAP). (WGSL has no unions: both live in one atomic array, read with atomicLoad/atomicStore.)
@@ -110,11 +130,15 @@ fn slot(t: u32) -> u32 {
 fn penalise(i: u32, l: f32) -> f32 {
     var h = slot(i);
     var v = atomicLoad(&tab[h]);
-    while (v != 0u && v != i + 1u) {        // linear probing; the set is at most half full
+    while (v != 0u && (v & KEY) != i + 1u) {     // linear probing; the set is at most half full
         h = (h + 1u) & (TAB - 1u);
         v = atomicLoad(&tab[h]);
     }
-    return select(l, select(l * params.penalty, l / params.penalty, l > 0.0), v != 0u);
+    if (v == 0u) {
+        return l;
+    }
+    let c = f32(v >> 20u);
+    return select(l * params.penalty, l / params.penalty, l > 0.0) - (c * params.frequency + params.presence);
 }
 
 // -- the candidate list (fast path) --------------------------------------------------------------------------------
@@ -346,7 +370,7 @@ fn radix_select(tid: u32, floor: u32, mass: bool, want: f32) -> u32 {
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) tid: u32) {
     let pos = step.seq_len;     // position of the token being drawn
-    let penalised = params.penalty != 1.0 && params.window > 0u;
+    let penalised = (params.penalty != 1.0 || params.frequency != 0.0 || params.presence != 0.0) && params.window > 0u;
 
     // the penalty hash set of the window's tokens (duplicates land on the same slot once)
     for (var s = tid; s < TAB; s += WG) {
@@ -366,8 +390,12 @@ fn main(@builtin(local_invocation_index) tid: u32) {
             if (t < V) {
                 var h = slot(t);
                 loop {
-                    let r = atomicCompareExchangeWeak(&tab[h], 0u, t + 1u);
-                    if (r.exchanged || r.old_value == t + 1u) {
+                    let r = atomicCompareExchangeWeak(&tab[h], 0u, (t + 1u) | (1u << 20u));
+                    if (r.exchanged) {
+                        break;
+                    }
+                    if ((r.old_value & KEY) == t + 1u) {     // already there: count it
+                        atomicAdd(&tab[h], 1u << 20u);
                         break;
                     }
                     if (r.old_value != 0u) {    // taken by another token: probe on (else a spurious failure)
@@ -395,9 +423,19 @@ fn main(@builtin(local_invocation_index) tid: u32) {
             let q = q0 + h * WG;        // indices 4q..4q+3, in increasing order for this thread
             if (q < V4) {
                 var z = select(a, b, h == 1u);
+                var bits = 0xfu;    // 4q..4q+3 lie in one mask word (4q is a multiple of 4)
+                if (params.masked != 0u) {
+                    bits = (cons[q >> 3u] >> (4u * (q & 7u))) & 0xfu;
+                }
                 for (var e = 0u; e < 4u; e++) {
+                    if (params.biased != 0u && 4u * q + e < V) {
+                        z[e] += bitcast<f32>(cons[MW + 4u * q + e]);
+                    }
                     if (penalised) {
                         z[e] = penalise(4u * q + e, z[e]);
+                    }
+                    if (((bits >> e) & 1u) == 0u) {
+                        z[e] = LOW;
                     }
                     if (z[e] > bv) {
                         bv = z[e];
@@ -405,6 +443,9 @@ fn main(@builtin(local_invocation_index) tid: u32) {
                     }
                 }
                 work[q] = z;
+                if (params.logprobs != 0u) {
+                    zout[q] = z;
+                }
             }
         }
     }

@@ -332,6 +332,9 @@ def test_parse_settings_turns_form_text_into_engine_settings():
         "temperature": 0.5, "top_k": 12, "seed": None, "stop": ["END", "line\nbreak"], "stop_token_ids": [3, 7, 9],
         "ignore_eos": True, "top_p": "lots"}
     assert parse_settings("") == {}
+    assert parse_settings({"logit_bias": ""}) == {"logit_bias": {}}
+    assert parse_settings({"logit_bias": '{"5": -100}'}) == {"logit_bias": {"5": -100}}
+    assert parse_settings({"logit_bias": "{5: -100"}) == {"logit_bias": "{5: -100"}    # the engine refuses it
     fields = json.loads(__import__("cera_web.webapp", fromlist=["x"]).settings_form())
     names = [f["name"] for f in fields["fields"]]
     assert {"temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_window", "seed", "max_tokens", "stop",

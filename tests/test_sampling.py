@@ -125,15 +125,20 @@ class Harness:
     def path(self):
         return {1: "fast", 2: "radix"}.get(int(np.frombuffer(run(self.dev.read(self.tokens, 4, 4)), np.uint32)[0]))
 
-    def draw(self, logits, params, seeds, pos, history=()):
-        """One draw per seed, for position pos, after the tokens `history` at positions 0..len-1."""
+    def draw(self, logits, params, seeds, pos, history=(), allowed=None):
+        """One draw per seed, for position pos, after the tokens `history` at positions 0..len-1; allowed: a
+        boolean mask over the vocabulary (a grammar's), or None."""
         self.dev.write_buffer(self.logits, np.asarray(logits, np.float32))
         self.sampler.set_history(list(history))
+        if allowed is not None:
+            bits = np.zeros(32 * -(-self.V // 32), bool)
+            bits[:self.V] = allowed
+            self.sampler.set_mask(np.packbits(bits, bitorder="little").view(np.uint32))
         out = []
         for start in range(0, len(seeds), 256):
             batch = seeds[start:start + 256]
             for i, seed in enumerate(batch):
-                self.sampler.set_params(params, seed)
+                self.sampler.set_params(params, seed, masked=allowed is not None)
                 self.dev.write_buffer(self.step, struct.pack("<4I", 1, pos - 1, i, pos))
                 self.dev.submit([self.sampler.plan])
             out += np.frombuffer(run(self.dev.read(self.log, 0, 4 * len(batch))), np.uint32).tolist()
@@ -368,3 +373,88 @@ def test_stop_token_ids_and_ignore_eos(engine):
     res = run(engine.generate(p["prompt_ids"], max_tokens=eos + 2, ignore_eos=True, reuse_cache=True))
     assert res.reused_tokens == len(p["prompt_ids"]) - 1
     assert res.tokens == p["greedy_ids"][:eos + 2] and res.stop_reason == "max_tokens"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("settings, path", [
+    (dict(temperature=0.0, repeat_penalty=1.0), None),                # greedy: the best allowed token
+    (dict(temperature=0.0, repeat_penalty=1.3, repeat_window=8), None),
+    (dict(), "fast"),
+    (dict(temperature=1.0, **OFF), "radix"),
+    (dict(temperature=1.3, top_k=0, top_p=0.6, min_p=0.0), "fast"),
+    (dict(temperature=2.0, top_k=2500, top_p=1.0, min_p=0.0), "radix"),
+])
+def test_masked_kernel_matches_numpy_specification(harness, settings, path):
+    """A grammar's mask: disallowed tokens are never drawn, and the draw is the specification's on the masked
+    logits (the mask applies before temperature, top-k/top-p/min-p: greedy and seeded sampling stay exact)."""
+    rng = np.random.default_rng(11)
+    logits = (rng.standard_normal(harness.V) * 2.5).astype(np.float32)
+    allowed = rng.random(harness.V) < 0.3
+    top = np.argsort(-logits)[:50]
+    allowed[top[:10]] = False                   # the most likely tokens are forbidden
+    allowed[harness.V - 3:] = [True, False, True]   # the partial last vec4 too
+    logits[harness.V - 3] = 9.0
+    history = rng.integers(0, harness.V, 12).tolist()
+    params = SamplingParams(**settings)
+    seeds = list(range(300, 340))
+    got = harness.draw(logits, params, seeds, len(history), history, allowed=allowed)
+    want = [sample_numpy(logits, params, history, uniform(s, len(history)), allowed) for s in seeds]
+    assert all(allowed[g] for g in got)
+    if path:
+        assert harness.path == path
+    assert sum(g != w for g, w in zip(got, want)) <= 2
+    if params.greedy:
+        assert got == want
+    # only one token allowed: it is drawn whatever the logits and settings
+    only = np.zeros(harness.V, bool)
+    only[int(np.argmin(logits))] = True
+    assert set(harness.draw(logits, params, seeds[:8], len(history), history, allowed=only)) == {int(np.argmin(logits))}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("settings", [
+    dict(temperature=0.0, repeat_penalty=1.0, logprobs=True, top_logprobs=20),
+    dict(temperature=0.9, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.0, frequency_penalty=0.7,
+         presence_penalty=0.4, repeat_window=16, top_logprobs=5),
+    dict(temperature=0.7, repeat_penalty=1.2, repeat_window=16, frequency_penalty=-0.5,
+         logit_bias={3: 100, 17: -100, 2999: 4.5}, top_logprobs=20),
+])
+def test_penalties_bias_and_logprobs_match_numpy(harness, settings):
+    """frequency/presence penalties count repeats in the window; logit_bias is added first; the logprobs are the
+    log-softmax of the values drawn from (float32 on the GPU vs float64 here: within 2e-5) and the top 20 are the
+    largest of them, ties to the lowest id."""
+    from cera_web.sampling import TOP_LOGPROBS, logprobs_numpy
+    rng = np.random.default_rng(5)
+    logits = (rng.standard_normal(harness.V) * 2.0).astype(np.float32)
+    logits[[10, 11, 12]] = 3.25                                  # a tie among the top
+    history = rng.integers(0, 40, 30).tolist()                  # many repeats among few tokens
+    params = SamplingParams(**settings)
+    seeds = list(range(20))
+    allowed = rng.random(harness.V) < 0.5 if params.frequency_penalty < 0 else None
+    got = harness.draw(logits, params, seeds, len(history), history, allowed=allowed)
+    want = [sample_numpy(logits, params, history, uniform(s, len(history)), allowed) for s in seeds]
+    assert sum(g != w for g, w in zip(got, want)) <= 1
+    ref = logprobs_numpy(logits, params, history, allowed)
+    lps = run(harness.sampler.read_logprobs(len(seeds), params.top_logprobs))
+    order = sorted(range(harness.V), key=lambda i: (-ref[i], i))[:params.top_logprobs]
+    for tok, lp in zip(got, lps):
+        assert abs(lp["logprob"] - ref[tok]) < 2e-5
+        ids = [i for i, _ in lp["top_logprobs"]]
+        assert ids == order, (ids, order)
+        np.testing.assert_allclose([v for _, v in lp["top_logprobs"]], ref[order], atol=2e-5)
+    assert TOP_LOGPROBS == 20
+    if 17 in params.logit_bias:
+        assert 17 not in got and 3 in [i for i, _ in lps[0]["top_logprobs"]][:1]
+
+
+def test_settings_validation_of_openai_fields():
+    with pytest.raises(InputError, match="frequency_penalty must be between -2.0 and 2.0"):
+        SamplingParams(frequency_penalty=3)
+    with pytest.raises(InputError, match="top_logprobs must be between 0 and 20"):
+        SamplingParams(top_logprobs=21)
+    with pytest.raises(InputError, match="logit_bias must map"):
+        SamplingParams(logit_bias={1: 200})
+    with pytest.raises(InputError, match="logit_bias keys must be token ids"):
+        SamplingParams(logit_bias={"x": 1})
+    assert SamplingParams(logit_bias={"7": -100}).logit_bias == {7: -100.0}
+    assert SamplingParams(top_logprobs=3).logprobs

@@ -628,7 +628,7 @@ function modelHasTemplate(has) {
 const settingsForm = {fields: [], raw: {}, edited: new Set()};
 
 const asText = (v) => (v == null ? '' : Array.isArray(v) ? v.join(v.length && typeof v[0] === 'string' ? '\n' : ', ')
-                                                         : String(v));
+                       : typeof v === 'object' ? JSON.stringify(v) : String(v));   // logit_bias: JSON text
 
 function buildSettings({fields, raw}) {
   settingsForm.fields = fields.filter((f) => f.name !== 'max_tokens');   // Max tokens sits next to the buttons

@@ -12,6 +12,8 @@ The Model interface the engine drives, implemented by both (the engine never ask
     max_steps_per_read                   decode steps the engine may submit between two read_log calls
     passes                               forward passes run so far (the engine notices passes it did not run)
     make_sampler(); sampler_plan         the sampler for this model's head; set sampler_plan to sample, None: argmax
+                                         (a sampler: set_params(params, seed, masked), set_history(ids),
+                                         set_mask(words), await read_logprobs(n, top), plan; sampling.GPUSampler)
     on_gpu                               False for the CPU fallback (the numpy reference model)
     memory() -> dict | None              GPU bytes held (weights, kv_cache, other, total, buffers); None on the CPU
     split_tensors() -> dict              {tensor: [(buffer, first row, rows)]} of weights split across buffers

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..reference import ReferenceModel
-from ..sampling import RING, SamplingParams, sample_numpy, uniform
+from ..sampling import RING, SamplingParams, logprobs_numpy, sample_numpy, uniform
 from .base import LOG_SIZE
 
 
@@ -38,9 +38,19 @@ class CPUSampler:
         self.params = SamplingParams(temperature=0.0)
         self.seed = 0
         self.recent: list[int] = []
+        self.allowed = None         # a grammar's mask as a boolean array, or None
 
-    def set_params(self, params: SamplingParams, seed: int):
+    def set_params(self, params: SamplingParams, seed: int, masked: bool = False):
         self.params, self.seed = params, seed
+        self.allowed = None
+        self.pending = []           # logprobs of the steps not read yet
+
+    async def read_logprobs(self, n: int, top: int) -> list[dict]:
+        got, self.pending = self.pending[-n:], []
+        return [{"logprob": lp, "top_logprobs": tops[:top]} for lp, tops in got]
+
+    def set_mask(self, words):
+        self.allowed = np.unpackbits(np.asarray(words, np.uint32).view(np.uint8), bitorder="little").astype(bool)
 
     def set_history(self, ids):
         self.recent = list(ids[-RING:])
@@ -78,7 +88,12 @@ class CPUModel:
             return int(np.argmax(logits))
         window = s.params.repeat_window
         recent = s.recent[-window:] if window else []
-        tok = sample_numpy(logits, s.params, recent, uniform(s.seed, pos))
+        allowed = None if s.allowed is None else s.allowed[:len(logits)]
+        tok = sample_numpy(logits, s.params, recent, uniform(s.seed, pos), allowed)
+        if s.params.logprobs:
+            lp = logprobs_numpy(logits, s.params, recent, allowed)
+            order = np.argsort(-lp, kind="stable")[:20]
+            s.pending.append((float(lp[tok]), [(int(i), float(lp[i])) for i in order if lp[i] > -1e30]))
         s.recent = (s.recent + [tok])[-RING:]
         return tok
 
