@@ -434,7 +434,7 @@ fn main(@builtin(local_invocation_index) tid: u32) {
                     if (penalised) {
                         z[e] = penalise(4u * q + e, z[e]);
                     }
-                    if ((bits >> e & 1u) == 0u) {
+                    if (((bits >> e) & 1u) == 0u) {
                         z[e] = LOW;
                     }
                     if (z[e] > bv) {
