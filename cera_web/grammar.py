@@ -635,6 +635,15 @@ class TokenTrie:
             tb.append(None if tokenizer.is_special(i) else tokenizer.token_bytes(i))
         return cls(tb, tokenizer.eot_ids if eos is None else eos)
 
+    def pack_ranges(self, starts, ends, eos: bool) -> np.ndarray:
+        """pack() for a few ranges of places."""
+        ids = np.zeros(self.words * 32, np.bool_)
+        for a, b in zip(starts, ends):
+            ids[self.order[a:b]] = True
+        if eos:
+            ids[self.eos] = True
+        return np.packbits(ids, bitorder="little").view(np.uint32)
+
     def pack(self, places: np.ndarray, eos: bool) -> np.ndarray:
         """A boolean array over places -> the uint32 bitset over token ids (plus the eos ids when ``eos``)."""
         ids = np.zeros(self.words * 32, np.bool_)
@@ -705,7 +714,6 @@ class Matcher:
         t, rec = self.trie, self.rec
         kids, lo, hi, own, below = t.kids, t.lo, t.hi, t.own, t.below
         step, covers, allowed_bytes, height = rec.step, rec.covers, rec.allowed_bytes, t.height
-        delta = np.zeros(len(t.order) + 1, np.int32)    # +1 at a range start, -1 at its end
         starts, ends = [], []
         todo = [(0, state)]
         while todo:
@@ -726,6 +734,9 @@ class Matcher:
                     ends.append(lo[c] + own[c])
                 if kids[c]:
                     todo.append((c, st2))
+        if len(starts) <= 64:       # few ranges (a restricted state): mark them directly
+            return t.pack_ranges(starts, ends, ACCEPT in state)
+        delta = np.zeros(len(t.order) + 1, np.int32)    # +1 at a range start, -1 at its end
         np.add.at(delta, np.array(starts, np.int64), 1)
         np.add.at(delta, np.array(ends, np.int64), -1)
         places = np.cumsum(delta[:-1]) > 0

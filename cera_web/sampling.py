@@ -69,12 +69,10 @@ class SamplingParams:
         "stop": ("Stop strings", None, None, "texts that end the reply"),
         "stop_token_ids": ("Stop token ids", None, None, "token ids that end the reply"),
         "ignore_eos": ("Ignore end of turn", None, None, "keep generating past the model's end-of-turn token"),
-        "frequency_penalty": ("Frequency penalty", -2.0, 2.0, "lower the logits of tokens by how often they occur"),
-        "presence_penalty": ("Presence penalty", -2.0, 2.0, "lower the logits of tokens that already occur"),
-        "logit_bias": ("Logit bias", None, None, "token id -> a number added to its logit (-100 bans it)"),
-        "logprobs": ("Log-probabilities", None, None, "return each token's log-probability"),
-        "top_logprobs": ("Top log-probabilities", 0, 20, "also the most likely alternatives at each step"),
     }
+
+    # settings of the OpenAI-shaped API (cera_web.openai_api), not offered in the page's settings form (describe())
+    API_ONLY = ("frequency_penalty", "presence_penalty", "logit_bias", "logprobs", "top_logprobs")
 
     def validate(self) -> "SamplingParams":
         """Check (and normalise) every field; raise InputError saying which one is wrong and what is allowed."""

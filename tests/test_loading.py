@@ -555,3 +555,38 @@ def test_notebook_cells_load_a_model_and_stream_generations(tab, site):
     weights = sum(int(t.n_bytes) for t in _tensors(SMALL / "qwen3-q8_0.gguf") if sum(d > 1 for d in t.shape) == 2)
     assert run(3, "buffers").startswith(f"  weights: {weights:,}\n")
     tab.assert_offline()
+
+
+def test_notebook_constrained_decoding_validates_in_the_browser(tab, site):
+    """Structured output in Pyodide + WebGPU (SwiftShader): a tiny random model's outputs under a JSON schema
+    (greedy and seeded) and a GBNF grammar are complete and valid (cera_web.grammar, sample.wgsl's mask path)."""
+    import json
+
+    import jsonschema
+    p = tab.page
+    p.goto(site.url + "/web/notebook.html")
+    run_buttons = p.locator(".py-editor-run-button")
+    outputs = p.locator(".py-editor-output")
+    tab.expect(run_buttons).to_have_count(4, timeout=60_000)
+    schema = {"enum": ["red", "green", "blue", 7, None]}
+    grammar = 'root ::= "{\\"ok\\": " ("true" | "false") "}"'
+    _set_cell(p, 0, "import json\nfrom cera_web.webapp import open_model\n"
+                    "engine = await open_model('/testmodels/qwen3-q8_0.gguf')\n"
+                    f"fmt = {{'type': 'json_schema', 'json_schema': {{'name': 's', 'schema': {schema!r}}}}}\n"
+                    "rs = [await engine.generate('Colour:', max_tokens=12, response_format=fmt),\n"
+                    "      await engine.generate('Colour:', max_tokens=12, response_format=fmt, temperature=1.0, seed=5),\n"
+                    f"      await engine.generate('Ok?', max_tokens=12, grammar={grammar!r}, temperature=1.0, seed=2)]\n"
+                    "print('RESULTS:' + json.dumps([[r.text, r.stop_reason] for r in rs]))")
+    run_buttons.nth(0).click()
+    done = outputs.nth(0).filter(has_text="RESULTS:").or_(outputs.nth(0).filter(has_text="Error"))
+    try:
+        tab.expect(done).to_be_visible(timeout=LOAD_MS)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n" + "\n".join(tab.console[-30:])) from None
+    text = outputs.nth(0).inner_text()
+    assert "Error" not in text, text
+    results = json.loads(text.split("RESULTS:", 1)[1].strip().splitlines()[0])
+    for out, reason in results[:2]:
+        assert reason in ("grammar", "eos"), results
+        jsonschema.validate(json.loads(out), schema)
+    assert results[2][1] in ("grammar", "eos") and json.loads(results[2][0])["ok"] in (True, False), results

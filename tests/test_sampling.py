@@ -48,7 +48,7 @@ def test_params_from_dict_and_describe():
     with pytest.raises(InputError, match="unknown generation setting.*temprature"):
         SamplingParams.from_dict({"temprature": 1})
     info = {d["name"]: d for d in SamplingParams.describe()}
-    assert set(info) == set(SamplingParams.field_names())
+    assert set(info) == set(SamplingParams.field_names()) - set(SamplingParams.API_ONLY)
     assert info["top_p"]["default"] == 0.95 and info["top_p"]["max"] == 1.0 and info["top_p"]["label"]
 
 
