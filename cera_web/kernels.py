@@ -303,7 +303,7 @@ def spread(groups: int, max_per_dim: int = 65535) -> tuple[int, int, int]:
     return (-(-groups // y), y, 1)
 
 
-# --- LFM2 (cera_web/models/lfm2.py) ---
+# --- LFM2 (its conv blocks in cera_web/models/transformer.py) ---
 
 MAX_L_CACHE = 16    # the longest short convolution (LFM2 shortconv.l_cache) conv1d.wgsl is built for
 
