@@ -3,8 +3,7 @@
 A ``ModelSpec`` holds everything the GPU model (models/transformer.py), the numpy reference (reference.py), the
 memory fit check and the page's memory summary (models/memory.py) need to know about a file: the dimensions, one
 ``Layer`` per block (attention or short convolution, with its own head counts, RoPE base and sliding window), the RoPE
-layout,
-norms, biases, QK norm, and every tensor the model reads with the shape the metadata implies.
+layout, norms, biases, QK norm, and every tensor the model reads with the shape the metadata implies.
 
 Each architecture is one small function ``gguf -> ModelSpec`` in ``ARCHITECTURES``. Adding a llama-family
 architecture is a function here setting the fields that differ (plus, at most, a new block in
