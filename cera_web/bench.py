@@ -71,10 +71,17 @@ async def run(engine, prompt_tokens: int = 512, decode_tokens: int = 128, steps_
 async def profile(engine, prompt_tokens: int = 512, repeats: int = 20) -> dict:
     """GPU milliseconds of each kind of dispatch in one decode step and one prefill chunk: the plan's dispatches are
     grouped by what they compute (e.g. "attn_q", "attention", "ffn_down") and each group is submitted alone,
-    ``repeats`` times, between two readbacks. Includes each dispatch's fixed cost, which is the point."""
+    ``repeats`` times, between two readbacks. Includes each dispatch's fixed cost, which is the point. Where the
+    device has timestamp queries (native), each kind also gets ``gpu_us``: its dispatches' GPU time summed over the
+    plan, each dispatch timed in its own pass (no submission cost)."""
     import re
     import time as _time
     model, dev = engine.model, engine.dev
+    try:
+        from .gpu.native import NativeDevice, time_dispatches
+        time_dispatches = time_dispatches if isinstance(dev, NativeDevice) else None
+    except ImportError:     # Pyodide: no wgpu-py
+        time_dispatches = None
     ids = prompt_ids(engine.tokenizer, prompt_tokens)
     await engine.generate(ids[:model.chunk], max_tokens=2, stop_at_eos=False)
     out = {}
@@ -96,6 +103,12 @@ async def profile(engine, prompt_tokens: int = 512, repeats: int = 20) -> dict:
             await dev.read(model.log, 0, 4)
             ms = (_time.perf_counter() - t0) * 1000 / repeats
             rows[label] = {"dispatches": len(ds), "ms": round(ms, 4), "us_per_dispatch": round(ms * 1000 / len(ds), 2)}
+        gpu_us = time_dispatches(dev, plan) if time_dispatches else None
+        if gpu_us:     # GPU time from timestamps, each dispatch in its own pass (native devices with the feature)
+            for d_label, us in zip(rec.labels, gpu_us):
+                row = rows[re.sub(r"^blk\.\d+\.|\.weight$", "", d_label) or "?"]
+                row["gpu_us"] = round(row.get("gpu_us", 0.0) + us, 2)
+            out[name + "_gpu_total_us"] = round(sum(gpu_us), 1)
         out[name] = dict(sorted(rows.items(), key=lambda kv: -kv[1]["ms"]))
         out[name + "_total_ms"] = round(sum(r["ms"] for r in rows.values()), 3)
     return out

@@ -206,3 +206,35 @@ def _buffer_error(e, nbytes: int, label: str, limits: dict) -> GPUMemoryError:
         f"the GPU could not allocate buffer {label or '(unnamed)'!r} of {nbytes:,} bytes ({nbytes / 2**20:.1f} MiB; "
         f"this device's maxBufferSize is {int(limits.get('max-buffer-size', 0)):,}): {said}. Load a smaller model "
         f"or a smaller context size (--context), or free GPU memory used by other programs")
+
+
+def time_dispatches(dev: NativeDevice, plan, repeats: int = 5) -> list[float] | None:
+    """GPU microseconds of each dispatch of a plan, from timestamp queries: every dispatch in its own compute pass
+    with a timestamp at the pass's start and end, the plan submitted ``repeats`` times, the median per dispatch.
+    None where the device has no timestamp queries. For profiles only (bench --profile): a pass per dispatch adds
+    the passes' own boundaries, so the sum is a little more than the plan's time in one pass."""
+    wgpu = dev._wgpu
+    if "timestamp-query" not in dev.features:
+        return None
+    dispatches = plan.handle[0]
+    n = len(dispatches)
+    qs = dev.device.create_query_set(type=wgpu.QueryType.timestamp, count=2 * n)
+    U = wgpu.BufferUsage
+    resolved = dev.device.create_buffer(size=16 * n, usage=U.QUERY_RESOLVE | U.COPY_SRC)
+    runs = []
+    for _ in range(repeats):
+        enc = dev.device.create_command_encoder()
+        for i, (pipe, group, (x, y, z)) in enumerate(dispatches):
+            cp = enc.begin_compute_pass(timestamp_writes={
+                "query_set": qs, "beginning_of_pass_write_index": 2 * i, "end_of_pass_write_index": 2 * i + 1})
+            cp.set_pipeline(pipe)
+            cp.set_bind_group(0, group)
+            cp.dispatch_workgroups(x, y, z)
+            cp.end()
+        enc.resolve_query_set(qs, 0, 2 * n, resolved, 0)
+        dev.device.queue.submit([enc.finish()])
+        ns = np.frombuffer(bytes(dev.device.queue.read_buffer(resolved, 0, 16 * n)), np.uint64).astype(np.int64)
+        runs.append((ns[1::2] - ns[0::2]) / 1000.0)
+    resolved.destroy()
+    qs.destroy()
+    return [round(float(v), 2) for v in np.median(np.array(runs), axis=0)]
