@@ -223,31 +223,12 @@ def rope_store(q_heads: int, kv_heads: int, head_dim: int, neox: bool, qk_norm: 
 
 
 def attention_decode(q_heads: int, kv_heads: int, head_dim: int, neox: bool, scale: float, qk_norm: bool = False,
-                     eps: float = 1e-6, window: int = 0, subgroup_size: int | None = None) -> str:
+                     eps: float = 1e-6, window: int = 0) -> str:
     """See attention_decode.wgsl. Keys are scored 1024 a pass (fewer passes, fewer barriers: 677 -> 701 tok/s on the
-    H200, docs/bench/h200-s2-keys*.json), 256 for heads over 256 wide, which keeps workgroup memory under 16 KiB.
-    subgroup_size (the adapter's smallest subgroup; None without subgroups): the split-keys path where it fits
-    (attention_decode_lanes)."""
+    H200, docs/bench/h200-s2-keys*.json), 256 for heads over 256 wide, which keeps workgroup memory under 16 KiB."""
     keys = 1024 if head_dim <= 256 else 256
-    lpr = attention_decode_lanes(head_dim, subgroup_size)
     return build("attention_decode", QH=q_heads, KVH=kv_heads, HD=head_dim, NEOX=neox,
-                 QK_NORM=qk_norm, EPS=float(eps), SCALE=float(scale), KEYS=keys, WINDOW=window,
-                 LPR=lpr or 1, SG=bool(lpr))
-
-
-def attention_decode_lanes(head_dim: int, subgroup_size: int | None) -> int:
-    """Threads a key in attention_decode.wgsl's SG path (0: that path cannot be used): HD/8 (each thread then holds two
-    vec4s of the query and of the output, and the 256 / LPR partitions' results fit 8 KiB of workgroup memory), at
-    least 4; it needs subgroups at least that large and HD a multiple of 8 * LPR... (so that LPR divides HD / 4).
-    CERA_WEB_ATTN_SG=0 turns the path off (benchmarks). The models use it on GPUs only: on CPU adapters (lavapipe)
-    it measured slower than the other path (38 vs 32 ms a call at 512 keys)."""
-    import os
-    if not subgroup_size or os.environ.get("CERA_WEB_ATTN_SG") == "0" or head_dim % 8:
-        return 0
-    lpr = max(4, head_dim // 8)
-    if lpr & (lpr - 1) or lpr > subgroup_size or (head_dim // 4) % lpr:
-        return 0
-    return lpr
+                 QK_NORM=qk_norm, EPS=float(eps), SCALE=float(scale), KEYS=keys, WINDOW=window)
 
 
 def embed(fmt, K: int, N: int, *, row0: int = 0, vocab: int | None = None, scale: float = 1.0) -> str:

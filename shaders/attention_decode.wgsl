@@ -7,8 +7,7 @@
 // The first query head of each group also stores k and v into the cache row p for later steps. Other workgroups of
 // this dispatch never read row p from the cache, so there is no race. RoPE and the norm are as in rope_store.wgsl.
 //
-// Constants: QH, KVH, HD (a multiple of 4, <= 1024), NEOX, QK_NORM, EPS, SCALE, KEYS, WINDOW (0: global), SG,
-// LPR (with SG: kernels.attention_decode_lanes).
+// Constants: QH, KVH, HD (a multiple of 4, <= 1024), NEOX, QK_NORM, EPS, SCALE, KEYS, WINDOW (0: global).
 // Bindings:
 //   0 QKV: array<f32>    [1, (QH + 2 KVH) * HD] the fused projection's output for this token
 //   1 B: array<f32>      [(QH + 2 KVH) * HD] bias (zeros when none)
@@ -18,15 +17,7 @@
 //   5 Vc: array<vec4<f32>>  [context, KVH * HD / 4]
 //   6 O: array<vec4<f32>>   [1, QH * HD / 4]
 //   7 step: uniform Step (n_tokens must be 1)
-// Two ways to split a head's keys over the 256 threads:
-// - SG false: the score phase gives each thread whole keys (scores in workgroup memory, workgroup max and sum
-//   reductions), the value phase gives each thread a vec4 column of a group of keys (as attention.wgsl once did).
-// - SG true (subgroups of at least LPR invocations, numbered in order of local_invocation_index): P = 256 / LPR
-//   partitions of LPR threads; partition i takes keys lo + i, lo + i + P, ... four at a time, each thread holding
-//   DL = HD / 4 / LPR vec4s of the query and of the output; a key's score is its LPR partial dot products summed by
-//   subgroup shuffles (four keys' scores in one vec4), and each partition keeps its own online softmax (max, sum,
-//   accumulator) in registers. The partitions' results are merged once at the end. No barriers in the key loop (the
-//   SG false path has ~20 a pass of KEYS keys), and 8 (LPR) threads read each key's 256 bytes (HD 64) together.
+// The score and value phases are organised as in attention.wgsl (256 threads; key groups for the values).
 // Dispatch: (QH, 1, 1): one workgroup of 256 threads per query head.
 @group(0) @binding(0) var<storage, read> QKV: array<f32>;
 @group(0) @binding(1) var<storage, read> B: array<f32>;
@@ -45,8 +36,8 @@ const VG: u32 = WG / D4;
 var<workgroup> q: array<f32, HD>;
 var<workgroup> k: array<f32, HD>;
 var<workgroup> v: array<f32, HD>;
-var<workgroup> p: array<f32, select(CHUNK, 1u, SG)>;         // (arrays of one path are one element in the other)
-var<workgroup> part: array<vec4<f32>, select(WG, 1u, SG)>;
+var<workgroup> p: array<f32, CHUNK>;
+var<workgroup> part: array<vec4<f32>, WG>;
 
 fn q4(i: u32) -> vec4<f32> { return vec4<f32>(q[4u * i], q[4u * i + 1u], q[4u * i + 2u], q[4u * i + 3u]); }
 fn k4(i: u32) -> vec4<f32> { return vec4<f32>(k[4u * i], k[4u * i + 1u], k[4u * i + 2u], k[4u * i + 3u]); }
@@ -119,10 +110,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
     }
     let n = pos + 1u;
-    if (SG) {
-        split_keys(tid, h, g, pos);
-        return;
-    }
     let lane = tid % D4;
     let grp = tid / D4;
     var m = -3.0e38;
@@ -217,87 +204,4 @@ fn weigh_values(acc: vec4<f32>, c0: u32, cn: u32, grp: u32, stride: u32, col: u3
         a0 += p[j] * Vc[(c0 + j) * stride + col];
     }
     return (a0 + a1) + (a2 + a3);
-}
-
-// --- the SG path (see the header) ---
-const DL: u32 = D4 / LPR;              // vec4s of the head a thread holds
-const P: u32 = WG / LPR;               // key partitions
-var<workgroup> part_m: array<f32, select(1u, P, SG)>;
-var<workgroup> part_l: array<f32, select(1u, P, SG)>;
-var<workgroup> merge: array<vec4<f32>, select(1u, P * D4, SG)>;
-
-// Vec4 d of key j of head g: the cache, or this token's k (key pos) from workgroup memory.
-fn key4(j: u32, pos: u32, g: u32, d: u32) -> vec4<f32> {
-    if (j == pos) { return k4(d); }
-    return Kc[j * KVH * D4 + g * D4 + d];
-}
-
-fn value4(j: u32, pos: u32, g: u32, d: u32) -> vec4<f32> {
-    if (j == pos) { return v4(d); }
-    return Vc[j * KVH * D4 + g * D4 + d];
-}
-
-fn split_keys(tid: u32, h: u32, g: u32, pos: u32) {
-    let part = tid / LPR;
-    let c0 = (tid % LPR) * DL;
-    var qr: array<vec4<f32>, DL>;
-    var acc: array<vec4<f32>, DL>;
-    for (var d = 0u; d < DL; d++) {
-        qr[d] = q4(c0 + d) * SCALE;
-        acc[d] = vec4<f32>(0.0);
-    }
-    let n = pos + 1u;
-    let lo = select(0u, n - WINDOW, WINDOW > 0u && n > WINDOW);
-    let rounds = (n - lo + 4u * P - 1u) / (4u * P);     // the same for every thread: the shuffles stay uniform
-    var m = -3.0e38;
-    var l = 0.0;
-    for (var it = 0u; it < rounds; it++) {
-        let j0 = lo + it * 4u * P + part;
-        let j = vec4<u32>(j0, j0 + P, j0 + 2u * P, j0 + 3u * P);
-        let ok = j < vec4<u32>(n);
-        var s = vec4<f32>(0.0);
-        for (var d = 0u; d < DL; d++) {
-            let c = c0 + d;
-            if (ok.x) { s.x += dot(qr[d], key4(j.x, pos, g, c)); }
-            if (ok.y) { s.y += dot(qr[d], key4(j.y, pos, g, c)); }
-            if (ok.z) { s.z += dot(qr[d], key4(j.z, pos, g, c)); }
-            if (ok.w) { s.w += dot(qr[d], key4(j.w, pos, g, c)); }
-        }
-        for (var x = LPR / 2u; x > 0u; x /= 2u) { s += shuffle_xor(s, x); }
-        s = select(vec4<f32>(-3.0e38), s, ok);
-        let m_new = max(m, max(max(s.x, s.y), max(s.z, s.w)));
-        let alpha = exp(m - m_new);
-        let e = select(vec4<f32>(0.0), exp(s - m_new), ok);
-        l = l * alpha + ((e.x + e.y) + (e.z + e.w));
-        for (var d = 0u; d < DL; d++) {
-            let c = c0 + d;
-            var a = acc[d] * alpha;
-            if (ok.x) { a += e.x * value4(j.x, pos, g, c); }
-            if (ok.y) { a += e.y * value4(j.y, pos, g, c); }
-            if (ok.z) { a += e.z * value4(j.z, pos, g, c); }
-            if (ok.w) { a += e.w * value4(j.w, pos, g, c); }
-            acc[d] = a;
-        }
-        m = m_new;
-    }
-    // merge the partitions: out = sum_i exp(m_i - M) acc_i / sum_i exp(m_i - M) l_i
-    if (tid % LPR == 0u) {
-        part_m[part] = m;
-        part_l[part] = l;
-    }
-    workgroupBarrier();
-    var big_m = -3.0e38;
-    for (var i = 0u; i < P; i++) { big_m = max(big_m, part_m[i]); }
-    let w = exp(m - big_m);
-    for (var d = 0u; d < DL; d++) { merge[part * D4 + c0 + d] = acc[d] * w; }
-    workgroupBarrier();
-    if (tid < D4) {
-        var total = 0.0;
-        var sum = vec4<f32>(0.0);
-        for (var i = 0u; i < P; i++) {
-            total += part_l[i] * exp(part_m[i] - big_m);
-            sum += merge[i * D4 + tid];
-        }
-        O[h * D4 + tid] = sum / total;
-    }
 }

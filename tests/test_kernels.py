@@ -228,15 +228,9 @@ def test_rope_store(dev, neox, qk_norm):
     assert not kc[:pos0].any() and not kc[pos0 + T:].any() and not vc[pos0 + T:].any()
 
 
-# split: attention_decode's subgroup path (key partitions merged at the end), where this adapter's subgroups fit it
-@pytest.mark.parametrize("split", [False, True])
 @pytest.mark.parametrize("QH,KVH,D,pos,neox,qk_norm", [(9, 3, 64, 0, False, False), (4, 2, 32, 300, True, True),
-                                                        (2, 1, 128, 5, False, False), (3, 1, 64, 1500, False, False),
-                                                        (8, 2, 64, 70, True, False)])
-def test_attention_decode_equals_rope_store_then_attention(dev, QH, KVH, D, pos, neox, qk_norm, split):
-    sg = dev.subgroup_size if split else None
-    if split and not kernels.attention_decode_lanes(D, sg):
-        pytest.skip(f"subgroups of {dev.subgroup_size} are too small for head size {D}'s split path")
+                                                        (2, 1, 128, 5, False, False), (3, 1, 64, 1500, False, False)])
+def test_attention_decode_equals_rope_store_then_attention(dev, QH, KVH, D, pos, neox, qk_norm):
     ctx, eps = pos + 3, 1e-6
     rng = np.random.default_rng(pos + D)
     qkv = rng.standard_normal((1, QH + 2 * KVH, D)).astype(np.float32)
@@ -255,8 +249,8 @@ def test_attention_decode_equals_rope_store_then_attention(dev, QH, KVH, D, pos,
     run(dev, kernels.attention(QH, KVH, D, scale), [Q, Kc, Vc, O, step], kernels.attention_groups(QH, KVH, D, 1))
     # fused path, on its own copy of the cache
     Kc2, Vc2, O2 = f32_buffer(dev, cache_k), f32_buffer(dev, cache_v), dev.create_buffer(QH * D * 4)
-    run(dev, kernels.attention_decode(QH, KVH, D, neox, scale, qk_norm, eps, subgroup_size=sg),
-        ins + [Kc2, Vc2, O2, step], (QH, 1, 1))
+    run(dev, kernels.attention_decode(QH, KVH, D, neox, scale, qk_norm, eps), ins + [Kc2, Vc2, O2, step],
+        (QH, 1, 1))
     np.testing.assert_allclose(read(dev, O2, QH * D), read(dev, O, QH * D), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(read(dev, Kc2, ctx * KVH * D), read(dev, Kc, ctx * KVH * D), atol=1e-5)
     np.testing.assert_allclose(read(dev, Vc2, ctx * KVH * D), read(dev, Vc, ctx * KVH * D), atol=1e-6)

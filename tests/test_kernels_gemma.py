@@ -158,14 +158,9 @@ def test_attention_sliding_window(dev, H, KV, D, pos0, T, W):
 
 
 @pytest.mark.parametrize("QH,KVH,D,pos,W", [(4, 1, 256, 20, 8), (4, 2, 32, 5, 8), (3, 1, 64, 1500, 512),
-                                           (2, 1, 128, 1100, 1030), (4, 2, 64, 300, 37)])
-@pytest.mark.parametrize("split", [False, True])
-def test_attention_decode_sliding_window(dev, QH, KVH, D, pos, W, split):
-    """Decode attention with the window: rope and storing as without it, keys pos + 1 - W .. pos only (split: the
-    subgroup path, where this adapter's subgroups fit the head size)."""
-    sg = dev.subgroup_size if split else None
-    if split and not kernels.attention_decode_lanes(D, sg):
-        pytest.skip(f"subgroups of {dev.subgroup_size} are too small for head size {D}'s split path")
+                                           (2, 1, 128, 1100, 1030)])
+def test_attention_decode_sliding_window(dev, QH, KVH, D, pos, W):
+    """Decode attention with the window: rope and storing as without it, keys pos + 1 - W .. pos only."""
     ctx, eps = pos + 3, 1e-6
     rng = np.random.default_rng(pos + D)
     qkv = rng.standard_normal((1, QH + 2 * KVH, D)).astype(np.float32)
@@ -184,7 +179,7 @@ def test_attention_decode_sliding_window(dev, QH, KVH, D, pos, W, split):
     v = read(dev, Vc, ctx * KVH * D).reshape(ctx, KVH, D)
     want = attention_ref(q, k, v, pos, 1, scale, W)
     Kc2, Vc2, O = f32_buffer(dev, cache_k), f32_buffer(dev, cache_v), dev.create_buffer(QH * D * 4)
-    run(dev, kernels.attention_decode(QH, KVH, D, True, scale, window=W, subgroup_size=sg), ins + [Kc2, Vc2, O, step], (QH, 1, 1))
+    run(dev, kernels.attention_decode(QH, KVH, D, True, scale, window=W), ins + [Kc2, Vc2, O, step], (QH, 1, 1))
     np.testing.assert_allclose(read(dev, O, QH * D).reshape(1, QH, D), want, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(read(dev, Kc2, ctx * KVH * D).reshape(ctx, KVH, D), k, atol=1e-5)
     assert pos + 1 <= W or not np.allclose(want, attention_ref(q, k, v, pos, 1, scale, 0))

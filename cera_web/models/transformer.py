@@ -61,8 +61,7 @@ class AttentionBlock:
                 col += m.shape(name)[0]
         H, KV, D = self.heads, self.kv_heads, s.head_dim
         if T == 1:   # decoding: RoPE, the cache store and attention in one dispatch
-            rec.add(kernels.attention_decode(H, KV, D, s.rope_neox, s.query_scale, s.qk_norm, s.eps, self.window,
-                                             None if m.dev.is_cpu else m.dev.subgroup_size),
+            rec.add(kernels.attention_decode(H, KV, D, s.rope_neox, s.query_scale, s.qk_norm, s.eps, self.window),
                     [m.qkv, self.bias, self.qk_gain, self.freq, self.k_cache, self.v_cache, m.att, m.step],
                     (H, 1, 1), "attention")
         else:
