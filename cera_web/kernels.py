@@ -246,29 +246,26 @@ def rope(heads: int, head_dim: int, neox: bool, at_pos: bool) -> str:
     return build("rope", HEADS=heads, HD=head_dim, NEOX=neox, AT_POS=at_pos)
 
 
-def attention_tile(head_dim: int) -> tuple[int, int, int]:
-    """(LPR, ROWS, BK) of attention.wgsl: threads a query row (so that a thread holds at most 16 vec4s of the query
-    and 16 of the output in registers), query rows a workgroup (64 threads), and keys a tile: as many as fit 16 KiB of
-    workgroup memory (the tile's keys and values, and with LPR > 1 every thread's partial scores), at most 32."""
+def attention_tile(head_dim: int) -> tuple[int, int]:
+    """(ROWS, BK) of attention.wgsl: query rows a workgroup (one thread per vec4 of each row's output, at most 256
+    threads) and keys a tile: as many as fit 16 KiB of workgroup memory beside the rows' queries and scores, at most
+    ROWS so that each thread fetches at most one vec4 of the tile's keys and one of its values."""
     d4 = head_dim // 4
-    lpr = 1
-    while d4 // lpr > 16 and d4 % (2 * lpr) == 0:
-        lpr *= 2
-    rows = 64 // lpr if lpr <= 64 else 1
-    per_key = 2 * head_dim * 4 + (rows * lpr * 4 if lpr > 1 else 0)
-    return lpr, rows, max(1, min(32, 16384 // per_key))
+    rows = 256 // d4
+    words = 4096 - rows * (d4 * 4 + 1)            # f32 words left beside the queries (and one per row's scores)
+    return rows, min(rows, words // ((2 * d4 + 1) * 4 + rows))   # a key: padded key row, value row, a score a row
 
 
 def attention(heads: int, kv_heads: int, head_dim: int, scale: float, window: int = 0) -> str:
     """See attention.wgsl; window: keys limited to the last ``window`` positions (sliding-window layers; 0: all)."""
-    lpr, rows, keys = attention_tile(head_dim)
-    return build("attention", HEADS=heads, KV_HEADS=kv_heads, HD=head_dim, SCALE=float(scale), LPR=lpr, ROWS=rows,
-                 BK=keys, WINDOW=window)
+    rows, keys = attention_tile(head_dim)
+    return build("attention", HEADS=heads, KV_HEADS=kv_heads, HD=head_dim, SCALE=float(scale), ROWS=rows, BK=keys,
+                 WINDOW=window)
 
 
 def attention_groups(heads: int, kv_heads: int, head_dim: int, T: int) -> tuple[int, int, int]:
     """Dispatch of attention.wgsl for passes of up to T tokens: per KV head, the T * heads / kv_heads query rows."""
-    rows = attention_tile(head_dim)[1]
+    rows = attention_tile(head_dim)[0]
     return (kv_heads, -(-T * (heads // kv_heads) // rows), 1)
 
 

@@ -256,10 +256,9 @@ def test_attention_decode_equals_rope_store_then_attention(dev, QH, KVH, D, pos,
     np.testing.assert_allclose(read(dev, Vc2, ctx * KVH * D), read(dev, Vc, ctx * KVH * D), atol=1e-6)
 
 
-# GQA ratios 1, 2, 3; head sizes 32, 64, 128 (and 36: a row of 9 vec4s) with 64, 64, 32 (two threads a row), 64 query
-# rows a workgroup, so T and T * H / KV are mostly not multiples of it; earlier chunks in the cache (pos0 > 0) and a
-# first chunk (key tiles of 32, 32, 12, 32 then end inside a tile); T_max > T: rows of tokens past the pass must not
-# write (kernels.attention_tile)
+# GQA ratios 1, 2, 3; head sizes 32, 64, 128 (and 36: a row of 9 vec4s) with 32, 16, 8, 28 query rows a workgroup,
+# so T and T * H / KV are mostly not multiples of it; earlier chunks in the cache (pos0 > 0) and a first chunk
+# (keys tiles of 30, 16, 8, 28 then end inside a tile); T_max > T: rows of tokens past the pass must not write
 @pytest.mark.parametrize("H,KV,D,pos0,T,T_max", [(9, 3, 64, 0, 5, 5), (9, 3, 64, 37, 21, 24), (4, 1, 32, 300, 3, 3),
                                                  (2, 2, 128, 0, 1, 1), (4, 2, 128, 13, 19, 25), (6, 3, 32, 70, 45, 50),
                                                  (3, 3, 64, 511, 17, 17), (4, 4, 36, 5, 29, 32)])
