@@ -7,8 +7,9 @@
 // token-major over the G query heads that share g's keys and values: row i is token i / G, head g * G + i % G.
 // Thread (r, c) (r < ROWS, c < D4) works on row r and owns vec4 c of its output. Keys come in tiles of BK: the
 // tile's keys and values are stored in workgroup memory once for all rows (the next tile's are fetched into
-// registers meanwhile); thread c of a row scores the row's keys c, c + D4, ... of the tile; then each thread of the
-// row updates the row's online softmax (running max m and sum l) and its vec4 of the weighted value sum. A row stops
+// registers meanwhile); thread c of a row scores the row's keys c, c + D4, ... of the tile, and after the row's new
+// max is known turns those scores into weights exp(s - m) (one exp a key); then each thread of the row updates the
+// row's online softmax (running max m and sum l) and its vec4 of the weighted value sum. A row stops
 // at its own causal limit; the workgroup runs to its last row's. Workgroups take the rows from the end (y = 0 the
 // last ROWS), so those with the most keys start first (H200: 165 -> 139 us at 512 tokens, BENCHMARKS.md).
 //
@@ -97,16 +98,25 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             }
         }
         workgroupBarrier();
-        // loops of constant length, the scores of keys past jn masked
+        // loops of constant length, the scores of keys past jn masked; each thread of a row finds the row's new
+        // max, then turns the scores it computed into weights (one exp a key, not one a key and thread)
         var m_new = m;
         for (var j = 0u; j < BK; j++) {
             m_new = select(m_new, max(m_new, s[r * SP + j]), j >= jl && j < jn);
         }
+        workgroupBarrier();
+        for (var i = 0u; i < KPT; i++) {
+            let j = c + i * D4;
+            if (j < BK) {
+                s[r * SP + j] = select(0.0, exp(s[r * SP + j] - m_new), j >= jl && j < jn);
+            }
+        }
+        workgroupBarrier();
         let alpha = exp(m - m_new);
         l *= alpha;
         acc *= alpha;
         for (var j = 0u; j < BK; j++) {
-            let p = select(0.0, exp(s[r * SP + j] - m_new), j >= jl && j < jn);
+            let p = s[r * SP + j];
             l += p;
             acc += p * vs[j * D4 + c];
         }
