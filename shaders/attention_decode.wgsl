@@ -182,21 +182,23 @@ fn reduce(tid: u32, x: f32, is_max: bool) -> f32 {
 }
 
 // acc + sum of p[j] * Vc[(c0 + j) * stride + col] over the keys j < cn of key group grp (j = grp, grp + VG, ...):
-// one thread's vec4 of the weighted value sum for a chunk of keys starting at c0. Eight keys are loaded at a time,
-// into four accumulators, so eight loads are in flight instead of one (the loop is otherwise bound by their latency).
+// one thread's vec4 of the weighted value sum for a chunk of keys starting at c0. Four keys are loaded at a time,
+// into four accumulators, so four loads are in flight instead of one (the loop is otherwise bound by their latency).
 fn weigh_values(acc: vec4<f32>, c0: u32, cn: u32, grp: u32, stride: u32, col: u32) -> vec4<f32> {
     var a0 = acc;
     var a1 = vec4<f32>(0.0);
     var a2 = vec4<f32>(0.0);
     var a3 = vec4<f32>(0.0);
     var j = grp;
-    for (; j + 7u * VG < cn; j += 8u * VG) {
-        var v: array<vec4<f32>, 8>;
-        for (var i = 0u; i < 8u; i++) { v[i] = Vc[(c0 + j + i * VG) * stride + col]; }
-        a0 += p[j] * v[0] + p[j + 4u * VG] * v[4];
-        a1 += p[j + VG] * v[1] + p[j + 5u * VG] * v[5];
-        a2 += p[j + 2u * VG] * v[2] + p[j + 6u * VG] * v[6];
-        a3 += p[j + 3u * VG] * v[3] + p[j + 7u * VG] * v[7];
+    for (; j + 3u * VG < cn; j += 4u * VG) {
+        let v0 = Vc[(c0 + j) * stride + col];
+        let v1 = Vc[(c0 + j + VG) * stride + col];
+        let v2 = Vc[(c0 + j + 2u * VG) * stride + col];
+        let v3 = Vc[(c0 + j + 3u * VG) * stride + col];
+        a0 += p[j] * v0;
+        a1 += p[j + VG] * v1;
+        a2 += p[j + 2u * VG] * v2;
+        a3 += p[j + 3u * VG] * v3;
     }
     for (; j < cn; j += VG) {
         a0 += p[j] * Vc[(c0 + j) * stride + col];
