@@ -1,0 +1,162 @@
+"""The matrix-vector kernel with 8-bit activations (shaders/matvec_q8.wgsl, issue 13) on the native backend.
+
+Each format against two numpy references on the same packed weights:
+- exact emulation: the input quantized as the kernel does (blocks of 32, dx = max|v| / 127, q = round(v / dx),
+  v = X * G with the norm), then the float64 product of the dequantized weights with dx * q. The GPU's integer
+  products are exact; what is left is f32 rounding of scales and sums: tolerance 2e-5 of sum |w| |dx q|.
+  (A quantized input that lands one step off at a rounding tie, the GPU's 1/dx being inexact, would move a result
+  by dx * |w|: far below that bound's slack for one value in thousands, and rare.)
+- the f32 product (the accuracy cost of 8-bit activations): |error| <= 0.01 * sum |w| |xin|, measured at most
+  about 0.002 of it on these random rows (half a quantization step per input, errors of random sign).
+"""
+import numpy as np
+import pytest
+
+from cera_web import kernels, quants
+from cera_web.gguf import GGML_BLOCK, GGMLType
+from gpu_helpers import f32_buffer, read, run, step_buffer, upload
+
+pytestmark = pytest.mark.gpu
+
+FORMATS = list(kernels.INT8_FORMATS)
+# byte offsets of each format's f16 fields in a block (the rest of the block is random bytes)
+F16_AT = {GGMLType.Q8_0: [0], GGMLType.Q4_0: [0], GGMLType.Q4_1: [0, 2], GGMLType.Q5_0: [0],
+          GGMLType.Q4_K: [0, 2], GGMLType.Q6_K: [208]}
+
+
+@pytest.fixture(scope="module")
+def dev():
+    from cera_web.gpu.native import NativeDevice
+    d = NativeDevice.create()
+    if not d.int8_dot:
+        pytest.skip("this adapter's WGSL has no packed_4x8_integer_dot_product")
+    return d
+
+
+def random_rows(fmt, n, k, rng):
+    """Random valid packed rows [n, k] of fmt (f16 fields ordinary numbers of both signs) and their dequantization."""
+    elems, size = GGML_BLOCK[fmt]
+    raw = rng.integers(0, 256, size=(n * k // elems, size), dtype=np.uint8)
+    scale = 0.05 if elems == 32 else 0.002       # k-quants multiply by 6-bit sub-block scales too
+    for at in F16_AT[fmt]:
+        raw[:, at:at + 2] = (rng.standard_normal(raw.shape[0]) * scale).astype("<f2").view(np.uint8).reshape(-1, 2)
+    raw = raw.reshape(n, -1)
+    return raw, quants.dequantize(raw, fmt, (n, k)).astype(np.float64)
+
+
+def quantize_input(v):
+    """The kernel's activation quantization of v [K] (f32): dx * q as float64, and q's scales' magnitude."""
+    b = v.astype(np.float32).reshape(-1, 32)
+    d = np.abs(b).max(1) / np.float32(127)
+    inv = np.divide(np.float32(1), d, out=np.zeros_like(d), where=d > 0)
+    q = np.round(b * inv[:, None])        # WGSL round(): halves to even, as numpy
+    return (q * d[:, None].astype(np.float64)).reshape(-1)
+
+
+def product(dev, fmt, raw, x, *, N, K, T=1, norm=False, g=None, glu=False, accum=False, last_only=False,
+            y0=None, ystride=None, yoff=0, gelu=False, shape=None):
+    shape = shape or dict(lanes=1, wg=64, sg=False)
+    ystride = ystride or N
+    rows_out = 1 if last_only else T
+    Y = f32_buffer(dev, y0) if y0 is not None else dev.create_buffer(4 * rows_out * ystride)
+    G = f32_buffer(dev, g if g is not None else np.ones(K))
+    wgsl = kernels.matvec_q8(fmt, K, N, norm=norm, eps=1e-5, glu=glu, accum=accum, last_only=last_only,
+                             ystride=ystride, yoff=yoff, gelu=gelu, **shape)
+    run(dev, wgsl, [upload(dev, raw), f32_buffer(dev, x), Y, step_buffer(dev, T), G],
+        kernels.spread(kernels.matvec_q8_groups(N, shape["lanes"], shape["wg"])))
+    return read(dev, Y, rows_out * ystride).reshape(rows_out, ystride)
+
+
+def references(wq, x, g=None):
+    """(emulated int8 product, f32 product, error bound for the emulation, bound for the f32 comparison) of the
+    rows wq [n, K] with the token x [K] (g: the norm's gain, with the 1/rms scale)."""
+    v = (x * g).astype(np.float32) if g is not None else x.astype(np.float32)
+    scale = 1.0 / np.sqrt((x.astype(np.float64) ** 2).mean() + 1e-5) if g is not None else 1.0
+    xq = quantize_input(v)
+    return (wq @ xq * scale, wq @ v.astype(np.float64) * scale,
+            2e-5 * (np.abs(wq) @ np.abs(xq)) * scale + 1e-30, 0.01 * (np.abs(wq) @ np.abs(v)) * scale)
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
+@pytest.mark.parametrize("shape", [dict(lanes=1, wg=64, sg=False), dict(lanes=8, wg=64, sg=True),
+                                   dict(lanes=4, wg=128, sg=False)], ids=["cpu", "sg8", "wg4x128"])
+def test_matvec_q8_formats(dev, fmt, shape):
+    """Plain product of rows not a multiple of a workgroup's, K of several items a lane and a remainder."""
+    if shape["sg"] and (dev.subgroup_size or 0) < shape["lanes"]:
+        pytest.skip(f"subgroups of {dev.subgroup_size} < {shape['lanes']} lanes")
+    K, N = (1280 if fmt in (GGMLType.Q4_K, GGMLType.Q6_K) else 352), 37
+    rng = np.random.default_rng(int(fmt))
+    raw, wq = random_rows(fmt, N, K, rng)
+    x = (rng.standard_normal(K) * np.exp(rng.uniform(-2, 2, K))).astype(np.float32)   # blocks of mixed ranges
+    got = product(dev, fmt, raw, x, N=N, K=K, shape=shape)[0]
+    emulated, exact, tol, tol_f32 = references(wq, x)
+    assert np.all(np.abs(got - emulated) <= tol), np.max(np.abs(got - emulated) / tol)
+    assert np.all(np.abs(got - exact) <= tol_f32), np.max(np.abs(got - exact) / tol_f32)
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
+def test_matvec_q8_fused(dev, fmt):
+    """NORM + GLU (SiLU and GELU), ACCUM with YSTRIDE / YOFF, LAST_ONLY over a pass of 3 tokens."""
+    K, N = (512 if fmt in (GGMLType.Q4_K, GGMLType.Q6_K) else 96), 21
+    rng = np.random.default_rng(7 + int(fmt))
+    raw, wq = random_rows(fmt, 2 * N, K, rng)
+    x = (rng.standard_normal((3, K)) * 3).astype(np.float32)
+    g = rng.uniform(0.5, 1.5, K).astype(np.float32)
+    for shape in (dict(lanes=1, wg=64, sg=False), dict(lanes=4, wg=64, sg=False)):
+        for gelu in (False, True):
+            got = product(dev, fmt, raw, x, N=N, K=K, T=3, norm=True, g=g, glu=True, gelu=gelu, shape=shape)
+            for t in range(3):
+                emulated, _, tol, _ = references(wq, x[t], g)
+                a, b = emulated[:N], emulated[N:]
+                act = (0.5 * a * (1 + np.tanh(0.7978845608028654 * (a + 0.044715 * a ** 3))) if gelu
+                       else a / (1 + np.exp(-a)))
+                # d(act(a) b) = act'(a) b da + act(a) db, act' <= 1.2
+                bound = 1.2 * np.abs(b) * tol[:N] + np.abs(act) * tol[N:] + 1e-6
+                np.testing.assert_array_less(np.abs(got[t] - act * b), bound)
+        # plain rows into columns 4.. of a wider output, added to it; and the last token only
+        stride = 2 * N + 7
+        y0 = rng.standard_normal((3, stride)).astype(np.float32)
+        got = product(dev, fmt, raw, x, N=2 * N, K=K, T=3, accum=True, y0=y0, ystride=stride, yoff=4, shape=shape)
+        for t in range(3):
+            emulated, _, tol, _ = references(wq, x[t])
+            want = y0[t].astype(np.float64)
+            want[4:4 + 2 * N] += emulated
+            np.testing.assert_array_less(np.abs(got[t] - want), np.pad(tol, (4, 3)) + 1e-5)
+        got = product(dev, fmt, raw, x, N=2 * N, K=K, T=3, norm=True, g=g, last_only=True, shape=shape)
+        emulated, _, tol, _ = references(wq, x[2], g)
+        np.testing.assert_array_less(np.abs(got[0] - emulated), tol)
+
+
+def test_matvec_q8_selection(monkeypatch):
+    """Which products take the int8 kernel: types, K, workgroup memory, the switches."""
+    shape = kernels.matvec_q8_shape
+    assert shape(GGMLType.Q4_1, 2048, False, 32) == {"lanes": 16, "wg": 256, "sg": True}
+    assert shape(GGMLType.Q4_1, 2048, False, None)["sg"] is False
+    assert shape(GGMLType.F16, 2048, False, 32) is None                        # not an int8 format
+    assert shape(GGMLType.Q8_0, 8192, False, 32) is not None                   # 8 KiB + 2 KiB: fits 16 KiB
+    assert shape(GGMLType.Q8_0, 14336, False, 32) is None                      # 14 KiB + 3.5 KiB: falls back
+    assert shape(GGMLType.Q8_0, 14336, False, 32, wg_memory=32768) is not None
+    assert kernels.matvec_q8_memory(8192, 16, 256, False) == 8192 + 2048 + 4096
+    monkeypatch.setenv("CERA_WEB_MATVEC8", "lanes=8,wg=128,sg=0")
+    assert shape(GGMLType.Q4_1, 2048, False, 32) == {"lanes": 8, "wg": 128, "sg": False}
+    monkeypatch.setenv("CERA_WEB_MATVEC8", "lanes=3")
+    with pytest.raises(ValueError, match="CERA_WEB_MATVEC8"):
+        shape(GGMLType.Q4_1, 2048, False, 32)
+
+    class Dev:
+        int8_dot, is_cpu = True, False
+    monkeypatch.delenv("CERA_WEB_INT8", raising=False)
+    assert kernels.int8_enabled(Dev())
+    Dev.is_cpu = True
+    assert not kernels.int8_enabled(Dev())                 # software adapters keep the f32 kernel ...
+    monkeypatch.setenv("CERA_WEB_INT8", "1")
+    assert kernels.int8_enabled(Dev())                     # ... unless forced (tests on lavapipe)
+    monkeypatch.setenv("CERA_WEB_INT8", "0")
+    Dev.is_cpu = False
+    assert not kernels.int8_enabled(Dev())
+    Dev.int8_dot = False
+    monkeypatch.setenv("CERA_WEB_INT8", "1")
+    assert not kernels.int8_enabled(Dev())                 # never without the language feature
+    monkeypatch.setenv("CERA_WEB_INT8", "yes")
+    with pytest.raises(ValueError, match="CERA_WEB_INT8"):
+        kernels.int8_enabled(Dev())
