@@ -160,3 +160,16 @@ def test_matvec_q8_selection(monkeypatch):
     monkeypatch.setenv("CERA_WEB_INT8", "yes")
     with pytest.raises(ValueError, match="CERA_WEB_INT8"):
         kernels.int8_enabled(Dev())
+
+
+def test_bench_kernels_times_int8_beside_f32(dev):
+    """bench_kernels reports the int8 kernel's product of the same weights beside matmul.wgsl's (the lead's
+    before/after on the H200), each --variants8 shape."""
+    import asyncio
+    from cera_web import bench_kernels
+    out = asyncio.run(bench_kernels.run([GGMLType.Q4_1, GGMLType.F16], [(64, 256)], device=dev, repeats=1,
+                                        target_ms=1, rotate_mib=1, serial=False, lanes_list=[1],
+                                        variants8=[dict(lanes=1, wg=64, sg=0), dict(lanes=4, wg=64, sg=0)]))
+    kinds = [(r["type"], r["kernel"], r.get("lanes")) for r in out["results"]]
+    assert kinds == [("Q4_1", "matvec_q8", 1), ("Q4_1", "matvec_q8", 4), ("Q4_1", "matmul", 1), ("F16", "matmul", 1)]
+    assert all(r["us"] > 0 for r in out["results"]) and out["int8_dot"] is True
