@@ -191,7 +191,7 @@ class Bench:
         indep = [dev.bind(pipe, [w, x, y, self.step, gain]) for w, y in zip(weights, outs)]
         per, n = await self.per_dispatch(lambda n: [(pipe, indep[i % len(indep)], groups) for i in range(n)])
         res = {"kernel": "matvec_q8", "lanes": shape["lanes"], "wg": shape["wg"], "sg": shape["sg"],
-               "dispatches": n, "us": round(per * 1e6, 3), "gbps": round(nbytes / per / 1e9, 2)}
+               "copies": len(weights), "dispatches": n, "us": round(per * 1e6, 3), "gbps": round(nbytes / per / 1e9, 2)}
         if self.serial:
             chained = [dev.bind(pipe, [w, x, outs[0], self.step, gain]) for w in weights]
             per_s, _ = await self.per_dispatch(lambda n: [(pipe, chained[i % len(chained)], groups) for i in range(n)])

@@ -23,7 +23,8 @@ fn item_dot(row: u32, b: u32) -> f32 {
         let db = xd[sb * 8u + 2u * i + 1u];
         let lo = k4_scale_min(sm, 2u * i);
         let hi = k4_scale_min(sm, 2u * i + 1u);
-        a += da * lo.x * f32(dot4I8Packed(q & 0x0F0F0F0Fu, xa)) + db * hi.x * f32(dot4I8Packed((q >> 4u) & 0x0F0F0F0Fu, xb));
+        a += da * lo.x * f32(dot4I8Packed(q & 0x0F0F0F0Fu, xa))
+           + db * hi.x * f32(dot4I8Packed((q >> 4u) & 0x0F0F0F0Fu, xb));
         m += da * lo.y * f32(dot4I8Packed(0x01010101u, xa)) + db * hi.y * f32(dot4I8Packed(0x01010101u, xb));
     }
     return dm.x * a - dm.y * m;
