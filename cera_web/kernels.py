@@ -223,7 +223,7 @@ def matvec_shape(blocks_per_row: int, T: int, cpu: bool, subgroup_size: int | No
 INT8_FORMATS = {
     GGMLType.Q8_0: ("i8_q8_0", ("bytes",)),
     GGMLType.Q4_1: ("i8_q4_1", ()),
-    GGMLType.Q4_K: ("i8_q4_k", ("kscales",)),
+    GGMLType.Q4_K: ("i8_q4_k", ()),
     GGMLType.Q6_K: ("i8_q6_k", ("bytes",)),
     GGMLType.Q4_0: ("i8_q4_0", ("bytes",)),
     GGMLType.Q5_0: ("i8_q5_0", ("bytes",)),

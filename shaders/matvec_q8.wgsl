@@ -20,7 +20,8 @@
 // Workgroup memory: K bytes of int8 inputs, 8 bytes per 32 inputs (scale, sum of squares), 16 * PARTIAL bytes;
 // kernels.matvec_q8_fits checks it against the device's limit.
 // Bindings:
-//   0 W: array<u32>              packed weights, N rows (2N with GLU)
+//   0 W: array<WORD>             packed weights, N rows (2N with GLU); WORD is u32, or vec4<u32> for formats whose
+//                                blocks are 16-byte aligned (Q4_K: one 16-byte load an item)
 //   1 X: array<vec4<f32>>        [n_tokens, K]
 //   2 Y: array<f32>              [n_tokens, YSTRIDE]  ([1, YSTRIDE] with LAST_ONLY)
 //   3 step: uniform Step
@@ -28,7 +29,7 @@
 // Dispatch: ceil(N / (WG / LANES)) workgroups of WG threads (kernels.matvec_q8_groups), spread over x and y
 // (flat_group). Each pass over the tokens: every thread quantizes blocks of 32 inputs (one thread a block), a
 // barrier, then each row's LANES threads stride over its items and their sums meet in shuffles or workgroup memory.
-@group(0) @binding(0) var<storage, read> W: array<u32>;
+@group(0) @binding(0) var<storage, read> W: array<WORD>;   // WORD: u32, or vec4<u32> where a format reads 16 bytes
 @group(0) @binding(1) var<storage, read> X: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read_write> Y: array<f32>;
 @group(0) @binding(3) var<uniform> step: Step;

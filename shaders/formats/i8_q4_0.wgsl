@@ -2,6 +2,7 @@
 // d * (q_j - 8), q_j the low nibble of qs[j] (j < 16) or the high nibble of qs[j - 16]. Item b is qs bytes
 // 4c .. 4c+4 (c = b % 4) of block b / 4: weights 4c .. +4 (low nibbles) and 16+4c .. +4 (high). Nibbles 0..15 as
 // int8, the -8 offset taken off with the inputs' sum. Blocks start on 2-byte boundaries: read_u32_even (bytes.wgsl).
+alias WORD = u32;                 // W is array<u32>
 const ROW_BYTES: u32 = K / 32u * 18u;
 const ITEMS: u32 = K / 8u;
 

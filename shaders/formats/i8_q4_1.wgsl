@@ -2,6 +2,7 @@
 // weight j is d * q_j + m, q_j the low nibble of qs[j] (j < 16) or the high nibble of qs[j - 16]. Item b is qs word
 // c = b % 4 of block b / 4: weights 4c .. 4c+4 (low nibbles) and 16+4c .. 16+4c+4 (high); neighbouring lanes read
 // neighbouring words. sum_j (d q_j + m) x_j = dx * (d * sum_j q_j qx_j + m * sum_j qx_j), nibbles 0..15 as int8.
+alias WORD = u32;                 // W is array<u32>
 const ROW_WORDS: u32 = K / 32u * 5u;
 const ITEMS: u32 = K / 8u;
 

@@ -3,6 +3,7 @@
 // nibble of qs[j - 16]. Item b is qs bytes 4c .. 4c+4 (c = b % 4) of block b / 4: weights 4c .. +4 (low nibbles,
 // qh bits 4c ..) and 16+4c .. +4 (high, qh bits 16+4c ..). 5-bit values 0..31 as int8, the -16 offset taken off
 // with the inputs' sum. Blocks start on 2-byte boundaries: read_u32_even (bytes.wgsl).
+alias WORD = u32;                 // W is array<u32>
 const ROW_BYTES: u32 = K / 32u * 22u;
 const ITEMS: u32 = K / 8u;
 

@@ -4,6 +4,7 @@
 // n*128 + k*32 + 4c .. +4, whose 16-weight scale is sc[n*8 + 2k + c/4] and whose activation block is 4n + k.
 // 6-bit values 0..63 as int8; the -32 offset is taken off with the inputs' sum. Super-blocks start on 2-byte
 // boundaries: read_u32_even (bytes.wgsl).
+alias WORD = u32;                 // W is array<u32>
 const ROW_BYTES: u32 = K / 256u * 210u;
 const ITEMS: u32 = K / 32u;
 

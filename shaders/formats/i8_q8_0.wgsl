@@ -1,6 +1,7 @@
 // Q8_0 weights for matvec_q8.wgsl: each row is K/32 blocks of 34 bytes {d: f16, qs: 32 x int8} (weight j is
 // d * qs[j]). Item b is qs bytes 8c .. 8c+8 (c = b % 4) of block b / 4: neighbouring lanes read neighbouring bytes.
 // Blocks start on 2-byte boundaries: the item's 8 bytes are shifted out of three words. Needs bytes.wgsl (read_f16).
+alias WORD = u32;                 // W is array<u32>
 const ROW_BYTES: u32 = K / 32u * 34u;
 const ITEMS: u32 = K / 8u;
 
