@@ -264,3 +264,37 @@ def test_linear_picks_the_kernel():
     assert picked(GGMLType.Q8_0, 14336, 1) == "matmul"                      # past 16 KiB of workgroup memory
     assert picked(GGMLType.Q4_1, 2048, 16) == "matmul_tiled"                # prefill
     assert picked(GGMLType.Q4_1, 2048, 16, cpu=True) == "matmul"            # prefill on a CPU adapter
+
+
+def test_mixed_types_model_with_int8(tmp_path, monkeypatch):
+    """test_formats' tiny llama mixing the int8 types (Q6_K LM head, Q4_K stacked Q/K/V, Q6_K output, Q5_0 gate and
+    Q8_0 up in two passes, Q4_1 down) with types the int8 kernel does not read (Q5_K, Q3_K, Q2_K, F16, BF16): int8
+    decode products forced, the GPU kernel shapes, weights split into row ranges; logits of a token run through the
+    decode plan against the float32 numpy reference."""
+    import asyncio
+    import test_formats as tf
+    from cera_web.engine import Engine
+    from cera_web.gpu.native import NativeDevice
+    from cera_web.reference import ReferenceModel
+    path = tmp_path / "mixed.gguf"
+    V = tf.write_tiny_llama(path, tf.MIXED)
+    monkeypatch.setenv("CERA_WEB_INT8", "1")
+    monkeypatch.setenv("CERA_WEB_KERNELS", "gpu")
+    dev = NativeDevice.create(limits_override={"max-storage-buffer-binding-size": tf.SPLIT_LIMIT})
+    engine = asyncio.run(Engine.load(path, device=dev, context_size=40))
+    ref = ReferenceModel.from_gguf(path)
+    try:
+        assert engine.model.int8 and len(engine.model.split_tensors()) >= 5
+        ids = engine.tokenizer.encode("the cat sat on the mat; in the end, it is the cat that wins")
+        engine.model.prefill(ids[:-1], 0, with_head=False)
+        engine.model.prefill(ids[-1:], len(ids) - 1, with_head=True)      # the decode plan: int8 products
+        got = np.frombuffer(asyncio.run(engine.dev.read(engine.model.logits, 0, 4 * V)), np.float32)
+        want = ref.forward(ids, 0, last_only=True)[-1]
+        err = np.abs(got - want).max() / np.abs(want).max()
+        assert err <= 0.02, f"logits differ by {err:.3g} of the largest"      # measured 0.0069 (f32 path: 1e-4)
+        texts = [w for w in engine.dev._pipelines if "matvec_q8" in w.split("\n")[0]]
+        for fmt in (GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q4_1):
+            body = kernels._read(f"formats/{kernels.INT8_FORMATS[fmt][0]}.wgsl")
+            assert any(body in w for w in texts), f"no matvec_q8 pipeline for {fmt.name}"
+    finally:
+        engine.close()
