@@ -298,3 +298,33 @@ def test_mixed_types_model_with_int8(tmp_path, monkeypatch):
             assert any(body in w for w in texts), f"no matvec_q8 pipeline for {fmt.name}"
     finally:
         engine.close()
+
+
+def test_chromium_compiles_every_int8_kernel(page, server_url):
+    """Headless Chromium's WGSL compiler (Tint, SwiftShader) accepts matvec_q8 for every format and the fused and
+    subgroup variants, and reports packed_4x8_integer_dot_product the way gpu/browser.py reads it. (The page itself
+    keeps the f32 kernel on SwiftShader, a CPU adapter.)"""
+    texts = [kernels.matvec_q8(fmt, 512, 37, norm=True, eps=1e-5, glu=True, gelu=gelu, last_only=last, accum=not glu,
+                               lanes=lanes, wg=256, sg=sg)
+             for fmt in FORMATS for gelu, last, glu, lanes, sg in [(False, False, True, 16, False),
+                                                                      (True, True, False, 4, True)]]
+    page.goto(server_url + "/")
+    result = page.evaluate("""async (texts) => {
+        const adapter = await navigator.gpu.requestAdapter();
+        const features = ["subgroups"].filter((f) => adapter.features.has(f));
+        const device = await adapter.requestDevice({requiredFeatures: features});
+        const errors = [];
+        for (const code of texts) {
+            device.pushErrorScope("validation");
+            const module = device.createShaderModule({code});
+            const info = await module.getCompilationInfo();
+            for (const m of info.messages) if (m.type === "error") errors.push(m.message);
+            device.createComputePipeline({layout: "auto", compute: {module, entryPoint: "main"}});
+            const e = await device.popErrorScope();
+            if (e) errors.push(e.message);
+        }
+        return {lang: navigator.gpu.wgslLanguageFeatures.has("packed_4x8_integer_dot_product"),
+                subgroups: features.length > 0, errors};
+    }""", texts)
+    assert result["lang"] and result["subgroups"], result
+    assert result["errors"] == [], result["errors"][:3]
