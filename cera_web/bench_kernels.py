@@ -2,6 +2,7 @@
 
     python -m cera_web.bench_kernels [--types Q4_K,Q6_K] [--shapes 4096x4096,14336x4096] [--lanes 32]
                                      [--variants "rpt=1,wg=64,sg=0;rpt=2,wg=128,sg=1"] [--gemm]
+                                     [--no-int8] [--variants8 "lanes=16,wg=256,sg=1;lanes=8,wg=256,sg=1"]
 
 For each weight type and shape NxK (N rows of K weights, as in the model: 14336x4096 is an FFN gate/up matrix), the
 T = 1 matrix-vector product of shaders/matmul.wgsl (the decode case) is timed on the native backend (wgpu-py), and
@@ -18,6 +19,8 @@ How it is timed, so that the number is the kernel's and not the host's:
   "serial_us"/"serial_gbps" (GPUs; --serial): every product writes the same output buffer, so each waits for the
   previous one, as in a decode step, where the gap between dependent dispatches counts too.
 On CPU adapters (lavapipe, SwiftShader) lanes 32 and 1 are both measured (the engine uses 1 there).
+For the types matvec_q8.wgsl reads (8-bit activations, dot4I8Packed) its product of the same weights is timed too,
+before the f32 kernel's (results with "kernel": "matvec_q8"; --variants8 compares its shapes, --no-int8 skips it).
 """
 from __future__ import annotations
 
@@ -163,6 +166,38 @@ class Bench:
             res.update(serial_us=round(per_s * 1e6, 3), serial_gbps=round(nbytes / per_s / 1e9, 2))
         return res
 
+    async def matvec8(self, fmt: GGMLType, N: int, K: int, variant: dict | None = None) -> dict | None:
+        """The same product through matvec_q8.wgsl (8-bit activations, dot4I8Packed); variant: lanes / wg / sg
+        (default: kernels.matvec_q8_shape on this device). None where the int8 kernel does not apply."""
+        dev = self.dev
+        wg_memory = int(dev.limits.get("max-compute-workgroup-storage-size", 16384))
+        shape = kernels.matvec_q8_shape(fmt, K, dev.is_cpu, dev.subgroup_size, wg_memory)
+        if shape is None or not dev.int8_dot:
+            return None
+        shape.update(variant or {})
+        shape["sg"] = bool(shape["sg"]) and (dev.subgroup_size or 0) >= shape["lanes"]
+        if kernels.matvec_q8_memory(K, **shape) > wg_memory:
+            return None
+        nbytes = N * row_bytes(fmt, K)
+        self.ensure_pool(nbytes)
+        weights = self.copies(nbytes)
+        x = dev.create_buffer(4 * K)
+        dev.write_buffer(x, np.random.default_rng(1).standard_normal(K).astype(np.float32))
+        gain = dev.create_buffer(4 * K)
+        dev.write_buffer(gain, np.ones(K, np.float32))
+        pipe = dev.pipeline(kernels.matvec_q8(fmt, K, N, **shape), f"matvec_q8 {fmt.name}")
+        groups = kernels.spread(kernels.matvec_q8_groups(N, shape["lanes"], shape["wg"]))
+        outs = [dev.create_buffer(4 * N) for _ in weights]
+        indep = [dev.bind(pipe, [w, x, y, self.step, gain]) for w, y in zip(weights, outs)]
+        per, n = await self.per_dispatch(lambda n: [(pipe, indep[i % len(indep)], groups) for i in range(n)])
+        res = {"kernel": "matvec_q8", "lanes": shape["lanes"], "wg": shape["wg"], "sg": shape["sg"],
+               "copies": len(weights), "dispatches": n, "us": round(per * 1e6, 3), "gbps": round(nbytes / per / 1e9, 2)}
+        if self.serial:
+            chained = [dev.bind(pipe, [w, x, outs[0], self.step, gain]) for w in weights]
+            per_s, _ = await self.per_dispatch(lambda n: [(pipe, chained[i % len(chained)], groups) for i in range(n)])
+            res.update(serial_us=round(per_s * 1e6, 3), serial_gbps=round(nbytes / per_s / 1e9, 2))
+        return res
+
     async def gemm(self, fmt: GGMLType, N: int, K: int, T: int, tile=None) -> dict:
         """The prefill GEMM (matmul_tiled.wgsl) of T tokens through N x K weights: GFLOP/s = 2 N K T / time."""
         dev = self.dev
@@ -199,7 +234,7 @@ class Bench:
 
 
 async def run(types, shapes, lanes_list=None, *, repeats=None, target_ms=None, rotate_mib=None, serial=None,
-              device=None, variants=None, gemm_tokens=0, tiles=None) -> dict:
+              device=None, variants=None, gemm_tokens=0, tiles=None, int8=True, variants8=None) -> dict:
     """Matrix-vector bandwidth per type and shape; with gemm_tokens, the prefill GEMM's GFLOP/s over that many tokens
     instead (tiles: the tiles to compare, default the one the engine picks)."""
     from .gpu.native import NativeDevice
@@ -209,7 +244,8 @@ async def run(types, shapes, lanes_list=None, *, repeats=None, target_ms=None, r
     bench = Bench(dev, repeats=repeats or (3 if cpu else 7), target_s=(target_ms or 20) / 1000,
                   rotate_bytes=int((rotate_mib if rotate_mib is not None else (4 if cpu else 512)) * 2**20),
                   serial=(not cpu) if serial is None else serial)
-    out = {"adapter": dev.name, "cpu_adapter": cpu, "rotate_mib": round(bench.rotate_bytes / 2**20, 1)}
+    out = {"adapter": dev.name, "cpu_adapter": cpu, "rotate_mib": round(bench.rotate_bytes / 2**20, 1),
+           "int8_dot": bool(dev.int8_dot)}
     if gemm_tokens:
         out["gemm"] = []
         for N, K in shapes:
@@ -227,8 +263,20 @@ async def run(types, shapes, lanes_list=None, *, repeats=None, target_ms=None, r
         for fmt in types:
             nbytes = N * row_bytes(fmt, K)
             ceiling = await bench.read(nbytes)
+            if int8 and fmt in kernels.INT8_FORMATS:     # the int8-activation kernel, each variant, beside the f32 one
+                for v in variants8 or [None]:
+                    r = await bench.matvec8(fmt, N, K, v)
+                    if r is None:
+                        continue
+                    r.update(type=fmt.name, shape=f"{N}x{K}", N=N, K=K, bytes=nbytes, read_gbps=ceiling["gbps"],
+                             of_read=round(r["gbps"] / ceiling["gbps"], 3) if ceiling["gbps"] else None)
+                    out["results"].append(r)
+                    print(f"{fmt.name:5s} {N}x{K} int8 lanes {r['lanes']:2d} wg {r['wg']:3d} sg {int(r['sg'])}: "
+                          f"{r['gbps']:9.2f} GB/s" + (f", serial {r['serial_gbps']:.2f}" if "serial_gbps" in r else ""),
+                          file=sys.stderr)
             for lanes, variant in [(lanes, v) for lanes in lanes_list for v in (variants or [None])]:
                 r = await bench.matvec(fmt, N, K, lanes, variant)
+                r["kernel"] = "matmul"
                 r["read_gbps"] = ceiling["gbps"]
                 # a very slow (CPU) adapter can round to 0.00 GB/s on a busy machine: no ratio then
                 r["of_read"] = round(r["gbps"] / ceiling["gbps"], 3) if ceiling["gbps"] else None
@@ -254,6 +302,11 @@ def main(argv=None):
                    help="also time dependent products (default: on for GPUs)")
     p.add_argument("--variants", help="semicolon-separated matrix-vector shapes to compare, each "
                                       "rpt=N,wg=N,sg=0|1 (default: the one the engine picks on this device)")
+    p.add_argument("--int8", action=argparse.BooleanOptionalAction, default=True,
+                   help="also time the 8-bit-activation kernel (matvec_q8) for its types (default: on, where the "
+                        "adapter's WGSL has dot4I8Packed); its results carry \"kernel\": \"matvec_q8\"")
+    p.add_argument("--variants8", help="semicolon-separated matvec_q8 shapes to compare, each lanes=N,wg=N,sg=0|1 "
+                                       "(default: the engine's choice; CERA_WEB_MATVEC8 sets that)")
     p.add_argument("--gemm", type=int, nargs="?", const=512, default=0, metavar="TOKENS",
                    help="time the prefill GEMM over TOKENS tokens (default 512) instead: GFLOP/s per shape")
     p.add_argument("--tiles", help="with --gemm: semicolon-separated tiles to compare, e.g. '64,64,1;32,32,4' "
@@ -274,13 +327,28 @@ def main(argv=None):
                     raise SystemExit(f"--variants: {item!r} is not one of rpt=N, wg=N, sg=0|1")
                 v[key.strip()] = int(value)
             variants.append(v)
+    variants8 = None
+    if args.variants8:
+        variants8 = []
+        for text in args.variants8.split(";"):
+            v = {}
+            for item in filter(None, text.split(",")):
+                key, _, value = item.partition("=")
+                if key.strip() not in ("lanes", "wg", "sg") or not value.strip().isdigit():
+                    raise SystemExit(f"--variants8: {item!r} is not one of lanes=N, wg=N, sg=0|1")
+                v[key.strip()] = int(value)
+            if v.get("lanes", 1) & (v.get("lanes", 1) - 1) or v.get("wg", 64) not in (64, 128, 256) \
+                    or v.get("wg", 256) % v.get("lanes", 1):
+                raise SystemExit(f"--variants8: {text!r}: lanes a power of two dividing wg, wg 64, 128 or 256")
+            variants8.append(v)
     lanes = [int(v) for v in args.lanes.split(",")] if args.lanes else None
     for v in lanes or []:
         if v < 1 or v > 64 or v & (v - 1):
             raise SystemExit(f"--lanes wants powers of two up to 64, got {v}")
     result = asyncio.run(run(parse_types(args.types), parse_shapes(args.shapes), lanes, repeats=args.repeats,
                              target_ms=args.target_ms, rotate_mib=args.rotate_mib, serial=args.serial,
-                             variants=variants, gemm_tokens=args.gemm, tiles=tiles))
+                             variants=variants, gemm_tokens=args.gemm, tiles=tiles, int8=args.int8,
+                             variants8=variants8))
     print(json.dumps(result))
 
 

@@ -217,6 +217,88 @@ def matvec_shape(blocks_per_row: int, T: int, cpu: bool, subgroup_size: int | No
     return shape
 
 
+# --- matrix-vector products with 8-bit activations (matvec_q8.wgsl; issue 13) ---
+
+# GGML tensor type -> (its formats/i8_*.wgsl file, the shared pieces it needs); other types keep matmul.wgsl
+INT8_FORMATS = {
+    GGMLType.Q8_0: ("i8_q8_0", ("bytes",)),
+    GGMLType.Q4_1: ("i8_q4_1", ()),
+    GGMLType.Q4_K: ("i8_q4_k", ()),
+    GGMLType.Q6_K: ("i8_q6_k", ("bytes",)),
+    GGMLType.Q4_0: ("i8_q4_0", ("bytes",)),
+    GGMLType.Q5_0: ("i8_q5_0", ("bytes",)),
+}
+REQUIRES_I8 = "requires packed_4x8_integer_dot_product;"
+
+# The int8 kernel's shape on GPUs; CERA_WEB_MATVEC8="lanes=8,wg=256,sg=0" overrides it (benchmarks).
+MATVEC8 = {"lanes": 16, "wg": 256, "sg": 1}
+
+
+def int8_enabled(dev) -> bool:
+    """Whether decode products use matvec_q8 on this device: it needs WGSL's packed_4x8_integer_dot_product
+    (dev.int8_dot) and a GPU; CERA_WEB_INT8=0 switches it off, CERA_WEB_INT8=1 forces it on a CPU adapter too."""
+    import os
+    flag = os.environ.get("CERA_WEB_INT8", "")
+    if flag not in ("", "0", "1"):
+        raise ValueError(f"CERA_WEB_INT8={flag!r}: use 0 (off), 1 (on, also on CPU adapters) or leave it unset")
+    if flag == "0" or not getattr(dev, "int8_dot", False):
+        return False
+    return flag == "1" or not dev.is_cpu
+
+
+def matvec_q8_memory(K: int, lanes: int, wg: int, sg: bool) -> int:
+    """Bytes of workgroup memory matvec_q8 uses for rows of K."""
+    return K + 8 * (K // 32) + 16 * (1 if sg and lanes > 1 else wg)
+
+
+def matvec_q8_shape(fmt, K: int, cpu: bool, subgroup_size: int | None, wg_memory: int = 16384) -> dict | None:
+    """kwargs of matvec_q8() (lanes, wg, sg) for rows of K of type fmt on this adapter, or None where the int8 kernel
+    does not apply (another type, K not a multiple of the format's block, the quantized row past wg_memory bytes)."""
+    import os
+    if fmt not in INT8_FORMATS or K % (256 if fmt in (GGMLType.Q4_K, GGMLType.Q6_K) else 32):
+        return None
+    if cpu:
+        shape = {"lanes": 1, "wg": 64, "sg": False}
+    else:
+        cfg = dict(MATVEC8)
+        for item in filter(None, os.environ.get("CERA_WEB_MATVEC8", "").split(",")):
+            key, _, value = item.partition("=")
+            if key.strip() not in cfg or not value.strip().isdigit():
+                raise ValueError(f"CERA_WEB_MATVEC8: {item!r} is not one of lanes=N, wg=N, sg=0|1")
+            cfg[key.strip()] = int(value)
+        lanes, wg = cfg["lanes"], cfg["wg"]
+        if lanes & (lanes - 1) or not 1 <= lanes <= 32 or wg not in (64, 128, 256) or wg < lanes:
+            raise ValueError(f"CERA_WEB_MATVEC8: lanes={lanes} (a power of two up to 32), wg={wg} (64, 128, 256)")
+        shape = {"lanes": lanes, "wg": wg,
+                 "sg": bool(cfg["sg"]) and subgroup_size is not None and subgroup_size >= lanes}
+    if matvec_q8_memory(K, **shape) > wg_memory:
+        return None
+    return shape
+
+
+def matvec_q8(fmt, K: int, N: int, *, norm=False, eps=0.0, accum=False, glu=False, last_only=False,
+              ystride=None, yoff=0, lanes=16, wg=256, sg=False, gelu=False) -> str:
+    """See matvec_q8.wgsl: matmul()'s product for passes of one token (and LAST_ONLY), with the input quantized to
+    8-bit blocks and dot4I8Packed. Dispatch with spread(matvec_q8_groups(N, lanes, wg))."""
+    if fmt not in INT8_FORMATS:
+        raise ValueError(f"matvec_q8: no int8 kernel for {GGMLType(fmt).name}")
+    if K % 32 or wg % lanes or lanes & (lanes - 1):
+        raise ValueError(f"matvec_q8: K={K}, {lanes} lanes, {wg} threads")
+    sg = bool(sg and lanes > 1)
+    text = build("matvec_q8", K=K, N=N, NORM=norm, EPS=float(eps), ACCUM=accum, GLU=glu, GELU=gelu,
+                 LAST_ONLY=last_only, YSTRIDE=N if ystride is None else ystride, YOFF=yoff, LANES=lanes, WG=wg,
+                 SG=sg, PARTIAL=1 if sg else wg)
+    name, pieces = INT8_FORMATS[fmt]
+    head, _, rest = text.partition("\n")      # the directive goes before any declaration
+    return "\n".join([head, REQUIRES_I8, rest] + [_read(f"formats/{p}.wgsl") for p in pieces]
+                     + [_read(f"formats/{name}.wgsl")])
+
+
+def matvec_q8_groups(N: int, lanes: int = 16, wg: int = 256) -> int:
+    """Workgroups of matvec_q8.wgsl for N rows (pass through spread())."""
+    return -(-N // (wg // lanes))
+
+
 def rope_store(q_heads: int, kv_heads: int, head_dim: int, neox: bool, qk_norm: bool = False,
                eps: float = 1e-6) -> str:
     return build("rope_store", QH=q_heads, KVH=kv_heads, HD=head_dim, NEOX=neox, QK_NORM=qk_norm, EPS=float(eps))

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from pathlib import Path
@@ -17,6 +18,12 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# Decode products with 8-bit activations (matvec_q8, issue 13) move SmolLM2's logits by up to ~0.5, and a real GPU
+# picks them by default: the tests that hold the engine to float32 references (1e-4) run the f32 kernels on every
+# adapter; tests/test_matvec_q8.py forces the int8 path with its own stated tolerances. CERA_WEB_INT8=1 in the
+# environment still wins (running the whole suite on the int8 path).
+os.environ.setdefault("CERA_WEB_INT8", "0")
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))  # for `import serve`
 

@@ -147,6 +147,8 @@ class Transformer(GPUModel):
             self.conv_out = buf(4 * T * s.hidden, label="conv out")      # [T, hidden] C * conv(B * x)
         self._norms, self._freqs, self._scratch, self._plan_all_logits = {}, {}, None, None
         self._argmax_pairs = None     # the two-stage argmax's (value, index) per slice, made on first use
+        self.int8 = kernels.int8_enabled(dev)      # decode products with 8-bit activations (matvec_q8.wgsl)
+        self.wg_memory = int(dev.limits.get("max-compute-workgroup-storage-size", 16384))
         self.ones = self.f32_buffer(np.ones(max(s.hidden, s.ffn, q_dim, 2 * s.head_dim), np.float32), "ones")
         self.zero_bias = self.f32_buffer(np.zeros(max(qkv_dim, 1), np.float32), "no bias")
         self.final_gain = self.norm(s.final_norm)
@@ -201,7 +203,8 @@ class Transformer(GPUModel):
         row count; kw: accum / glu / last_only / ystride / yoff (see matmul.wgsl).
         On GPUs prefill passes (T > 1) use the tiled matrix-matrix kernel; decode, the LM head and CPU adapters
         (where the tiles' barriers and padding to 32 tokens cost more than they save on short prompts) use the
-        matrix-vector one."""
+        matrix-vector one: with 8-bit activations (matvec_q8) for one-token passes and the LM head where
+        kernels.int8_enabled says so and the type and K allow it, else matmul.wgsl."""
         n, k = self.shape(name)
         n = rows or n
         fmt = self.gguf.tensor(name).type
@@ -217,6 +220,12 @@ class Transformer(GPUModel):
                 rec.add(kernels.matmul_tiled(fmt, k, rows_here, tile=tile, **common), buffers,
                         kernels.tiled_groups(rows_here, T, tile), label)
                 continue
+            if (T == 1 or kw.get("last_only")) and self.int8:    # 8-bit activations where the type has it
+                shape = kernels.matvec_q8_shape(fmt, k, self.dev.is_cpu, self.dev.subgroup_size, self.wg_memory)
+                if shape is not None:
+                    rec.add(kernels.matvec_q8(fmt, k, rows_here, **shape, **common), buffers,
+                            kernels.spread(kernels.matvec_q8_groups(rows_here, shape["lanes"], shape["wg"])), label)
+                    continue
             shape = kernels.matvec_shape(k // kernels.block_elems(fmt), 1 if kw.get("last_only") else T,
                                          self.dev.is_cpu, self.dev.subgroup_size)
             rec.add(kernels.matmul(fmt, k, rows_here, **shape, **common), buffers,

@@ -1,0 +1,142 @@
+// Matrix-vector product with 8-bit activations, for passes of one token (decode) and the LM head (LAST_ONLY):
+//   Y[t, YOFF + n] (+)= sum_k W[n, k] * q8(xin[t])[k]     with xin = X (NORM false) or X * G (NORM true, the
+//                                                          RMSNorm's 1/rms applied to the result)
+//   GLU: Y[t, YOFF + n] = act(a) * b, a and b the products of rows n and N + n (gate and up rows stacked)
+// exactly the semantics of matmul.wgsl (ACCUM, GLU, GELU, LAST_ONLY, YSTRIDE, YOFF), so models/transformer.py
+// linear() can use either. q8(v) quantizes v in blocks of 32 the way llama.cpp's Q8 activations are: per block a
+// scale dx = max|v| / 127 and 32 int8 values round(v / dx). Each workgroup quantizes the token's whole row into
+// workgroup memory, then dots its rows with it four int8 products an instruction (dot4I8Packed on the weights'
+// integer values), one float multiply per group of products sharing a weight scale and an activation scale.
+// The weight format is a separate file (formats/i8_*.wgsl) providing ITEMS (items a row) and item_dot(row, b):
+// the f32 dot product of item b of a row (a fixed group of the row's weights) with the quantized input in qx / xd.
+//
+// Compile-time constants (prepended by cera_web/kernels.py):
+//   K, N, NORM, EPS, ACCUM, GLU, GELU, LAST_ONLY, YSTRIDE, YOFF   as in matmul.wgsl (K a multiple of 32)
+//   LANES      threads sharing a row (a power of two <= WG); WG / LANES rows a workgroup
+//   WG         threads per workgroup
+//   SG         reduce a row's lanes with subgroup shuffles (only where every subgroup has at least LANES
+//              invocations, numbered in local_invocation_index order; see matmul.wgsl)
+//   PARTIAL    WG without SG (the lanes' workgroup-memory reduction), 1 with SG
+// Workgroup memory: K bytes of int8 inputs, 8 bytes per 32 inputs (scale, sum of squares), 16 * PARTIAL bytes;
+// kernels.matvec_q8_fits checks it against the device's limit.
+// Bindings:
+//   0 W: array<WORD>             packed weights, N rows (2N with GLU); WORD is u32, or vec4<u32> for formats whose
+//                                blocks are 16-byte aligned (Q4_K: one 16-byte load an item)
+//   1 X: array<vec4<f32>>        [n_tokens, K]
+//   2 Y: array<f32>              [n_tokens, YSTRIDE]  ([1, YSTRIDE] with LAST_ONLY)
+//   3 step: uniform Step
+//   4 G: array<vec4<f32>>        [K] the norm's gain (read only with NORM; bind any buffer otherwise)
+// Dispatch: ceil(N / (WG / LANES)) workgroups of WG threads (kernels.matvec_q8_groups), spread over x and y
+// (flat_group). Each pass over the tokens: every thread quantizes blocks of 32 inputs (one thread a block), a
+// barrier, then each row's LANES threads stride over its items and their sums meet in shuffles or workgroup memory.
+@group(0) @binding(0) var<storage, read> W: array<WORD>;   // WORD: u32, or vec4<u32> where a format reads 16 bytes
+@group(0) @binding(1) var<storage, read> X: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read_write> Y: array<f32>;
+@group(0) @binding(3) var<uniform> step: Step;
+@group(0) @binding(4) var<storage, read> G: array<vec4<f32>>;
+
+const ROWS: u32 = WG / LANES;    // rows per workgroup
+const NB: u32 = K / 32u;         // activation blocks per row
+const K4: u32 = K / 4u;
+
+var<workgroup> qx: array<u32, K4>;           // the token's input, 4 int8 a word (word i: inputs 4i .. 4i+4)
+var<workgroup> xd: array<f32, NB>;           // each block's scale dx
+var<workgroup> xss: array<f32, NB>;          // each block's sum of squares of X (for the norm)
+var<workgroup> partial: array<vec4<f32>, PARTIAL>;
+
+// Quantize block j of token t's input into qx / xd (and its sum of squares into xss).
+fn quantize_block(t: u32, j: u32) {
+    var v: array<vec4<f32>, 8>;
+    var amax = 0.0;
+    var ss = 0.0;
+    for (var i = 0u; i < 8u; i++) {
+        let x = X[t * K4 + j * 8u + i];
+        ss += dot(x, x);
+        v[i] = x;
+        if (NORM) {
+            v[i] = x * G[j * 8u + i];
+        }
+        let a = abs(v[i]);
+        amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
+    }
+    let d = amax / 127.0;
+    let inv = select(0.0, 1.0 / d, d > 0.0);
+    for (var i = 0u; i < 8u; i++) {
+        qx[j * 8u + i] = pack4xI8(vec4<i32>(round(v[i] * inv)));
+    }
+    xd[j] = d;
+    xss[j] = ss;
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) tid: u32) {
+    let row = flat_group(wid, nwg) * ROWS + tid / LANES;
+    let r = min(row, N - 1u);          // rows past N compute row N - 1 and write nothing
+    let lane = tid % LANES;
+    var t_begin = 0u;
+    let t_end = step.n_tokens;
+    if (LAST_ONLY) {
+        t_begin = t_end - 1u;
+    }
+    for (var t = t_begin; t < t_end; t++) {
+        workgroupBarrier();            // the previous token's products are done with qx
+        for (var j = tid; j < NB; j += WG) {
+            quantize_block(t, j);
+        }
+        workgroupBarrier();
+        // (product of row r, of row r + N with GLU, sum of squares of X, unused): this lane's share
+        var acc = vec4<f32>(0.0);
+        var b = lane;
+        for (; b + 3u * LANES < ITEMS; b += 4u * LANES) {   // four items in flight
+            var d = vec4<f32>(item_dot(r, b), item_dot(r, b + LANES), item_dot(r, b + 2u * LANES),
+                              item_dot(r, b + 3u * LANES));
+            acc.x += (d.x + d.y) + (d.z + d.w);
+            if (GLU) {
+                d = vec4<f32>(item_dot(r + N, b), item_dot(r + N, b + LANES), item_dot(r + N, b + 2u * LANES),
+                              item_dot(r + N, b + 3u * LANES));
+                acc.y += (d.x + d.y) + (d.z + d.w);
+            }
+        }
+        for (; b < ITEMS; b += LANES) {
+            acc.x += item_dot(r, b);
+            if (GLU) {
+                acc.y += item_dot(r + N, b);
+            }
+        }
+        if (NORM) {
+            for (var j = lane; j < NB; j += LANES) { acc.z += xss[j]; }
+        }
+        if (LANES > 1u) {
+            if (SG) {
+                for (var m = LANES / 2u; m > 0u; m /= 2u) { acc += shuffle_xor(acc, m); }
+            } else {
+                partial[tid] = acc;
+                workgroupBarrier();
+                for (var stride = LANES / 2u; stride > 0u; stride /= 2u) {
+                    if (lane < stride) { partial[tid] += partial[tid + stride]; }
+                    workgroupBarrier();
+                }
+                acc = partial[tid];
+            }
+        }
+        if (lane == 0u && row < N) {
+            var out_row = t;
+            if (LAST_ONLY) { out_row = 0u; }
+            let y = out_row * YSTRIDE + YOFF + row;
+            var xscale = 1.0;
+            if (NORM) {
+                xscale = 1.0 / sqrt(acc.z / f32(K) + EPS);
+            }
+            var v = acc.x * xscale;
+            if (GLU) {
+                v = gate_act(v) * acc.y * xscale;
+            }
+            if (ACCUM) {
+                Y[y] += v;
+            } else {
+                Y[y] = v;
+            }
+        }
+    }
+}
