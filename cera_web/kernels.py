@@ -164,6 +164,101 @@ def matmul_tiled(fmt, K: int, N: int, *, norm=False, eps=0.0, accum=False, glu=F
                  KT=tiled_step(tile, glu))
 
 
+# --- int8 activations (prefill): quantize_rows.wgsl + matmul_tiled_q8.wgsl with dot4I8Packed ---
+
+# GGML type -> (shaders/formats_i8 file, shared format pieces, NH scales a 32-block, HAS_MIN)
+Q8_FORMATS = {
+    GGMLType.Q4_1: ("q4_1", (), 1, True),
+    GGMLType.Q8_0: ("q8_0", ("bytes",), 1, False),
+    GGMLType.Q4_K: ("q4_k", ("kscales",), 1, True),
+    GGMLType.Q6_K: ("q6_k", ("bytes",), 2, False),
+    GGMLType.Q4_0: ("q4_0", ("bytes",), 1, False),
+    GGMLType.Q5_0: ("q5_0", ("bytes",), 1, False),
+}
+Q8_BLOCK_BYTES = 40          # an activation block of quantize_rows: d, s (f32) and 32 int8
+QUANTIZE_WG = 64
+
+
+def quantize_rows(K: int, *, norm=False, eps=0.0) -> str:
+    """See quantize_rows.wgsl: [T, K] f32 (RMS-normalised with NORM) -> 8-bit blocks of 32; dispatch (T, 1, 1)."""
+    if K % 32:
+        raise ValueError(f"quantize_rows: K = {K} is not a multiple of 32")
+    return build("quantize_rows", K=K, NORM=norm, EPS=float(eps), WG=QUANTIZE_WG)
+
+
+# The int8 GEMM's tile: rows tr, tokens tt a workgroup; rows rr, tokens rt a thread; kb 32-blocks a K step.
+# CERA_WEB_GEMM8="tr=128,tt=64,rr=8,rt=8,kb=2" forces one for every product (benchmarks compare them on the H200).
+GEMM8_TILES = [  # the choices of tiled_q8_tile, largest first
+    {"tr": 128, "tt": 64, "rr": 8, "rt": 8, "kb": 2},
+    {"tr": 64, "tt": 64, "rr": 8, "rt": 8, "kb": 2},
+    {"tr": 64, "tt": 64, "rr": 4, "rt": 4, "kb": 2},
+    {"tr": 32, "tt": 32, "rr": 4, "rt": 4, "kb": 4},
+]
+GEMM8_GLU_TILES = [
+    {"tr": 64, "tt": 64, "rr": 4, "rt": 8, "kb": 2},
+    {"tr": 64, "tt": 64, "rr": 4, "rt": 4, "kb": 2},
+    {"tr": 32, "tt": 32, "rr": 4, "rt": 4, "kb": 2},
+]
+GEMM8_FILL = 264             # workgroups that fill a large GPU (2 per SM on an H200); smaller tiles below that
+
+
+def tiled_q8_tile(N: int, K: int, T: int, glu: bool = False) -> dict:
+    """Tile of matmul_tiled_q8 for N rows of K and passes of up to T tokens: the largest of GEMM8_TILES (or
+    GEMM8_GLU_TILES: twice the accumulators) with at least GEMM8_FILL workgroups, else the smallest."""
+    import os
+    forced = os.environ.get("CERA_WEB_GEMM8")
+    if forced:
+        tile = dict(GEMM8_TILES[0])
+        for item in filter(None, forced.split(",")):
+            key, _, value = item.partition("=")
+            if key.strip() not in tile or not value.strip().isdigit():
+                raise ValueError(f"CERA_WEB_GEMM8: {item!r} is not one of tr=N, tt=N, rr=N, rt=N, kb=N")
+            tile[key.strip()] = int(value)
+        check_q8_tile(tile, glu)
+        return tile
+    tiles = GEMM8_GLU_TILES if glu else GEMM8_TILES
+    for tile in tiles:
+        if -(-N // tile["tr"]) * -(-T // tile["tt"]) >= GEMM8_FILL:
+            return dict(tile)
+    return dict(tiles[-1])
+
+
+def q8_tile_bytes(tile: dict, glu: bool, nh: int = 2, has_min: bool = True) -> int:
+    """Workgroup memory of matmul_tiled_q8 for a tile (the largest over formats by default)."""
+    halves = 2 if glu else 1
+    tr4, tt4, kb = tile["tr"] // 4, tile["tt"] // 4, tile["kb"]
+    return 16 * (halves * kb * tr4 * (8 + nh + (1 if has_min else 0)) + kb * tt4 * (8 + 1 + (1 if has_min else 0)))
+
+
+def check_q8_tile(tile: dict, glu: bool):
+    tr, tt, rr, rt, kb = (tile[k] for k in ("tr", "tt", "rr", "rt", "kb"))
+    wg = (tr // max(rr, 1)) * (tt // max(rt, 1))
+    if (rr not in (4, 8) or rt not in (4, 8) or tr % (4 * rr) or tt % (4 * rt) or kb < 1 or not 32 <= wg <= 256
+            or q8_tile_bytes(tile, glu) > 16384):
+        raise ValueError(f"int8 GEMM tile {tile}: rr, rt must be 4 or 8, tr a multiple of 4 rr, tt of 4 rt, "
+                         f"32..256 threads and at most 16 KiB of workgroup memory")
+
+
+def tiled_q8_groups(N: int, T: int, tile: dict) -> tuple[int, int, int]:
+    """Dispatch of matmul_tiled_q8: one workgroup per tile."""
+    return (-(-N // tile["tr"]), -(-T // tile["tt"]), 1)
+
+
+def matmul_tiled_q8(fmt, K: int, N: int, *, accum=False, glu=False, ystride=None, yoff=0, tile=None,
+                    gelu=False) -> str:
+    """See matmul_tiled_q8.wgsl: the prefill product on quantize_rows' blocks (K a multiple of 32; of 256 for
+    k-quants); tile from tiled_q8_tile, dispatched with tiled_q8_groups(N, T, tile)."""
+    if fmt not in Q8_FORMATS:
+        raise UnsupportedModelError(f"tensor type {GGMLType(fmt).name} has no int8 GEMM")
+    name, pieces, nh, has_min = Q8_FORMATS[fmt]
+    tile = tile or tiled_q8_tile(N, K, 64, glu)
+    check_q8_tile(tile, glu)
+    text = build("matmul_tiled_q8", K=K, N=N, ACCUM=accum, GLU=glu, GELU=gelu,
+                 YSTRIDE=N if ystride is None else ystride, YOFF=yoff, TR=tile["tr"], TT=tile["tt"],
+                 RR=tile["rr"], RT=tile["rt"], KB=tile["kb"], NH=nh, HAS_MIN=has_min)
+    return "\n".join([text, *(_read(f"formats/{p}.wgsl") for p in pieces), _read(f"formats_i8/{name}.wgsl")])
+
+
 def block_elems(fmt) -> int:
     """Elements per BLOCK of a format's block_dot (see the format files)."""
     match = re.search(r"const BLOCK: u32 = (\d+)u;", _read(f"formats/{FORMATS[fmt][0]}.wgsl"))

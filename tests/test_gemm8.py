@@ -1,0 +1,169 @@
+"""The int8-activation prefill path (issue 13): quantize_rows.wgsl and matmul_tiled_q8.wgsl against numpy, on the
+native backend (wgpu; lavapipe on CI, where dot4I8Packed works through naga).
+
+- quantize_rows against a numpy emulation of the same 8-bit blocks (RMSNorm fused);
+- the int8 GEMM of each format against numpy fed the very blocks the GPU wrote (so only summation order differs:
+  tight tolerance), and against the float32 product of the unquantized activations (the accuracy cost, stated below);
+- NORM, GLU (SiLU and GELU), ACCUM, YSTRIDE / YOFF, token counts and rows that are not multiples of the tile."""
+import numpy as np
+import pytest
+
+from cera_web import kernels, quants
+from cera_web.gguf import GGML_BLOCK, GGMLType
+from gpu_helpers import f32_buffer, read, run, step_buffer, upload
+
+pytestmark = pytest.mark.gpu
+
+FMTS = list(kernels.Q8_FORMATS)
+
+
+@pytest.fixture(scope="module")
+def dev():
+    from cera_web.gpu.native import NativeDevice
+    return NativeDevice.create()
+
+
+def random_blocks(fmt, n, k, rng):
+    """Random valid packed rows [n, k] of fmt (every f16 field an ordinary value): (raw uint8 bytes, dequantized)."""
+    if fmt == GGMLType.Q4_1:
+        raw = quants.quantize_q4_1(rng.standard_normal((n, k)).astype(np.float32))
+    elif fmt == GGMLType.Q8_0:
+        raw = quants.quantize_q8_0(rng.standard_normal((n, k)).astype(np.float32))
+    else:
+        be, bb = GGML_BLOCK[fmt]
+        raw = rng.integers(0, 256, size=(n * k // be, bb), dtype=np.uint8)
+        fields = {GGMLType.Q4_K: [0, 2], GGMLType.Q6_K: [208], GGMLType.Q4_0: [0], GGMLType.Q5_0: [0]}[fmt]
+        for at in fields:
+            raw[:, at:at + 2] = (rng.uniform(0.2, 1.0, raw.shape[0]) * 0.05).astype(np.float16).view(np.uint8) \
+                .reshape(-1, 2)
+        raw = raw.reshape(n, -1)
+    raw = np.ascontiguousarray(raw).reshape(n, -1)
+    return raw, quants.dequantize(raw, fmt, (n, k)).astype(np.float64)
+
+
+def quantize_ref(x, g=None, eps=0.0):
+    """numpy emulation of quantize_rows.wgsl: (d [T, K/32], q [T, K/32, 32]) in float32 arithmetic."""
+    x = np.asarray(x, np.float32)
+    if g is not None:
+        scale = np.float32(1) / np.sqrt((x.astype(np.float64) ** 2).mean(-1, keepdims=True) + eps).astype(np.float32)
+        x = x * scale * g
+    T, K = x.shape
+    b = x.reshape(T, K // 32, 32)
+    d = np.abs(b).max(-1) / np.float32(127)
+    inv = np.divide(np.float32(1), d, out=np.zeros_like(d), where=d > 0)
+    return d, np.rint(b * inv[..., None])
+
+
+def read_blocks(dev, buf, T, K):
+    """The GPU's activation blocks: d [T, K/32], s [T, K/32], q [T, K/32, 32] (int8 as float)."""
+    raw = read(dev, buf, T * K // 32 * 10, np.uint32).reshape(T, K // 32, 10)
+    d, s = raw[..., 0].view(np.float32), raw[..., 1].view(np.float32)
+    q = raw[..., 2:].copy().view(np.int8).reshape(T, K // 32, 32).astype(np.float64)
+    return d, s, q
+
+
+def quantize_gpu(dev, x, g=None, eps=0.0, T_max=None):
+    T, K = x.shape
+    Q = dev.create_buffer(T * K // 32 * kernels.Q8_BLOCK_BYTES)
+    run(dev, kernels.quantize_rows(K, norm=g is not None, eps=eps),
+        [f32_buffer(dev, x), Q, step_buffer(dev, T), f32_buffer(dev, np.ones(K) if g is None else g)],
+        (T_max or T, 1, 1))
+    return Q
+
+
+@pytest.mark.parametrize("norm", [False, True])
+def test_quantize_rows(dev, norm):
+    """Blocks equal the numpy emulation: scales to float32 rounding, values exactly (a value may round the other way
+    where v / d lies within float32 rounding of a half: at most a few in ten thousand), s = d * sum(q)."""
+    T, K, eps = 19, 320, 1e-5
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((T, K)) * rng.uniform(0.1, 10, (T, 1))).astype(np.float32)
+    x[2, 32:64] = 0                                           # an all-zero block: d = 0, q = 0
+    g = rng.uniform(0.5, 1.5, K).astype(np.float32) if norm else None
+    Q = quantize_gpu(dev, x, g, eps, T_max=T + 3)             # workgroups past the pass's end do nothing
+    d, s, q = read_blocks(dev, Q, T, K)
+    d_ref, q_ref = quantize_ref(x, g, eps)
+    np.testing.assert_allclose(d, d_ref, rtol=2e-6)
+    assert d[2, 1] == 0 and not q[2, 1].any()
+    assert np.abs(q - q_ref).max() <= 1 and (q != q_ref).mean() < 1e-3
+    assert np.abs(q).max() == 127
+    np.testing.assert_allclose(s, d * q.sum(-1), rtol=1e-6, atol=1e-6 * np.abs(d * 127 * 32).max())
+
+
+def gemm_case(dev, fmt, T, N, K, *, norm=True, glu=False, gelu=False, accum=False, yoff=0, stride=None, tile=None,
+              seed=0):
+    """Run quantize_rows + matmul_tiled_q8 and return (got, exact, f32): the GPU's Y, numpy on the GPU's own blocks,
+    and numpy on the float32 (normalised) activations."""
+    rng = np.random.default_rng(seed + int(fmt))
+    rows = 2 * N if glu else N
+    raw, w = random_blocks(fmt, rows, K, rng)
+    x = rng.standard_normal((T, K)).astype(np.float32)
+    g = rng.uniform(0.5, 1.5, K).astype(np.float32) if norm else None
+    eps = 1e-6
+    stride = stride or N + yoff
+    y0 = rng.standard_normal((T, stride)).astype(np.float32)
+    Q = quantize_gpu(dev, x, g, eps)
+    Y = f32_buffer(dev, y0)
+    tile = tile or kernels.tiled_q8_tile(N, K, T, glu)
+    gx, gy, _ = kernels.tiled_q8_groups(N, T, tile)
+    run(dev, kernels.matmul_tiled_q8(fmt, K, N, accum=accum, glu=glu, gelu=gelu, ystride=stride, yoff=yoff,
+                                     tile=tile),
+        [upload(dev, raw), Q, Y, step_buffer(dev, T)], (gx, gy + 1, 1))     # a token tile past the pass's end
+    d, _, q = read_blocks(dev, Q, T, K)
+    xq = (d[..., None] * q).reshape(T, K)
+    xf = x.astype(np.float64)
+    if norm:
+        xf = xf / np.sqrt((xf ** 2).mean(-1, keepdims=True) + eps) * g
+
+    def product(xin):
+        want = y0.astype(np.float64).copy()
+        if glu:
+            a, b = xin @ w[:N].T, xin @ w[N:].T
+            act = a * 0.5 * (1 + np.tanh(np.sqrt(2 / np.pi) * (a + 0.044715 * a ** 3))) if gelu else \
+                a * np.exp(-np.logaddexp(0, -a))
+            want[:, yoff:yoff + N] = act * b
+        elif accum:
+            want[:, yoff:yoff + N] += xin @ w.T
+        else:
+            want[:, yoff:yoff + N] = xin @ w.T
+        return want
+
+    return read(dev, Y, T * stride).reshape(T, stride), product(xq), product(xf)
+
+
+# The accuracy cost of 8-bit activations: |int8 - f32| / max|f32 product| stays under F32_TOL (K = 512 products of
+# random data and weights: observed 0.45-0.7% on lavapipe)
+F32_TOL = 1.5e-2
+
+
+@pytest.mark.parametrize("fmt", FMTS, ids=lambda f: f.name)
+def test_gemm8_formats(dev, fmt):
+    """Each format, normalised inputs, ACCUM into a wider output at a column offset, T and N off the tile."""
+    K = 512
+    got, exact, f32 = gemm_case(dev, fmt, T=37, N=45, K=K, norm=True, accum=True, yoff=3, stride=50)
+    scale = np.abs(exact).max()
+    np.testing.assert_allclose(got, exact, rtol=1e-5, atol=1e-5 * scale)
+    assert np.abs(got - f32).max() <= F32_TOL * np.abs(f32).max()
+
+
+@pytest.mark.parametrize("tile", kernels.GEMM8_TILES + kernels.GEMM8_GLU_TILES,
+                         ids=lambda t: "{tr}x{tt}_{rr}x{rt}_kb{kb}".format(**t))
+@pytest.mark.parametrize("glu,gelu", [(False, False), (True, False), (True, True)], ids=["plain", "swiglu", "geglu"])
+def test_gemm8_tiles(dev, tile, glu, gelu):
+    """Every tile of the pickers (GLU tiles also plain, when they fit), SiLU and GELU gates, without NORM."""
+    try:
+        kernels.check_q8_tile(tile, glu)
+    except ValueError:
+        pytest.skip("tile does not fit with GLU")
+    fmt = GGMLType.Q4_1 if glu else GGMLType.Q6_K     # one with an offset, one with two scales a block
+    got, exact, _ = gemm_case(dev, fmt, T=70, N=tile["tr"] + 5, K=256 + 64 * (fmt == GGMLType.Q4_1), norm=False,
+                              glu=glu, gelu=gelu, tile=tile, seed=1)
+    np.testing.assert_allclose(got, exact, rtol=1e-5, atol=2e-5 * np.abs(exact).max())
+
+
+def test_tile_override(monkeypatch):
+    monkeypatch.setenv("CERA_WEB_GEMM8", "tr=64,tt=64,rr=4,rt=4,kb=1")
+    assert kernels.tiled_q8_tile(2048, 2048, 512) == {"tr": 64, "tt": 64, "rr": 4, "rt": 4, "kb": 1}
+    monkeypatch.setenv("CERA_WEB_GEMM8", "tr=64,rr=3")
+    with pytest.raises(ValueError, match="rr, rt must be 4 or 8"):
+        kernels.tiled_q8_tile(2048, 2048, 512)
