@@ -256,7 +256,21 @@ def matmul_tiled_q8(fmt, K: int, N: int, *, accum=False, glu=False, ystride=None
     text = build("matmul_tiled_q8", K=K, N=N, ACCUM=accum, GLU=glu, GELU=gelu,
                  YSTRIDE=N if ystride is None else ystride, YOFF=yoff, TR=tile["tr"], TT=tile["tt"],
                  RR=tile["rr"], RT=tile["rt"], KB=tile["kb"], NH=nh, HAS_MIN=has_min)
-    return "\n".join([text, *(_read(f"formats/{p}.wgsl") for p in pieces), _read(f"formats_i8/{name}.wgsl")])
+    head, _, rest = text.partition("\n")     # WebGPU recommends the directive where the language feature is used
+    return "\n".join([head, "requires packed_4x8_integer_dot_product;", rest,
+                      *(_read(f"formats/{p}.wgsl") for p in pieces), _read(f"formats_i8/{name}.wgsl")])
+
+
+def int8_enabled(dev) -> bool:
+    """Whether prefill products run on 8-bit activations (quantize_rows + matmul_tiled_q8): the device compiles
+    dot4I8Packed (dev.has_dot4) and is a GPU; CERA_WEB_INT8=0 turns it off, =1 on also on CPU adapters (tests)."""
+    import os
+    env = os.environ.get("CERA_WEB_INT8")
+    if env not in (None, "", "0", "1"):
+        raise ValueError(f"CERA_WEB_INT8={env}: use 0 (off) or 1 (on, also on CPU adapters)")
+    if env == "0" or not getattr(dev, "has_dot4", False):
+        return False
+    return env == "1" or not dev.is_cpu
 
 
 def block_elems(fmt) -> int:

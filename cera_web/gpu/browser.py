@@ -157,6 +157,8 @@ class BrowserDevice(Device):
         if "subgroups" in features and info is not None:       # the smallest subgroup the adapter may run
             size = getattr(info, "subgroupMinSize", None)
             dev.subgroup_size = int(size) if isinstance(size, (int, float)) and size > 0 else None
+        lang = getattr(gpu, "wgslLanguageFeatures", None)
+        dev.has_dot4 = bool(lang is not None and lang.has("packed_4x8_integer_dot_product"))
         return dev
 
     def check(self):

@@ -47,6 +47,7 @@ class NativeDevice(Device):
         self.subgroup_size = self._probe_subgroup_size() if "subgroup" in self.features else None
         if os.environ.get("CERA_WEB_SUBGROUPS") == "0":    # tests and benchmarks: the path without subgroups
             self.subgroup_size = None
+        self.has_dot4 = self._probe_dot4()
 
     @classmethod
     def create(cls, limits_override: dict | None = None, power_preference: str = "high-performance"):
@@ -117,6 +118,15 @@ class NativeDevice(Device):
         sizes = np.frombuffer(bytes(self.device.queue.read_buffer(buf, 0, 4 * 64)), np.uint32)
         self.release(buf)
         return int(sizes.min())
+
+    def _probe_dot4(self) -> bool:
+        """Whether dot4I8Packed compiles (wgpu-py 0.32 lists no WGSL language features, though naga has this one)."""
+        try:
+            self.device.create_shader_module(code="requires packed_4x8_integer_dot_product;\n"
+                                             "fn f(a: u32) -> i32 { return dot4I8Packed(a, a); }")
+        except Exception:
+            return False
+        return True
 
     # -- pipelines -----------------------------------------------------------------------------------------------
     def pipeline(self, wgsl, label=""):
