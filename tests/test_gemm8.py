@@ -243,3 +243,18 @@ def test_mixed_types_split_int8(tmp_path, monkeypatch):
 
 # the tiny mixed model's logits with int8 activations vs float32: measured max 0.54% of the largest logit (lavapipe)
 MIXED_TOL = 2e-2
+
+
+def test_bench_kernels_gemm_reports_int8_beside_f32(dev):
+    import asyncio
+
+    from cera_web import bench_kernels
+    tile = {"tr": 32, "tt": 32, "rr": 4, "rt": 4, "kb": 2}
+    out = asyncio.run(bench_kernels.run([GGMLType.Q4_1, GGMLType.F16], [(64, 256)], device=dev, repeats=1,
+                                        target_ms=1, rotate_mib=1, gemm_tokens=16, tiles8=[tile, None]))
+    assert [r["type"] for r in out["gemm"]] == ["Q4_1", "F16"]
+    assert [r["type"] for r in out["gemm8"]] == ["Q4_1", "Q4_1"]       # F16 has no int8 GEMM
+    assert out["gemm8"][0]["tile"] == tile and out["gemm8"][1]["tile"] == kernels.tiled_q8_tile(64, 256, 16)
+    assert all(r["gflops"] > 0 and r["gflops_with_quantize"] > 0 and r["quantize_us"] > 0 for r in out["gemm8"])
+    with pytest.raises(SystemExit, match="tiles8"):
+        bench_kernels.main(["--gemm", "--tiles8", "tr=64,rr=5"])
