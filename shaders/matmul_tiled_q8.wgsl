@@ -159,6 +159,54 @@ fn store1(t: u32, n: u32, acc: f32, up: f32) {
     }
 }
 
+// The products of block kb of the step with weight rows hb (kb, or KB + kb for the up rows) added into acc: per half
+// block p, RR x RT sums of dot4I8Packed in i32, then one multiply-add each by the two scales; and the offsets' term.
+// (acc is a pointer so that every index is constant once the loops are unrolled: registers, not memory.)
+fn block_products(acc: ptr<function, array<vec4<f32>, RT * RR4>>, hb: u32, kb: u32, rg: u32, tg: u32) {
+    var dx: array<vec4<f32>, RT4>;
+    for (var j = 0u; j < RT4; j++) { dx[j] = xd[kb * TT4 + tg + j * TGN]; }
+    for (var p = 0u; p < NH; p++) {
+        var isum: array<vec4<i32>, RT * RR4>;
+        for (var i = 0u; i < RT * RR4; i++) {
+            isum[i] = vec4<i32>(0);
+        }
+        for (var w = p * WPH; w < p * WPH + WPH; w++) {
+            var a: array<vec4<u32>, RR4>;
+            for (var i = 0u; i < RR4; i++) { a[i] = wq[(hb * 8u + w) * TR4 + rg + i * RGN]; }
+            for (var j = 0u; j < RT4; j++) {
+                let x = xq[(kb * 8u + w) * TT4 + tg + j * TGN];
+                for (var c = 0u; c < 4u; c++) {
+                    for (var i = 0u; i < RR4; i++) {
+                        let s = (j * 4u + c) * RR4 + i;
+                        isum[s] += vec4<i32>(dot4I8Packed(a[i].x, x[c]), dot4I8Packed(a[i].y, x[c]),
+                                             dot4I8Packed(a[i].z, x[c]), dot4I8Packed(a[i].w, x[c]));
+                    }
+                }
+            }
+        }
+        for (var i = 0u; i < RR4; i++) {
+            let dw = wd[(hb * NH + p) * TR4 + rg + i * RGN];
+            for (var j = 0u; j < RT4; j++) {
+                for (var c = 0u; c < 4u; c++) {
+                    let s = (j * 4u + c) * RR4 + i;
+                    (*acc)[s] += (dw * dx[j][c]) * vec4<f32>(isum[s]);
+                }
+            }
+        }
+    }
+    if (HAS_MIN) {
+        for (var i = 0u; i < RR4; i++) {
+            let m = wm[hb * TR4 + rg + i * RGN];
+            for (var j = 0u; j < RT4; j++) {
+                let sx = xs[kb * TT4 + tg + j * TGN];
+                for (var c = 0u; c < 4u; c++) {
+                    (*acc)[(j * 4u + c) * RR4 + i] += m * sx[c];
+                }
+            }
+        }
+    }
+}
+
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
     let row0 = wid.x * TR;
@@ -169,10 +217,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     let rg = tid % RGN;       // rows 4 (rg + i RGN) .. + 4 for i < RR4
     let tg = tid / RGN;       // tokens 4 (tg + j TGN) .. + 4 for j < RT4
-    // acc[(h * RT + t) * RR4 + i]: token t of this thread, its rows' vec4 i, gate (h = 0) or up (h = 1)
-    var acc: array<vec4<f32>, HALVES * RT * RR4>;
-    for (var i = 0u; i < HALVES * RT * RR4; i++) {
+    // acc[t * RR4 + i]: token t of this thread, its rows' vec4 i; up: the same for the up rows (GLU)
+    var acc: array<vec4<f32>, RT * RR4>;
+    var up: array<vec4<f32>, RT * RR4>;
+    for (var i = 0u; i < RT * RR4; i++) {
         acc[i] = vec4<f32>(0.0);
+        up[i] = vec4<f32>(0.0);
     }
     var wr: array<WBlock, WI>;
     var xr: array<XBlock, XI>;
@@ -188,50 +238,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             for (var i = 0u; i < XI; i++) { xr[i] = fetch_x(tok0, b0 + KB, tid + i * WG, n_tokens); }
         }
         for (var kb = 0u; kb < KB; kb++) {
-            var dx: array<vec4<f32>, RT4>;
-            for (var j = 0u; j < RT4; j++) { dx[j] = xd[kb * TT4 + tg + j * TGN]; }
-            for (var h = 0u; h < HALVES; h++) {
-                let hb = h * KB + kb;
-                for (var p = 0u; p < NH; p++) {
-                    var isum: array<vec4<i32>, RT * RR4>;
-                    for (var i = 0u; i < RT * RR4; i++) {
-                        isum[i] = vec4<i32>(0);
-                    }
-                    for (var w = p * WPH; w < p * WPH + WPH; w++) {
-                        var a: array<vec4<u32>, RR4>;
-                        for (var i = 0u; i < RR4; i++) { a[i] = wq[(hb * 8u + w) * TR4 + rg + i * RGN]; }
-                        for (var j = 0u; j < RT4; j++) {
-                            let x = xq[(kb * 8u + w) * TT4 + tg + j * TGN];
-                            for (var c = 0u; c < 4u; c++) {
-                                for (var i = 0u; i < RR4; i++) {
-                                    let s = (j * 4u + c) * RR4 + i;
-                                    isum[s] += vec4<i32>(dot4I8Packed(a[i].x, x[c]), dot4I8Packed(a[i].y, x[c]),
-                                                         dot4I8Packed(a[i].z, x[c]), dot4I8Packed(a[i].w, x[c]));
-                                }
-                            }
-                        }
-                    }
-                    for (var i = 0u; i < RR4; i++) {
-                        let dw = wd[(hb * NH + p) * TR4 + rg + i * RGN];
-                        for (var j = 0u; j < RT4; j++) {
-                            for (var c = 0u; c < 4u; c++) {
-                                let s = (j * 4u + c) * RR4 + i;
-                                acc[h * RT * RR4 + s] += (dw * dx[j][c]) * vec4<f32>(isum[s]);
-                            }
-                        }
-                    }
-                }
-                if (HAS_MIN) {
-                    for (var i = 0u; i < RR4; i++) {
-                        let m = wm[hb * TR4 + rg + i * RGN];
-                        for (var j = 0u; j < RT4; j++) {
-                            let sx = xs[kb * TT4 + tg + j * TGN];
-                            for (var c = 0u; c < 4u; c++) {
-                                acc[h * RT * RR4 + (j * 4u + c) * RR4 + i] += m * sx[c];
-                            }
-                        }
-                    }
-                }
+            block_products(&acc, kb, kb, rg, tg);
+            if (GLU) {
+                block_products(&up, KB + kb, kb, rg, tg);
             }
         }
     }
@@ -245,10 +254,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 let s = (j * 4u + c) * RR4 + i;
                 let n0 = row0 + 4u * (rg + i * RGN);
                 let g = acc[s];
-                var u = vec4<f32>(0.0);
-                if (GLU) {
-                    u = acc[RT * RR4 + s];
-                }
+                let u = up[s];
                 store1(t, n0, g.x, u.x);
                 store1(t, n0 + 1u, g.y, u.y);
                 store1(t, n0 + 2u, g.z, u.z);
