@@ -2,7 +2,8 @@
 
     python -m cera_web.bench_kernels [--types Q4_K,Q6_K] [--shapes 4096x4096,14336x4096] [--lanes 32]
                                      [--variants "rpt=1,wg=64,sg=0;rpt=2,wg=128,sg=1"]
-    python -m cera_web.bench_kernels --gemm [TOKENS] [--tiles "64,64,1;32,32,4"] [--tiles8 "tr=128,tt=64,rr=8,rt=8,kb=2"]
+    python -m cera_web.bench_kernels --gemm [TOKENS] [--types Q4_1] [--shapes 2048x2048] [--tiles "64,64,1;32,32,4"]
+                                     [--tiles8 "tr=128,tt=64,rr=8,rt=8,kb=2;tr=64,tt=64,rr=8,rt=8,kb=2"] [--no-int8]
 
 For each weight type and shape NxK (N rows of K weights, as in the model: 14336x4096 is an FFN gate/up matrix), the
 T = 1 matrix-vector product of shaders/matmul.wgsl (the decode case) is timed on the native backend (wgpu-py), and

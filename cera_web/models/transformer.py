@@ -212,7 +212,8 @@ class Transformer(GPUModel):
         # a weight too big for one binding is split into row ranges: one dispatch each, writing its rows' outputs
         parts = [(weight, 0, n)] if weight is not None else self.pieces(name)
         ystride, yoff = kw.pop("ystride", None) or n, kw.pop("yoff", 0)
-        if self.int8 and T > 1 and not kw.get("last_only") and fmt in kernels.Q8_FORMATS:
+        # 8-bit activations for prefill products; not the LM head (its logits are read, e.g. chunk_logits)
+        if self.int8 and T > 1 and not kw.get("last_only") and fmt in kernels.Q8_FORMATS and name != self.spec.lm_head:
             self.linear_q8(rec, T, name, fmt, k, parts, x, y, gain, ystride, yoff, **kw)
             return
         for buf, r0, rows_here in parts:
