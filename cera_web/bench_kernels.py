@@ -308,7 +308,8 @@ def main(argv=None):
     p.add_argument("--tiles", help="with --gemm: semicolon-separated tiles to compare, e.g. '64,64,1;32,32,4' "
                                    "(default: the engine's choice per shape)")
     p.add_argument("--tiles8", help="with --gemm: semicolon-separated int8 GEMM tiles to compare, each "
-                                    "tr=N,tt=N,rr=N,rt=N,kb=N (default: the engine's choice per shape)")
+                                    "tr=N,tt=N,rr=N,rt=N,kb=N,dot=0|1 (keys left out: the largest tile's; default: "
+                                    "the engine's choice per shape)")
     p.add_argument("--int8", action=argparse.BooleanOptionalAction, default=True,
                    help="with --gemm: also time the int8 GEMM (default: on where the device has dot4I8Packed)")
     args = p.parse_args(argv)
@@ -316,13 +317,8 @@ def main(argv=None):
     if args.tiles8:
         tiles8 = []
         for text in args.tiles8.split(";"):
-            tile = dict(kernels.GEMM8_TILES[0])
-            for item in filter(None, text.split(",")):
-                key, _, value = item.partition("=")
-                if key.strip() not in tile or not value.strip().isdigit():
-                    raise SystemExit(f"--tiles8: {item!r} is not one of tr=N, tt=N, rr=N, rt=N, kb=N")
-                tile[key.strip()] = int(value)
             try:
+                tile = {**kernels.GEMM8_TILES[0], **kernels.parse_q8_tile(text, "--tiles8")}
                 kernels.check_q8_tile(tile, False)
             except ValueError as e:
                 raise SystemExit(f"--tiles8: {e}") from None

@@ -186,41 +186,47 @@ def quantize_rows(K: int, *, norm=False, eps=0.0) -> str:
     return build("quantize_rows", K=K, NORM=norm, EPS=float(eps), WG=QUANTIZE_WG)
 
 
-# The int8 GEMM's tile: rows tr, tokens tt a workgroup; rows rr, tokens rt a thread; kb 32-blocks a K step.
-# CERA_WEB_GEMM8="tr=128,tt=64,rr=8,rt=8,kb=2" forces one for every product (benchmarks compare them on the H200).
+# The int8 GEMM's tile: rows tr, tokens tt a workgroup; rows rr, tokens rt a thread; kb 32-blocks a K step; dot 1:
+# dot4I8Packed, 0: f32 multiply-adds on unpacked bytes (the same sums; for backends that emulate dot4I8Packed).
+# CERA_WEB_GEMM8="tr=128,tt=64,rr=8,rt=8,kb=2,dot=0" overrides any of them for every product (benchmarks).
 GEMM8_TILES = [  # the choices of tiled_q8_tile, largest first
-    {"tr": 128, "tt": 64, "rr": 8, "rt": 8, "kb": 2},
-    {"tr": 64, "tt": 64, "rr": 8, "rt": 8, "kb": 2},
-    {"tr": 64, "tt": 64, "rr": 4, "rt": 4, "kb": 2},
-    {"tr": 32, "tt": 32, "rr": 4, "rt": 4, "kb": 4},
+    {"tr": 128, "tt": 64, "rr": 8, "rt": 8, "kb": 2, "dot": 1},
+    {"tr": 64, "tt": 64, "rr": 8, "rt": 8, "kb": 2, "dot": 1},
+    {"tr": 64, "tt": 64, "rr": 4, "rt": 4, "kb": 2, "dot": 1},
+    {"tr": 32, "tt": 32, "rr": 4, "rt": 4, "kb": 4, "dot": 1},
 ]
 GEMM8_GLU_TILES = [
-    {"tr": 64, "tt": 64, "rr": 4, "rt": 8, "kb": 2},
-    {"tr": 64, "tt": 64, "rr": 4, "rt": 4, "kb": 2},
-    {"tr": 32, "tt": 32, "rr": 4, "rt": 4, "kb": 2},
+    {"tr": 64, "tt": 64, "rr": 4, "rt": 8, "kb": 2, "dot": 1},
+    {"tr": 64, "tt": 64, "rr": 4, "rt": 4, "kb": 2, "dot": 1},
+    {"tr": 32, "tt": 32, "rr": 4, "rt": 4, "kb": 2, "dot": 1},
 ]
 GEMM8_FILL = 256             # workgroups that fill a large GPU (about 2 per SM on an H200); smaller tiles below that
 
 
 def tiled_q8_tile(N: int, K: int, T: int, glu: bool = False) -> dict:
     """Tile of matmul_tiled_q8 for N rows of K and passes of up to T tokens: the largest of GEMM8_TILES (or
-    GEMM8_GLU_TILES: twice the accumulators) with at least GEMM8_FILL workgroups, else the smallest."""
+    GEMM8_GLU_TILES: twice the accumulators) with at least GEMM8_FILL workgroups, else the smallest; then
+    CERA_WEB_GEMM8's overrides."""
     import os
+    tiles = GEMM8_GLU_TILES if glu else GEMM8_TILES
+    tile = next((t for t in tiles if -(-N // t["tr"]) * -(-T // t["tt"]) >= GEMM8_FILL), tiles[-1])
+    tile = dict(tile)
     forced = os.environ.get("CERA_WEB_GEMM8")
     if forced:
-        tile = dict(GEMM8_TILES[0])
-        for item in filter(None, forced.split(",")):
-            key, _, value = item.partition("=")
-            if key.strip() not in tile or not value.strip().isdigit():
-                raise ValueError(f"CERA_WEB_GEMM8: {item!r} is not one of tr=N, tt=N, rr=N, rt=N, kb=N")
-            tile[key.strip()] = int(value)
+        tile.update(parse_q8_tile(forced, "CERA_WEB_GEMM8"))
         check_q8_tile(tile, glu)
-        return tile
-    tiles = GEMM8_GLU_TILES if glu else GEMM8_TILES
-    for tile in tiles:
-        if -(-N // tile["tr"]) * -(-T // tile["tt"]) >= GEMM8_FILL:
-            return dict(tile)
-    return dict(tiles[-1])
+    return tile
+
+
+def parse_q8_tile(text: str, what: str) -> dict:
+    """{"tr": 64, ...} from "tr=64,..." (keys of GEMM8_TILES' entries)."""
+    out = {}
+    for item in filter(None, text.split(",")):
+        key, _, value = item.partition("=")
+        if key.strip() not in GEMM8_TILES[0] or not value.strip().isdigit():
+            raise ValueError(f"{what}: {item!r} is not one of tr=N, tt=N, rr=N, rt=N, kb=N, dot=0|1")
+        out[key.strip()] = int(value)
+    return out
 
 
 def q8_tile_bytes(tile: dict, glu: bool, nh: int = 2, has_min: bool = True) -> int:
@@ -234,9 +240,9 @@ def check_q8_tile(tile: dict, glu: bool):
     tr, tt, rr, rt, kb = (tile[k] for k in ("tr", "tt", "rr", "rt", "kb"))
     wg = (tr // max(rr, 1)) * (tt // max(rt, 1))
     if (rr not in (4, 8) or rt not in (4, 8) or tr % (4 * rr) or tt % (4 * rt) or kb < 1 or not 32 <= wg <= 256
-            or q8_tile_bytes(tile, glu) > 16384):
+            or q8_tile_bytes(tile, glu) > 16384 or tile.get("dot", 1) not in (0, 1)):
         raise ValueError(f"int8 GEMM tile {tile}: rr, rt must be 4 or 8, tr a multiple of 4 rr, tt of 4 rt, "
-                         f"32..256 threads and at most 16 KiB of workgroup memory")
+                         f"32..256 threads, at most 16 KiB of workgroup memory, dot 0 or 1")
 
 
 def tiled_q8_groups(N: int, T: int, tile: dict) -> tuple[int, int, int]:
@@ -255,7 +261,7 @@ def matmul_tiled_q8(fmt, K: int, N: int, *, accum=False, glu=False, ystride=None
     check_q8_tile(tile, glu)
     text = build("matmul_tiled_q8", K=K, N=N, ACCUM=accum, GLU=glu, GELU=gelu,
                  YSTRIDE=N if ystride is None else ystride, YOFF=yoff, TR=tile["tr"], TT=tile["tt"],
-                 RR=tile["rr"], RT=tile["rt"], KB=tile["kb"], NH=nh, HAS_MIN=has_min)
+                 RR=tile["rr"], RT=tile["rt"], KB=tile["kb"], NH=nh, HAS_MIN=has_min, DOT4=bool(tile.get("dot", 1)))
     head, _, rest = text.partition("\n")     # WebGPU recommends the directive where the language feature is used
     return "\n".join([head, "requires packed_4x8_integer_dot_product;", rest,
                       *(_read(f"formats/{p}.wgsl") for p in pieces), _read(f"formats_i8/{name}.wgsl")])

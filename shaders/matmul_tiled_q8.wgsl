@@ -13,7 +13,11 @@
 // k-major, as vec4s of 4 rows / 4 tokens; each word of the step costs a thread RR / 4 + RT / 4 vec4 reads and
 // RR * RT dot4I8Packed. The next step's blocks are fetched into registers while the current one is multiplied.
 //
-// Constants: K (a multiple of 32), N, ACCUM, GLU, GELU, YSTRIDE, YOFF, TR, TT, RR, RT, KB, NH, HAS_MIN;
+// DOT4 false computes the same integer sums with f32 multiply-adds on unpacked bytes instead (exact: |sum| < 2^24):
+// for backends that emulate dot4I8Packed (wgpu-native does not enable Vulkan's integer dot product, so naga
+// polyfills it with byte extracts and multiplies), where it still saves 4x the workgroup-memory reads.
+//
+// Constants: K (a multiple of 32), N, ACCUM, GLU, GELU, YSTRIDE, YOFF, TR, TT, RR, RT, KB, NH, HAS_MIN, DOT4;
 //   kernels.matmul_tiled_q8.
 // Bindings:
 //   0 W: array<u32>     packed weights, N rows (2N with GLU)
@@ -166,20 +170,52 @@ fn block_products(acc: ptr<function, array<vec4<f32>, RT * RR4>>, hb: u32, kb: u
     var dx: array<vec4<f32>, RT4>;
     for (var j = 0u; j < RT4; j++) { dx[j] = xd[kb * TT4 + tg + j * TGN]; }
     for (var p = 0u; p < NH; p++) {
-        var isum: array<vec4<i32>, RT * RR4>;
-        for (var i = 0u; i < RT * RR4; i++) {
-            isum[i] = vec4<i32>(0);
-        }
-        for (var w = p * WPH; w < p * WPH + WPH; w++) {
-            var a: array<vec4<u32>, RR4>;
-            for (var i = 0u; i < RR4; i++) { a[i] = wq[(hb * 8u + w) * TR4 + rg + i * RGN]; }
-            for (var j = 0u; j < RT4; j++) {
-                let x = xq[(kb * 8u + w) * TT4 + tg + j * TGN];
-                for (var c = 0u; c < 4u; c++) {
+        var sums: array<vec4<f32>, RT * RR4>;       // the half block's integer sums (exact in f32: < 2^24)
+        if (DOT4) {
+            var isum: array<vec4<i32>, RT * RR4>;
+            for (var i = 0u; i < RT * RR4; i++) {
+                isum[i] = vec4<i32>(0);
+            }
+            for (var w = p * WPH; w < p * WPH + WPH; w++) {
+                var a: array<vec4<u32>, RR4>;
+                for (var i = 0u; i < RR4; i++) { a[i] = wq[(hb * 8u + w) * TR4 + rg + i * RGN]; }
+                for (var j = 0u; j < RT4; j++) {
+                    let x = xq[(kb * 8u + w) * TT4 + tg + j * TGN];
+                    for (var c = 0u; c < 4u; c++) {
+                        for (var i = 0u; i < RR4; i++) {
+                            let s = (j * 4u + c) * RR4 + i;
+                            isum[s] += vec4<i32>(dot4I8Packed(a[i].x, x[c]), dot4I8Packed(a[i].y, x[c]),
+                                                 dot4I8Packed(a[i].z, x[c]), dot4I8Packed(a[i].w, x[c]));
+                        }
+                    }
+                }
+            }
+            for (var i = 0u; i < RT * RR4; i++) {
+                sums[i] = vec4<f32>(isum[i]);
+            }
+        } else {    // the same sums with f32 multiply-adds on unpacked bytes (where dot4I8Packed is emulated)
+            for (var i = 0u; i < RT * RR4; i++) {
+                sums[i] = vec4<f32>(0.0);
+            }
+            for (var w = p * WPH; w < p * WPH + WPH; w++) {
+                var a: array<vec4<u32>, RR4>;
+                var x: array<vec4<u32>, RT4>;
+                for (var i = 0u; i < RR4; i++) { a[i] = wq[(hb * 8u + w) * TR4 + rg + i * RGN]; }
+                for (var j = 0u; j < RT4; j++) { x[j] = xq[(kb * 8u + w) * TT4 + tg + j * TGN]; }
+                for (var k = 0u; k < 4u; k++) {     // byte k of each word: weight / input 4w + k
+                    let up = vec4<u32>(24u - 8u * k);
+                    var wf: array<vec4<f32>, RR4>;
                     for (var i = 0u; i < RR4; i++) {
-                        let s = (j * 4u + c) * RR4 + i;
-                        isum[s] += vec4<i32>(dot4I8Packed(a[i].x, x[c]), dot4I8Packed(a[i].y, x[c]),
-                                             dot4I8Packed(a[i].z, x[c]), dot4I8Packed(a[i].w, x[c]));
+                        wf[i] = vec4<f32>(bitcast<vec4<i32>>(a[i] << up) >> vec4<u32>(24u));
+                    }
+                    for (var j = 0u; j < RT4; j++) {
+                        let xf = vec4<f32>(bitcast<vec4<i32>>(x[j] << up) >> vec4<u32>(24u));
+                        for (var c = 0u; c < 4u; c++) {
+                            for (var i = 0u; i < RR4; i++) {
+                                let s = (j * 4u + c) * RR4 + i;
+                                sums[s] += wf[i] * xf[c];
+                            }
+                        }
                     }
                 }
             }
@@ -189,7 +225,7 @@ fn block_products(acc: ptr<function, array<vec4<f32>, RT * RR4>>, hb: u32, kb: u
             for (var j = 0u; j < RT4; j++) {
                 for (var c = 0u; c < 4u; c++) {
                     let s = (j * 4u + c) * RR4 + i;
-                    (*acc)[s] += (dw * dx[j][c]) * vec4<f32>(isum[s]);
+                    (*acc)[s] += (dw * dx[j][c]) * sums[s];
                 }
             }
         }

@@ -146,11 +146,15 @@ def test_gemm8_formats(dev, fmt):
     assert np.abs(got - f32).max() <= F32_TOL * np.abs(f32).max()
 
 
-@pytest.mark.parametrize("tile", kernels.GEMM8_TILES + kernels.GEMM8_GLU_TILES,
-                         ids=lambda t: "{tr}x{tt}_{rr}x{rt}_kb{kb}".format(**t))
+TILES = kernels.GEMM8_TILES + kernels.GEMM8_GLU_TILES + [{**kernels.GEMM8_TILES[1], "dot": 0},
+                                                        {**kernels.GEMM8_GLU_TILES[0], "dot": 0}]
+
+
+@pytest.mark.parametrize("tile", TILES, ids=lambda t: "{tr}x{tt}_{rr}x{rt}_kb{kb}_dot{dot}".format(**t))
 @pytest.mark.parametrize("glu,gelu", [(False, False), (True, False), (True, True)], ids=["plain", "swiglu", "geglu"])
 def test_gemm8_tiles(dev, tile, glu, gelu):
-    """Every tile of the pickers (GLU tiles also plain, when they fit), SiLU and GELU gates, without NORM."""
+    """Every tile of the pickers (GLU tiles also plain, when they fit) and the f32 multiply-add form of the sums
+    (dot 0), SiLU and GELU gates, without NORM."""
     try:
         kernels.check_q8_tile(tile, glu)
     except ValueError:
@@ -162,8 +166,15 @@ def test_gemm8_tiles(dev, tile, glu, gelu):
 
 
 def test_tile_override(monkeypatch):
+    assert kernels.tiled_q8_tile(2048, 2048, 512) == kernels.GEMM8_TILES[1]       # 256 workgroups
+    assert kernels.tiled_q8_tile(576, 576, 512) == kernels.GEMM8_TILES[-1]
+    assert kernels.tiled_q8_tile(8192, 2048, 512, glu=True) == kernels.GEMM8_GLU_TILES[0]
     monkeypatch.setenv("CERA_WEB_GEMM8", "tr=64,tt=64,rr=4,rt=4,kb=1")
-    assert kernels.tiled_q8_tile(2048, 2048, 512) == {"tr": 64, "tt": 64, "rr": 4, "rt": 4, "kb": 1}
+    assert kernels.tiled_q8_tile(2048, 2048, 512) == {"tr": 64, "tt": 64, "rr": 4, "rt": 4, "kb": 1, "dot": 1}
+    monkeypatch.setenv("CERA_WEB_GEMM8", "dot=0")
+    assert kernels.tiled_q8_tile(2048, 2048, 512) == {**kernels.GEMM8_TILES[1], "dot": 0}
+    assert "const DOT4: bool = false;" in kernels.matmul_tiled_q8(GGMLType.Q4_1, 256, 64,
+                                                                  tile=kernels.tiled_q8_tile(64, 256, 16))
     monkeypatch.setenv("CERA_WEB_GEMM8", "tr=64,rr=3")
     with pytest.raises(ValueError, match="rr, rt must be 4 or 8"):
         kernels.tiled_q8_tile(2048, 2048, 512)
@@ -249,7 +260,7 @@ def test_bench_kernels_gemm_reports_int8_beside_f32(dev):
     import asyncio
 
     from cera_web import bench_kernels
-    tile = {"tr": 32, "tt": 32, "rr": 4, "rt": 4, "kb": 2}
+    tile = {"tr": 32, "tt": 32, "rr": 4, "rt": 4, "kb": 2, "dot": 0}
     out = asyncio.run(bench_kernels.run([GGMLType.Q4_1, GGMLType.F16], [(64, 256)], device=dev, repeats=1,
                                         target_ms=1, rotate_mib=1, gemm_tokens=16, tiles8=[tile, None]))
     assert [r["type"] for r in out["gemm"]] == ["Q4_1", "F16"]
