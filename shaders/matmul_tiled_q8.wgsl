@@ -14,8 +14,9 @@
 // RR * RT dot4I8Packed. The next step's blocks are fetched into registers while the current one is multiplied.
 //
 // DOT4 false computes the same integer sums with f32 multiply-adds on unpacked bytes instead (exact: |sum| < 2^24):
-// for backends that emulate dot4I8Packed (wgpu-native does not enable Vulkan's integer dot product, so naga
-// polyfills it with byte extracts and multiplies), where it still saves 4x the workgroup-memory reads.
+// for backends that emulate dot4I8Packed (naga emits Vulkan's OpSDot only when wgpu's native packed dot product
+// feature is on, which wgpu-native's feature list cannot request: likely emulated natively, not verified), where
+// it still reads a quarter of the f32 kernel's workgroup memory.
 //
 // Constants: K (a multiple of 32), N, ACCUM, GLU, GELU, YSTRIDE, YOFF, TR, TT, RR, RT, KB, NH, HAS_MIN, DOT4;
 //   kernels.matmul_tiled_q8.
