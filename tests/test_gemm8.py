@@ -269,3 +269,104 @@ def test_bench_kernels_gemm_reports_int8_beside_f32(dev):
     assert all(r["gflops"] > 0 and r["gflops_with_quantize"] > 0 and r["quantize_us"] > 0 for r in out["gemm8"])
     with pytest.raises(SystemExit, match="tiles8"):
         bench_kernels.main(["--gemm", "--tiles8", "tr=64,rr=5"])
+
+
+COMPILE_JS = """async (sources) => {
+    const adapter = await navigator.gpu.requestAdapter();
+    const device = await adapter.requestDevice({requiredLimits: {
+        maxComputeWorkgroupStorageSize: adapter.limits.maxComputeWorkgroupStorageSize}});
+    const out = {feature: navigator.gpu.wgslLanguageFeatures.has("packed_4x8_integer_dot_product"), errors: []};
+    for (const code of sources) {
+        device.pushErrorScope("validation");
+        const module = device.createShaderModule({code});
+        const errs = (await module.getCompilationInfo()).messages.filter(m => m.type === "error")
+            .map(m => m.lineNum + ": " + m.message);
+        try {
+            await device.createComputePipelineAsync({layout: "auto", compute: {module, entryPoint: "main"}});
+        } catch (e) {
+            errs.push(String(e));
+        }
+        const scope = await device.popErrorScope();
+        if (scope) errs.push(scope.message);
+        out.errors.push(errs);
+    }
+    return out;
+}"""
+
+
+def test_int8_kernels_compile_in_the_browser(page, server_url):
+    """Chromium's WGSL compiler (Tint, stricter than naga in places) accepts every int8 kernel the engine can build:
+    each format, the GLU tiles, both forms of the sums, quantize_rows with and without the norm."""
+    sources = [kernels.quantize_rows(576, norm=True, eps=1e-5), kernels.quantize_rows(2048)]
+    for fmt in FMTS:
+        sources.append(kernels.matmul_tiled_q8(fmt, 512, 100, accum=True, yoff=3, ystride=110,
+                                               tile=kernels.GEMM8_TILES[0]))
+    for dot in (1, 0):
+        sources.append(kernels.matmul_tiled_q8(GGMLType.Q6_K, 512, 100, glu=True, gelu=bool(dot),
+                                               tile={**kernels.GEMM8_GLU_TILES[0], "dot": dot}))
+    page.goto(server_url + "/models/index.json")
+    out = page.evaluate(COMPILE_JS, sources)
+    assert out["feature"]
+    assert out["errors"] == [[] for _ in sources]
+
+
+RUN_JS = """async ([qsrc, gsrc, x, g, w, T, K, N, groups]) => {
+    const adapter = await navigator.gpu.requestAdapter();
+    const device = await adapter.requestDevice({requiredLimits: {
+        maxComputeWorkgroupStorageSize: adapter.limits.maxComputeWorkgroupStorageSize}});
+    const U = GPUBufferUsage;
+    const buf = (data, n) => {
+        const b = device.createBuffer({size: Math.max(16, n ?? data.byteLength),
+                                       usage: U.STORAGE | U.COPY_SRC | U.COPY_DST});
+        if (data) device.queue.writeBuffer(b, 0, data);
+        return b;
+    };
+    const step = device.createBuffer({size: 16, usage: U.UNIFORM | U.COPY_DST});
+    device.queue.writeBuffer(step, 0, new Uint32Array([T, 0, 0, T]));
+    const X = buf(new Float32Array(x)), G = buf(new Float32Array(g)), W = buf(new Uint8Array(w));
+    const XQ = buf(null, T * K / 32 * 40), Y = buf(null, T * N * 4);
+    const enc = device.createCommandEncoder();
+    const pass = enc.beginComputePass();
+    for (const [code, bufs, wg] of [[qsrc, [X, XQ, step, G], [T, 1, 1]], [gsrc, [W, XQ, Y, step], groups]]) {
+        const pipe = device.createComputePipeline({layout: "auto", compute: {
+            module: device.createShaderModule({code}), entryPoint: "main"}});
+        pass.setPipeline(pipe);
+        pass.setBindGroup(0, device.createBindGroup({layout: pipe.getBindGroupLayout(0),
+            entries: bufs.map((buffer, binding) => ({binding, resource: {buffer}}))}));
+        pass.dispatchWorkgroups(...wg);
+    }
+    pass.end();
+    const read = [XQ, Y].map(b => device.createBuffer({size: b.size, usage: U.MAP_READ | U.COPY_DST}));
+    enc.copyBufferToBuffer(XQ, 0, read[0], 0, XQ.size);
+    enc.copyBufferToBuffer(Y, 0, read[1], 0, Y.size);
+    device.queue.submit([enc.finish()]);
+    await Promise.all(read.map(b => b.mapAsync(GPUMapMode.READ)));
+    return [Array.from(new Uint32Array(read[0].getMappedRange())),
+            Array.from(new Float32Array(read[1].getMappedRange()))];
+}"""
+
+
+def test_int8_prefill_runs_in_the_browser(page, server_url):
+    """quantize_rows + the Q4_K int8 GEMM (dot4I8Packed, GLU) on Chromium's WebGPU (SwiftShader here) equal numpy on
+    the blocks the browser wrote, as on lavapipe."""
+    T, K, N = 21, 512, 40
+    rng = np.random.default_rng(5)
+    raw, w = random_blocks(GGMLType.Q4_K, 2 * N, K, rng)
+    x = rng.standard_normal((T, K)).astype(np.float32)
+    g = rng.uniform(0.5, 1.5, K).astype(np.float32)
+    tile = {**kernels.GEMM8_GLU_TILES[-1], "dot": 1}
+    page.goto(server_url + "/models/index.json")
+    blocks, y = page.evaluate(RUN_JS, [kernels.quantize_rows(K, norm=True, eps=1e-6),
+                                       kernels.matmul_tiled_q8(GGMLType.Q4_K, K, N, glu=True, tile=tile),
+                                       x.ravel().tolist(), g.tolist(), raw.ravel().tolist(), T, K, N,
+                                       list(kernels.tiled_q8_groups(N, T, tile))])
+    raw_q = np.array(blocks, np.uint32).reshape(T, K // 32, 10)
+    d = raw_q[..., 0].view(np.float32)
+    q = raw_q[..., 2:].copy().view(np.int8).reshape(T, K // 32, 32).astype(np.float64)
+    d_ref, q_ref = quantize_ref(x, g, 1e-6)
+    np.testing.assert_allclose(d, d_ref, rtol=2e-6)
+    assert np.abs(q - q_ref).max() <= 1 and (q != q_ref).mean() < 1e-3
+    xq = (d[..., None] * q).reshape(T, K)
+    a, b = xq @ w[:N].T, xq @ w[N:].T
+    want = a * np.exp(-np.logaddexp(0, -a)) * b
+    np.testing.assert_allclose(np.array(y).reshape(T, N), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
