@@ -259,7 +259,7 @@ async def run(types, shapes, lanes_list=None, *, repeats=None, target_ms=None, r
                     out["gemm"].append(r)
                     print(f"{fmt.name:5s} {N}x{K} T {gemm_tokens} tile {r['tile']}: {r['gflops']:9.1f} GFLOP/s "
                           f"({r['us']:.1f} us)", file=sys.stderr)
-                if not (int8 and dev.has_dot4 and fmt in kernels.Q8_FORMATS):
+                if not (int8 and getattr(dev, "int8_dot", False) and fmt in kernels.Q8_FORMATS):
                     continue
                 out.setdefault("gemm8", [])
                 for tile in tiles8 or [None]:

@@ -268,15 +268,16 @@ def matmul_tiled_q8(fmt, K: int, N: int, *, accum=False, glu=False, ystride=None
 
 
 def int8_enabled(dev) -> bool:
-    """Whether prefill products run on 8-bit activations (quantize_rows + matmul_tiled_q8): the device compiles
-    dot4I8Packed (dev.has_dot4) and is a GPU; CERA_WEB_INT8=0 turns it off, =1 on also on CPU adapters (tests)."""
+    """Whether prefill products use quantize_rows + matmul_tiled_q8 on this device: it needs WGSL's
+    packed_4x8_integer_dot_product (dev.int8_dot) and a GPU; CERA_WEB_INT8=0 switches it off, CERA_WEB_INT8=1 forces
+    it on a CPU adapter too (the same switch as the decode kernels')."""
     import os
-    env = os.environ.get("CERA_WEB_INT8")
-    if env not in (None, "", "0", "1"):
-        raise ValueError(f"CERA_WEB_INT8={env}: use 0 (off) or 1 (on, also on CPU adapters)")
-    if env == "0" or not getattr(dev, "has_dot4", False):
+    flag = os.environ.get("CERA_WEB_INT8", "")
+    if flag not in ("", "0", "1"):
+        raise ValueError(f"CERA_WEB_INT8={flag!r}: use 0 (off), 1 (on, also on CPU adapters) or leave it unset")
+    if flag == "0" or not getattr(dev, "int8_dot", False):
         return False
-    return env == "1" or not dev.is_cpu
+    return flag == "1" or not dev.is_cpu
 
 
 def block_elems(fmt) -> int:

@@ -25,7 +25,7 @@ class Device:
     live_buffers: object               # the buffers created and not yet released (for leak checks)
     is_cpu: bool = False               # a software adapter (SwiftShader, lavapipe): kernels pick CPU-friendly shapes
     subgroup_size: int | None = None   # the smallest subgroup the adapter runs (None: no subgroups feature)
-    has_dot4: bool = False             # WGSL's packed_4x8_integer_dot_product (dot4I8Packed) compiles
+    int8_dot: bool = False             # WGSL has packed_4x8_integer_dot_product (dot4I8Packed, pack4xI8)
 
     def create_buffer(self, nbytes: int, *, kind: str = "storage", label: str = ""):
         """kind: "storage" (read/write, copy src/dst), "uniform" (uniform + copy dst)."""

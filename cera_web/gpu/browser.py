@@ -154,11 +154,11 @@ class BrowserDevice(Device):
             all_limits.update(limits_override)
         is_cpu = bool(getattr(adapter, "isFallbackAdapter", False)) or "swiftshader" in desc.lower()
         dev = cls(adapter, device, f"{desc or 'WebGPU adapter'} (browser WebGPU)", all_limits, set(features), is_cpu)
+        lang = getattr(gpu, "wgslLanguageFeatures", None)     # WGSL language features (dot4I8Packed, pack4xI8)
+        dev.int8_dot = bool(lang is not None and lang.has("packed_4x8_integer_dot_product"))
         if "subgroups" in features and info is not None:       # the smallest subgroup the adapter may run
             size = getattr(info, "subgroupMinSize", None)
             dev.subgroup_size = int(size) if isinstance(size, (int, float)) and size > 0 else None
-        lang = getattr(gpu, "wgslLanguageFeatures", None)
-        dev.has_dot4 = bool(lang is not None and lang.has("packed_4x8_integer_dot_product"))
         return dev
 
     def check(self):

@@ -47,7 +47,7 @@ class NativeDevice(Device):
         self.subgroup_size = self._probe_subgroup_size() if "subgroup" in self.features else None
         if os.environ.get("CERA_WEB_SUBGROUPS") == "0":    # tests and benchmarks: the path without subgroups
             self.subgroup_size = None
-        self.has_dot4 = self._probe_dot4()
+        self.int8_dot = self._probe_int8_dot()
 
     @classmethod
     def create(cls, limits_override: dict | None = None, power_preference: str = "high-performance"):
@@ -119,12 +119,16 @@ class NativeDevice(Device):
         self.release(buf)
         return int(sizes.min())
 
-    def _probe_dot4(self) -> bool:
-        """Whether dot4I8Packed compiles (wgpu-py 0.32 lists no WGSL language features, though naga has this one)."""
+    def _probe_int8_dot(self) -> bool:
+        """Whether this WGSL compiler has packed_4x8_integer_dot_product: wgpu-py 0.32 reports no WGSL language
+        features (wgpu.gpu.wgsl_language_features is empty), so compile a shader that uses it."""
         try:
-            self.device.create_shader_module(code="requires packed_4x8_integer_dot_product;\n"
-                                             "fn f(a: u32) -> i32 { return dot4I8Packed(a, a); }")
-        except Exception:
+            self.device.create_shader_module(code=(
+                "requires packed_4x8_integer_dot_product;\n"
+                "@group(0) @binding(0) var<storage, read_write> Y: array<i32>;\n"
+                "@compute @workgroup_size(1) fn main() { Y[0] = dot4I8Packed(pack4xI8(vec4<i32>(Y[1])), 1u); }"),
+                label="int8 dot probe")
+        except self._wgpu.GPUError:
             return False
         return True
 
