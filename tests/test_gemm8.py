@@ -203,7 +203,7 @@ def test_smollm2_prefill_logits_int8(smollm2_gguf, monkeypatch):
     eng = asyncio.run(Engine.load(smollm2_gguf, context_size=128, chunk=16))
     try:
         model = eng.model
-        assert model.int8 and model.xq is not None
+        assert model.int8_prefill and model.xq is not None
         # top-1/top-2 margins 1.9 and 2.5: far above the int8 error, so the top token must stay
         for name, label in [("chat_capital", "prompt_mid"), ("raw_capital", "step_0")]:
             p = prompts[name]
@@ -237,7 +237,7 @@ def test_mixed_types_split_int8(tmp_path, monkeypatch):
     engine = asyncio.run(Engine.load(path, device=dev, context_size=40))
     try:
         model = engine.model
-        assert model.int8 and {"blk.0.attn_q.weight", "blk.0.ffn_gate.weight"} <= set(model.split_tensors())
+        assert model.int8_prefill and {"blk.0.attn_q.weight", "blk.0.ffn_gate.weight"} <= set(model.split_tensors())
         ids = engine.tokenizer.encode("the cat sat on the mat; in the end, it is the cat that wins")
         model.prefill(ids, 0, with_head=True)
         got = np.frombuffer(asyncio.run(dev.read(model.logits, 0, 4 * V)), np.float32)

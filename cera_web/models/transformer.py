@@ -143,9 +143,9 @@ class Transformer(GPUModel):
         if any(la.post_norms for la in s.layers):
             self.out = buf(4 * T * s.hidden, label="block out")          # [T, hidden] before the post-norm
         # prefill products on 8-bit activations (kernels.int8_enabled): one buffer of blocks, reused by each product
-        self.int8 = kernels.int8_enabled(dev) and T > 1
-        self.xq = buf(kernels.Q8_BLOCK_BYTES * T * max(s.hidden, s.ffn, q_dim) // 32, label="xq") if self.int8 \
-            else None
+        self.int8_prefill = kernels.int8_enabled(dev) and T > 1
+        self.xq = buf(kernels.Q8_BLOCK_BYTES * T * max(s.hidden, s.ffn, q_dim) // 32, label="xq") \
+            if self.int8_prefill else None
         if conv:
             self.bcx = buf(4 * T * 3 * s.hidden, label="bcx")            # [T, B | C | x] in_proj output
             self.conv_out = buf(4 * T * s.hidden, label="conv out")      # [T, hidden] C * conv(B * x)
@@ -213,7 +213,8 @@ class Transformer(GPUModel):
         parts = [(weight, 0, n)] if weight is not None else self.pieces(name)
         ystride, yoff = kw.pop("ystride", None) or n, kw.pop("yoff", 0)
         # 8-bit activations for prefill products; not the LM head (its logits are read, e.g. chunk_logits)
-        if self.int8 and T > 1 and not kw.get("last_only") and fmt in kernels.Q8_FORMATS and name != self.spec.lm_head:
+        if (self.int8_prefill and T > 1 and not kw.get("last_only") and fmt in kernels.Q8_FORMATS
+                and name != self.spec.lm_head):
             self.linear_q8(rec, T, name, fmt, k, parts, x, y, gain, ystride, yoff, **kw)
             return
         for buf, r0, rows_here in parts:
