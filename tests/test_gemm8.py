@@ -146,22 +146,21 @@ def test_gemm8_formats(dev, fmt):
     assert np.abs(got - f32).max() <= F32_TOL * np.abs(f32).max()
 
 
-TILES = kernels.GEMM8_TILES + kernels.GEMM8_GLU_TILES + [{**kernels.GEMM8_TILES[1], "dot": 0},
-                                                        {**kernels.GEMM8_GLU_TILES[0], "dot": 0}]
+G8, G8_GLU = kernels.GEMM8_TILES, kernels.GEMM8_GLU_TILES
+# (tile, glu, gelu): every tile of the pickers in the mode it is picked for, GELU once, and the f32 form of the sums
+TILE_CASES = ([(t, False, False) for t in G8] + [(t, True, False) for t in G8_GLU] + [(G8_GLU[0], True, True)]
+              + [({**G8[1], "dot": 0}, False, False), ({**G8_GLU[0], "dot": 0}, True, True)])
 
 
-@pytest.mark.parametrize("tile", TILES, ids=lambda t: "{tr}x{tt}_{rr}x{rt}_kb{kb}_dot{dot}".format(**t))
-@pytest.mark.parametrize("glu,gelu", [(False, False), (True, False), (True, True)], ids=["plain", "swiglu", "geglu"])
+@pytest.mark.parametrize("tile,glu,gelu", TILE_CASES,
+                         ids=["{tr}x{tt}_{rr}x{rt}_kb{kb}_dot{dot}".format(**t) + ("_glu" if glu else "")
+                              + ("_gelu" if gelu else "") for t, glu, gelu in TILE_CASES])
 def test_gemm8_tiles(dev, tile, glu, gelu):
-    """Every tile of the pickers (GLU tiles also plain, when they fit) and the f32 multiply-add form of the sums
-    (dot 0), SiLU and GELU gates, without NORM."""
-    try:
-        kernels.check_q8_tile(tile, glu)
-    except ValueError:
-        pytest.skip("tile does not fit with GLU")
-    fmt = GGMLType.Q4_1 if glu else GGMLType.Q6_K     # one with an offset, one with two scales a block
-    got, exact, _ = gemm_case(dev, fmt, T=70, N=tile["tr"] + 5, K=256 + 64 * (fmt == GGMLType.Q4_1), norm=False,
-                              glu=glu, gelu=gelu, tile=tile, seed=1)
+    """Each tile of the pickers (plain or GLU, as picked) and the f32 multiply-add form of the sums (dot 0), SiLU and
+    GELU gates, without NORM; rows and tokens past the tile's edge, 11 blocks a row (a last K step part empty)."""
+    fmt = GGMLType.Q4_1 if glu else GGMLType.Q8_0     # with an offset, without
+    got, exact, _ = gemm_case(dev, fmt, T=70, N=tile["tr"] + 5, K=352, norm=False, glu=glu, gelu=gelu, tile=tile,
+                              seed=1)
     np.testing.assert_allclose(got, exact, rtol=1e-5, atol=2e-5 * np.abs(exact).max())
 
 
