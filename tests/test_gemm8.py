@@ -293,6 +293,7 @@ COMPILE_JS = """async (sources) => {
 }"""
 
 
+@pytest.mark.browser
 def test_int8_kernels_compile_in_the_browser(page, server_url):
     """Chromium's WGSL compiler (Tint, stricter than naga in places) accepts every int8 kernel the engine can build:
     each format, the GLU tiles, both forms of the sums, quantize_rows with and without the norm."""
@@ -345,6 +346,7 @@ RUN_JS = """async ([qsrc, gsrc, x, g, w, T, K, N, groups]) => {
 }"""
 
 
+@pytest.mark.browser
 def test_int8_prefill_runs_in_the_browser(page, server_url):
     """quantize_rows + the Q4_K int8 GEMM (dot4I8Packed, GLU) on Chromium's WebGPU (SwiftShader here) equal numpy on
     the blocks the browser wrote, as on lavapipe."""
