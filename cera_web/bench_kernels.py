@@ -1,8 +1,10 @@
 """Matrix-vector kernel bandwidth, one JSON object on stdout.
 
     python -m cera_web.bench_kernels [--types Q4_K,Q6_K] [--shapes 4096x4096,14336x4096] [--lanes 32]
-                                     [--variants "rpt=1,wg=64,sg=0;rpt=2,wg=128,sg=1"] [--gemm]
+                                     [--variants "rpt=1,wg=64,sg=0;rpt=2,wg=128,sg=1"]
                                      [--no-int8] [--variants8 "lanes=16,wg=256,sg=1;lanes=8,wg=256,sg=1"]
+    python -m cera_web.bench_kernels --gemm [TOKENS] [--types Q4_1] [--shapes 2048x2048] [--tiles "64,64,1;32,32,4"]
+                                     [--tiles8 "tr=128,tt=64,rr=8,rt=8,kb=2;tr=64,tt=64,rr=8,rt=8,kb=2"] [--no-int8]
 
 For each weight type and shape NxK (N rows of K weights, as in the model: 14336x4096 is an FFN gate/up matrix), the
 T = 1 matrix-vector product of shaders/matmul.wgsl (the decode case) is timed on the native backend (wgpu-py), and
@@ -21,6 +23,10 @@ How it is timed, so that the number is the kernel's and not the host's:
 On CPU adapters (lavapipe, SwiftShader) lanes 32 and 1 are both measured (the engine uses 1 there).
 For the types matvec_q8.wgsl reads (8-bit activations, dot4I8Packed) its product of the same weights is timed too,
 before the f32 kernel's (results with "kernel": "matvec_q8"; --variants8 compares its shapes, --no-int8 skips it).
+
+--gemm times the prefill GEMM instead (GFLOP/s = 2 N K T / time; default Llama-3.2-1B's shapes, Q4_1 and Q8_0, 512
+tokens): the float32 tiled kernel ("gemm") and, where the device has dot4I8Packed, the int8 one ("gemm8": the GEMM
+alone, the quantization of its input apart, and both together).
 """
 from __future__ import annotations
 
@@ -37,6 +43,10 @@ import numpy as np
 
 from . import kernels
 from .gguf import GGML_BLOCK, GGMLType
+
+
+# Llama-3.2-1B's prefill products: Wo, Q/K/V stacked, gate/up stacked, down
+GEMM_SHAPES = "2048x2048,3072x2048,16384x2048,2048x8192"
 
 
 def parse_shapes(text: str) -> list[tuple[int, int]]:
@@ -219,6 +229,35 @@ class Bench:
         return {"type": fmt.name, "shape": f"{N}x{K}", "N": N, "K": K, "T": T, "tile": list(tile),
                 "dispatches": n, "us": round(per * 1e6, 3), "gflops": round(2 * N * K * T / per / 1e9, 1)}
 
+    async def gemm8(self, fmt: GGMLType, N: int, K: int, T: int, tile: dict | None = None) -> dict:
+        """The int8 prefill GEMM (matmul_tiled_q8.wgsl) on T tokens quantized by quantize_rows.wgsl (RMSNorm fused,
+        as in the model): GFLOP/s of the GEMM alone and with the quantization (timed apart, one per product)."""
+        dev = self.dev
+        nbytes = N * row_bytes(fmt, K)
+        self.ensure_pool(nbytes)
+        weights = self.copies(nbytes)
+        tile = dict(tile) if tile else kernels.tiled_q8_tile(N, K, T)
+        x = dev.create_buffer(4 * K * T)
+        dev.write_buffer(x, np.random.default_rng(1).standard_normal(K * T).astype(np.float32))
+        gain = dev.create_buffer(4 * K)
+        dev.write_buffer(gain, np.ones(K, np.float32))
+        step = dev.create_buffer(16, kind="uniform")
+        dev.write_buffer(step, struct.pack("<4I", T, 0, 0, T))
+        xq = dev.create_buffer(kernels.Q8_BLOCK_BYTES * T * K // 32)
+        qpipe = dev.pipeline(kernels.quantize_rows(K, norm=True, eps=1e-5), "quantize_rows")
+        quantize = (qpipe, dev.bind(qpipe, [x, xq, step, gain]), (T, 1, 1))
+        dev.submit([dev.record([quantize])])                  # the GEMM reads valid blocks
+        pipe = dev.pipeline(kernels.matmul_tiled_q8(fmt, K, N, tile=tile), f"matmul_tiled_q8 {fmt.name}")
+        y = dev.create_buffer(4 * N * T)
+        binds = [dev.bind(pipe, [w, xq, y, step]) for w in weights]
+        groups = kernels.tiled_q8_groups(N, T, tile)
+        per, n = await self.per_dispatch(lambda n: [(pipe, binds[i % len(binds)], groups) for i in range(n)])
+        q_per, _ = await self.per_dispatch(lambda n: [quantize] * n)
+        flop = 2 * N * K * T
+        return {"type": fmt.name, "shape": f"{N}x{K}", "N": N, "K": K, "T": T, "tile": tile, "dispatches": n,
+                "us": round(per * 1e6, 3), "gflops": round(flop / per / 1e9, 3),
+                "quantize_us": round(q_per * 1e6, 3), "gflops_with_quantize": round(flop / (per + q_per) / 1e9, 3)}
+
     async def read(self, nbytes: int, per_thread: int = 4) -> dict:
         """The plain read kernel over nbytes (rounded up to 16), from rotating copies like the weights."""
         dev = self.dev
@@ -234,9 +273,10 @@ class Bench:
 
 
 async def run(types, shapes, lanes_list=None, *, repeats=None, target_ms=None, rotate_mib=None, serial=None,
-              device=None, variants=None, gemm_tokens=0, tiles=None, int8=True, variants8=None) -> dict:
+              device=None, variants=None, gemm_tokens=0, tiles=None, tiles8=None, int8=True, variants8=None) -> dict:
     """Matrix-vector bandwidth per type and shape; with gemm_tokens, the prefill GEMM's GFLOP/s over that many tokens
-    instead (tiles: the tiles to compare, default the one the engine picks)."""
+    instead (tiles: the tiles to compare, default the one the engine picks), and beside it in "gemm8" the int8 GEMM
+    for types that have one when the device has dot4I8Packed and int8 (tiles8: its tiles, default the engine's)."""
     from .gpu.native import NativeDevice
     dev = device or NativeDevice.create()
     cpu = dev.is_cpu
@@ -255,6 +295,14 @@ async def run(types, shapes, lanes_list=None, *, repeats=None, target_ms=None, r
                     out["gemm"].append(r)
                     print(f"{fmt.name:5s} {N}x{K} T {gemm_tokens} tile {r['tile']}: {r['gflops']:9.1f} GFLOP/s "
                           f"({r['us']:.1f} us)", file=sys.stderr)
+                if not (int8 and getattr(dev, "int8_dot", False) and fmt in kernels.Q8_FORMATS):
+                    continue
+                out.setdefault("gemm8", [])
+                for tile in tiles8 or [None]:
+                    r = await bench.gemm8(fmt, N, K, gemm_tokens, tile)
+                    out["gemm8"].append(r)
+                    print(f"{fmt.name:5s} {N}x{K} T {gemm_tokens} int8 tile {r['tile']}: {r['gflops']:9.1f} GFLOP/s "
+                          f"({r['us']:.1f} us; with quantize {r['gflops_with_quantize']:.1f})", file=sys.stderr)
         return out
     if bench.rotate_bytes >= 64 << 20:   # the read kernel over the whole pool: the adapter's large-transfer ceiling
         out["peak_read_gbps"] = (await bench.read(bench.rotate_bytes))["gbps"]
@@ -292,7 +340,8 @@ async def run(types, shapes, lanes_list=None, *, repeats=None, target_ms=None, r
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m cera_web.bench_kernels", description=__doc__.split("\n\n")[0])
     p.add_argument("--types", help="comma-separated GGML types (default: every type with a GPU kernel)")
-    p.add_argument("--shapes", default="4096x4096,14336x4096", help="comma-separated NxK (rows x row length)")
+    p.add_argument("--shapes", help="comma-separated NxK (rows x row length); default 4096x4096,14336x4096, with "
+                                    "--gemm Llama-3.2-1B's " + GEMM_SHAPES)
     p.add_argument("--lanes", help="comma-separated lanes per row (default 32; 32,1 on CPU adapters)")
     p.add_argument("--repeats", type=int, help="timed runs per measurement, median taken (default 7; 3 on CPU)")
     p.add_argument("--target-ms", type=float, help="wall time of the longer run of a measurement (default 20)")
@@ -303,15 +352,31 @@ def main(argv=None):
     p.add_argument("--variants", help="semicolon-separated matrix-vector shapes to compare, each "
                                       "rpt=N,wg=N,sg=0|1 (default: the one the engine picks on this device)")
     p.add_argument("--int8", action=argparse.BooleanOptionalAction, default=True,
-                   help="also time the 8-bit-activation kernel (matvec_q8) for its types (default: on, where the "
-                        "adapter's WGSL has dot4I8Packed); its results carry \"kernel\": \"matvec_q8\"")
+                   help="also time the 8-bit-activation kernels (matvec_q8; with --gemm matmul_tiled_q8) for their "
+                        "types (default: on, where the adapter's WGSL has dot4I8Packed); results carry \"kernel\": "
+                        "\"matvec_q8\" (--gemm: under \"gemm8\")")
     p.add_argument("--variants8", help="semicolon-separated matvec_q8 shapes to compare, each lanes=N,wg=N,sg=0|1 "
                                        "(default: the engine's choice; CERA_WEB_MATVEC8 sets that)")
     p.add_argument("--gemm", type=int, nargs="?", const=512, default=0, metavar="TOKENS",
                    help="time the prefill GEMM over TOKENS tokens (default 512) instead: GFLOP/s per shape")
     p.add_argument("--tiles", help="with --gemm: semicolon-separated tiles to compare, e.g. '64,64,1;32,32,4' "
                                    "(default: the engine's choice per shape)")
+    p.add_argument("--tiles8", help="with --gemm: semicolon-separated int8 GEMM tiles to compare, each "
+                                    "tr=N,tt=N,rr=N,rt=N,kb=N,dot=0|1 (keys left out: the largest tile's; default: "
+                                    "the engine's choice per shape)")
     args = p.parse_args(argv)
+    tiles8 = None
+    if args.tiles8:
+        tiles8 = []
+        for text in args.tiles8.split(";"):
+            try:
+                tile = {**kernels.GEMM8_TILES[0], **kernels.parse_q8_tile(text, "--tiles8")}
+                kernels.check_q8_tile(tile, False)
+            except ValueError as e:
+                raise SystemExit(f"--tiles8: {e}") from None
+            tiles8.append(tile)
+    shapes = args.shapes or (GEMM_SHAPES if args.gemm else "4096x4096,14336x4096")
+    types = args.types or ("Q4_1,Q8_0" if args.gemm else None)
     tiles = [tuple(int(v) for v in t.split(",")) for t in args.tiles.split(";")] if args.tiles else None
     for t in tiles or []:
         if t not in kernels.TILES:
@@ -345,9 +410,9 @@ def main(argv=None):
     for v in lanes or []:
         if v < 1 or v > 64 or v & (v - 1):
             raise SystemExit(f"--lanes wants powers of two up to 64, got {v}")
-    result = asyncio.run(run(parse_types(args.types), parse_shapes(args.shapes), lanes, repeats=args.repeats,
+    result = asyncio.run(run(parse_types(types), parse_shapes(shapes), lanes, repeats=args.repeats,
                              target_ms=args.target_ms, rotate_mib=args.rotate_mib, serial=args.serial,
-                             variants=variants, gemm_tokens=args.gemm, tiles=tiles, int8=args.int8,
+                             variants=variants, gemm_tokens=args.gemm, tiles=tiles, tiles8=tiles8, int8=args.int8,
                              variants8=variants8))
     print(json.dumps(result))
 

@@ -105,6 +105,7 @@ def test_gpu_kernel_shapes_on_this_adapter(smollm2_gguf, monkeypatch):
     on the CPU adapter, forced."""
     from cera_web.engine import Engine
     monkeypatch.setenv("CERA_WEB_KERNELS", "gpu")
+    monkeypatch.setenv("CERA_WEB_INT8", "0")     # the float32 tiled prefill (tests/test_gemm8.py: the int8 one)
     engine = run(Engine.load(smollm2_gguf, context_size=64, chunk=8))
     assert not engine.dev.is_cpu
     p = PROMPTS["raw_fibonacci"]

@@ -279,6 +279,7 @@ def test_mixed_types_match_reference(mixed_gguf, split, monkeypatch):
     assert {g.tensor(n).type for n in MIXED} == set(MIXED.values())     # the file really mixes all of them
     if split:   # the kernel shapes of real GPUs too (tiled prefill), so both matmul kernels see split weights
         monkeypatch.setenv("CERA_WEB_KERNELS", "gpu")
+        monkeypatch.setenv("CERA_WEB_INT8", "0")     # the float32 tiled prefill (tests/test_gemm8.py: the int8 one)
     dev = NativeDevice.create(limits_override={"max-storage-buffer-binding-size": SPLIT_LIMIT}) if split else None
     engine = asyncio.run(Engine.load(path, device=dev, context_size=40 if split else 64))
     ref = ReferenceModel.from_gguf(path)

@@ -142,6 +142,11 @@ class Transformer(GPUModel):
             self.att = buf(4 * T * q_dim, label="att")                   # [T, heads * head_dim]
         if any(la.post_norms for la in s.layers):
             self.out = buf(4 * T * s.hidden, label="block out")          # [T, hidden] before the post-norm
+        # prefill products on 8-bit activations (kernels.int8_prefill_enabled, opt-in): one buffer of blocks, reused
+        # by each product
+        self.int8_prefill = kernels.int8_prefill_enabled(dev) and T > 1
+        self.xq = buf(kernels.Q8_BLOCK_BYTES * T * max(s.hidden, s.ffn, q_dim) // 32, label="xq") \
+            if self.int8_prefill else None
         if conv:
             self.bcx = buf(4 * T * 3 * s.hidden, label="bcx")            # [T, B | C | x] in_proj output
             self.conv_out = buf(4 * T * s.hidden, label="conv out")      # [T, hidden] C * conv(B * x)
@@ -211,6 +216,11 @@ class Transformer(GPUModel):
         # a weight too big for one binding is split into row ranges: one dispatch each, writing its rows' outputs
         parts = [(weight, 0, n)] if weight is not None else self.pieces(name)
         ystride, yoff = kw.pop("ystride", None) or n, kw.pop("yoff", 0)
+        # 8-bit activations for prefill products; not the LM head (its logits are read, e.g. chunk_logits)
+        if (self.int8_prefill and T > 1 and not kw.get("last_only") and fmt in kernels.Q8_FORMATS
+                and name != self.spec.lm_head):
+            self.linear_q8(rec, T, name, fmt, k, parts, x, y, gain, ystride, yoff, **kw)
+            return
         for buf, r0, rows_here in parts:
             label = name if len(parts) == 1 else f"{name}[{r0}:{r0 + rows_here}]"
             buffers = [buf, x, y, self.step, gain or self.ones]
@@ -230,6 +240,17 @@ class Transformer(GPUModel):
                                          self.dev.is_cpu, self.dev.subgroup_size)
             rec.add(kernels.matmul(fmt, k, rows_here, **shape, **common), buffers,
                     kernels.spread(kernels.matmul_groups(rows_here, shape["lanes"], shape["rpt"], shape["wg"])), label)
+
+    def linear_q8(self, rec, T, name, fmt, k, parts, x, y, gain, ystride, yoff, **kw):
+        """linear() on 8-bit activations: x (normalised with gain) quantized once into self.xq, then the int8 GEMM
+        for each row range of the weight."""
+        rec.add(kernels.quantize_rows(k, norm=gain is not None, eps=self.spec.eps),
+                [x, self.xq, self.step, gain or self.ones], (T, 1, 1), f"{name} quantize")
+        for buf, r0, rows_here in parts:
+            label = name if len(parts) == 1 else f"{name}[{r0}:{r0 + rows_here}]"
+            tile = kernels.tiled_q8_tile(rows_here, k, T, kw.get("glu", False))
+            rec.add(kernels.matmul_tiled_q8(fmt, k, rows_here, tile=tile, ystride=ystride, yoff=yoff + r0, **kw),
+                    [buf, self.xq, y, self.step], kernels.tiled_q8_groups(rows_here, T, tile), label)
 
     # -- plans ---------------------------------------------------------------------------------------------------
     def record_body(self, T):

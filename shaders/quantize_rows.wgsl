@@ -1,0 +1,78 @@
+// 8-bit activation blocks for the int8 GEMM (matmul_tiled_q8.wgsl), like llama.cpp's Q8 activations:
+//   v = xin[t] (X[t], or rmsnorm(X[t]) * G with NORM), cut into blocks of 32; for each block
+//   d = max|v| / 127, q_j = round(v_j / d) (WGSL round: ties to even; q = 0 for an all-zero block), s = d * sum_j q_j
+//   (s serves formats whose weights have an offset: sum_j (a q_w + m) d q_j = a d sum q_w q_j + m s).
+// Each workgroup quantizes one token: with NORM its threads first sum the squares of the row (strided vec4s, a tree
+// through workgroup memory); then thread i takes blocks i, i + WG, ...
+//
+// Constants: K (a multiple of 32), NORM, EPS, WG (threads a workgroup, a power of two); kernels.quantize_rows.
+// Bindings:
+//   0 X: array<vec4<f32>>   [n_tokens, K]
+//   1 Q: array<u32>         [n_tokens, K / 32, 10] blocks {d: f32, s: f32, q: 8 words of 4 int8 (low byte first)}
+//   2 step: uniform Step
+//   3 G: array<vec4<f32>>   [K] the norm's gain (read only with NORM; bind any buffer otherwise)
+// Dispatch: (n_tokens_max, 1, 1) workgroups of WG threads; tokens past the pass's end return at once.
+@group(0) @binding(0) var<storage, read> X: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read_write> Q: array<u32>;
+@group(0) @binding(2) var<uniform> step: Step;
+@group(0) @binding(3) var<storage, read> G: array<vec4<f32>>;
+
+const K4: u32 = K / 4u;
+const NB: u32 = K / 32u;
+
+var<workgroup> part: array<f32, WG>;
+
+fn pack4(q: vec4<f32>) -> u32 {
+    let i = vec4<i32>(q);
+    return (bitcast<u32>(i.x) & 0xFFu) | ((bitcast<u32>(i.y) & 0xFFu) << 8u)
+         | ((bitcast<u32>(i.z) & 0xFFu) << 16u) | (bitcast<u32>(i.w) << 24u);
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+    let t = wid.x;
+    if (t >= step.n_tokens) {
+        return;
+    }
+    var scale = 1.0;
+    if (NORM) {
+        var ss = 0.0;
+        for (var k = tid; k < K4; k += WG) {
+            let v = X[t * K4 + k];
+            ss += dot(v, v);
+        }
+        part[tid] = ss;
+        for (var m = WG / 2u; m > 0u; m /= 2u) {
+            workgroupBarrier();
+            if (tid < m) {
+                part[tid] += part[tid + m];
+            }
+        }
+        workgroupBarrier();
+        scale = 1.0 / sqrt(part[0] / f32(K) + EPS);
+    }
+    for (var b = tid; b < NB; b += WG) {
+        var v: array<vec4<f32>, 8>;
+        var amax = 0.0;
+        for (var i = 0u; i < 8u; i++) {
+            var x = X[t * K4 + b * 8u + i];
+            if (NORM) {
+                x = x * scale * G[b * 8u + i];
+            }
+            v[i] = x;
+            let a = abs(x);
+            amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
+        }
+        let d = amax / 127.0;
+        let id = select(0.0, 1.0 / d, d > 0.0);
+        let o = (t * NB + b) * 10u;
+        var sum = 0.0;
+        for (var i = 0u; i < 8u; i++) {
+            let q = round(v[i] * id);
+            sum += q.x + q.y + q.z + q.w;
+            Q[o + 2u + i] = pack4(q);
+        }
+        Q[o] = bitcast<u32>(d);
+        Q[o + 1u] = bitcast<u32>(d * sum);
+    }
+}
