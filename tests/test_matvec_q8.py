@@ -248,7 +248,8 @@ def test_linear_picks_the_kernel():
             self.kernels.append(wgsl.split("\n")[0].split(": ")[1].split(" ")[0])
 
     def picked(fmt, K, T, int8=True, cpu=False, **kw):
-        m = SimpleNamespace(int8=int8, wg_memory=16384, ones=None, step=None, spec=SimpleNamespace(eps=1e-5),
+        m = SimpleNamespace(int8=int8, int8_prefill=False, wg_memory=16384, ones=None, step=None,
+                            spec=SimpleNamespace(eps=1e-5),
                             dev=SimpleNamespace(is_cpu=cpu, subgroup_size=32),
                             gguf=SimpleNamespace(tensor=lambda name: SimpleNamespace(type=fmt)),
                             shape=lambda name: (64, K), pieces=lambda name: [(None, 0, 64)])
