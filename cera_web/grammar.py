@@ -461,10 +461,37 @@ class Recogniser:
         self._next: dict[tuple[frozenset, int], frozenset] = {}
         self._states: dict[frozenset, frozenset] = {}
         self._groups: dict[frozenset, list] = {}
+        self._allowed: dict[frozenset, int] = {}
+        self._number: dict[frozenset, int] = {}     # the table walk's state numbers (table())
+        self._numbered: list[frozenset] = []
+        self.trans = np.full((64, 256), self.UNKNOWN, np.int32)
         start = self._close(-1, ACCEPT, grammar.root)
         self.start = self._states.setdefault(start, start)
         if not self.start:
             raise GrammarError("the grammar accepts no text at all")
+
+    def table(self, state: frozenset) -> int:
+        """The number of a state in the transition table ``trans`` (rows added as states are met; the entries of
+        a row are filled on demand by fill())."""
+        i = self._number.get(state)
+        if i is None:
+            i = self._number[state] = len(self._numbered)
+            self._numbered.append(state)
+            if i >= len(self.trans):
+                grown = np.full((2 * len(self.trans), 256), self.UNKNOWN, np.int32)
+                grown[:len(self.trans)] = self.trans
+                self.trans = grown
+        return i
+
+    UNKNOWN, DEAD = -2, -1
+
+    def fill(self, keys: np.ndarray):
+        """Compute the unknown transitions trans.flat[keys] (key = state number * 256 + byte: step, then number the
+        next state)."""
+        for key in np.unique(keys):
+            r, b = divmod(int(key), 256)
+            nxt = self.step(self._numbered[r], b)
+            self.trans[r, b] = self.table(nxt) if nxt else self.DEAD
 
     def _intern(self, pos, parent):
         key = (pos, parent)
@@ -521,11 +548,14 @@ class Recogniser:
         return got
 
     def allowed_bytes(self, state: frozenset) -> int:
-        value, frames = self.g.value, self.frames
-        bits = 0
-        for sid in state:
-            if sid != ACCEPT:
-                bits |= value[frames[sid][0]]
+        bits = self._allowed.get(state)
+        if bits is None:
+            value, frames = self.g.value, self.frames
+            bits = 0
+            for sid in state:
+                if sid != ACCEPT:
+                    bits |= value[frames[sid][0]]
+            self._allowed[state] = bits
         return bits
 
     def uniform(self, state: frozenset, bits: int):
@@ -581,6 +611,8 @@ class TokenTrie:
     Control tokens and tokens with no bytes are left out (a grammar never produces them); ``eos`` lists the ids that
     end a generation (allowed exactly when the grammar may end)."""
 
+    COLS = 48       # bytes of each token kept in the byte table (cols)
+
     def __init__(self, token_bytes: list[bytes | None], eos=()):
         self.vocab = len(token_bytes)
         self.eos = sorted(set(int(t) for t in eos if 0 <= t < len(token_bytes)))
@@ -627,6 +659,19 @@ class TokenTrie:
         self.order = np.array(order, np.int64)
         self.nodes = n_nodes
         self.words = -(-self.vocab // 32)
+        # the same tokens as a byte table for Matcher's table walk: cols[j, k] = byte j of the token at place k (0
+        # past its end), lens[k] its length; tokens longer than COLS bytes are walked one by one (there are few)
+        data = [self.bytes[i] for i in order]
+        self.lens = np.array([len(b) for b in data], np.int32)
+        width = int(min(self.lens.max(initial=0), self.COLS))
+        flat = np.frombuffer(b"".join(data), np.uint8)
+        starts = np.concatenate(([0], np.cumsum(self.lens)[:-1])).astype(np.int64)
+        self.cols = np.zeros((width, len(data)), np.uint8)
+        for j in range(width):
+            has = np.nonzero(self.lens > j)[0]
+            self.cols[j, has] = flat[starts[has] + j]
+        self.long = np.nonzero(self.lens > width)[0]
+        self.first = {b: (lo[c], hi[c]) for b, c in kids[0]}      # first byte -> its places
 
     @classmethod
     def from_tokenizer(cls, tokenizer, eos=None) -> "TokenTrie":
@@ -657,6 +702,8 @@ class Matcher:
     """One generation's grammar state over a vocabulary: ``mask()`` for the next token, ``advance(id)`` after it."""
 
     CACHE = 4096        # masks kept per grammar (LRU)
+    WALK_BUDGET = 400   # trie nodes a mask's trie walk visits before the table walk takes over
+    WIDE = 64           # states allowing more first bytes than this go to the table walk at once (string bodies)
 
     def __init__(self, grammar: Grammar, trie: TokenTrie, recogniser: Recogniser | None = None):
         self.g = grammar
@@ -716,7 +763,13 @@ class Matcher:
         step, covers, allowed_bytes, height = rec.step, rec.covers, rec.allowed_bytes, t.height
         starts, ends = [], []
         todo = [(0, state)]
+        budget = self.WALK_BUDGET
+        if bin(rec.allowed_bytes(state)).count("1") > self.WIDE:
+            budget = 0
         while todo:
+            budget -= 1
+            if budget < 0:        # a wide state (inside a string, ...): the table walk is cheaper
+                return t.pack(self._table_walk(state), ACCEPT in state)
             node, st = todo.pop()
             ok = allowed_bytes(st)
             for b, c in kids[node]:
@@ -741,6 +794,40 @@ class Matcher:
         np.add.at(delta, np.array(ends, np.int64), -1)
         places = np.cumsum(delta[:-1]) > 0
         return t.pack(places, ACCEPT in state)
+
+
+    def _table_walk(self, state) -> np.ndarray:
+        """The allowed places (a boolean array in trie order) by running every token through the transition table
+        at once, a byte column at a time (numpy): the cost is the vocabulary's bytes, not the trie nodes visited,
+        whatever the state. Transitions met for the first time are computed by the recogniser and kept."""
+        t, rec = self.trie, self.rec
+        ok = rec.allowed_bytes(state)
+        spans = [t.first[b] for b in sorted(t.first) if ok >> b & 1]
+        idx = np.concatenate([np.arange(a, b) for a, b in spans]) if spans else np.zeros(0, np.int64)
+        cur = np.full(len(idx), rec.table(state), np.int64)
+        places = np.zeros(len(t.order), np.bool_)
+        for j in range(len(t.cols)):
+            key = cur * 256 + t.cols[j].take(idx)           # a row of trans per state, an entry per byte
+            nxt = rec.trans.ravel().take(key)
+            unknown = nxt == rec.UNKNOWN
+            if unknown.any():
+                rec.fill(key[unknown])
+                nxt = rec.trans.ravel().take(key)
+            live = nxt >= 0
+            idx, cur = idx[live], nxt[live]
+            ended = t.lens[idx] == j + 1
+            places[idx[ended]] = True
+            idx, cur = idx[~ended], cur[~ended]
+            if not len(idx):
+                break
+        for k, row in zip(idx.tolist(), cur.tolist()):     # tokens longer than the table: the rest one by one
+            st = rec._numbered[row]
+            for b in t.bytes[int(t.order[k])][len(t.cols):]:
+                st = rec.step(st, b)
+                if not st:
+                    break
+            places[k] = bool(st)
+        return places
 
 
 _RECOGNISERS: "OrderedDict[int, tuple[Grammar, Recogniser]]" = OrderedDict()
