@@ -327,9 +327,15 @@ class GPUSampler:
 
     async def read_logprobs(self, n: int, top: int) -> list[dict]:
         """The logprobs of the last n steps (slots 0..n-1): {"logprob", "top_logprobs": [(id, logprob), ...]}."""
-        raw = np.frombuffer(await self.dev.read(self.lp, 0, 4 * self.stride * n), np.float32).reshape(n, -1)
+        return self.parse_logprobs(await self.dev.read(self.lp, 0, 4 * self.stride * n), top)
+
+    def logprobs_slice(self, slot: int) -> tuple:
+        """(buffer, offset, bytes) of one step's logprobs slot, to read back with the step's token."""
+        return (self.lp, 4 * self.stride * slot, 4 * self.stride)
+
+    def parse_logprobs(self, raw: bytes, top: int) -> list[dict]:
         out = []
-        for row in raw:
+        for row in np.frombuffer(raw, np.float32).reshape(-1, self.stride):
             k = min(int(row[1]), top)
             ids = row[2:2 + 2 * k:2].view(np.uint32)
             out.append({"logprob": float(row[0]),

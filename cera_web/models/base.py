@@ -218,6 +218,22 @@ class GPUModel:
         self.set_step(1, pos, out_index)
         self.dev.submit([self.plan_decode, *self._head(self.plan_head_decode)], self.step_copies(out_index))
 
+    # -- a decode step in halves, for constrained decoding (the engine's _decode_constrained) ---------------------
+    def encode_forward(self, out_index: int):
+        """The command buffer of a decode step's forward pass up to the logits (body and head, not the sampler),
+        encoded ahead; send_forward runs it."""
+        return self.dev.encode([self.plan_decode, self.plan_head_decode], self.step_copies(out_index))
+
+    def send_forward(self, encoded, pos: int, out_index: int):
+        """Run an encode_forward() pass on the token in tokens[0] at position pos (its successor's slot out_index)."""
+        self.set_step(1, pos, out_index)
+        self.dev.send(encoded)
+
+    def send_sample(self, out_index: int, reads=()):
+        """Sample the last forward pass (sampler_plan; its token into tokens[0] and log[out_index]) and start reading
+        that token back, with ``reads`` ((buf, offset, n) slices); returns the pending read (dev.collect)."""
+        return self.dev.send(self.dev.encode([self.sampler_plan], read=[(self.log, 4 * out_index, 4), *reads]))
+
     def step_copies(self, out_index: int) -> list:  # pragma: no cover - abstract
         """Buffer copies to run after decode step out_index of a read (see keep_state)."""
         raise NotImplementedError
