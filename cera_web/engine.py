@@ -422,22 +422,25 @@ class Engine:
         overwritten later; a running conv state is taken back to the last used step: keep_state). Returns why it
         stopped."""
         model, sampler, dev = self.model, self._sampler, self.dev
+
+        def sample(slot):
+            return model.encode_sample(slot, [sampler.logprobs_slice(slot)] if params.logprobs else [])
+
         slot = 0            # decode steps alternate two slots: log/logprobs entries, conv-state snapshots
-        forward = model.encode_forward(slot)
         h = time.perf_counter()
-        model.send_forward(forward, pos, slot)
-        forward = model.encode_forward(1)
+        model.send_forward(model.encode_forward(slot), pos, slot)
+        forward, sampling = model.encode_forward(1), sample(slot)
         result.host_ms += (time.perf_counter() - h) * 1000
         stop = ""
         while not stop:
             h = time.perf_counter()
             sampler.set_mask(matcher.mask())
-            pending = model.send_sample(slot, [sampler.logprobs_slice(slot)] if params.logprobs else [])
+            pending = dev.send(sampling)
             # the next step's pass, if a next step can follow: input = this step's token (on the GPU)
             ahead = pos + 1 < self.context_size and len(result.tokens) + 1 < params.max_tokens
             if ahead:
                 model.send_forward(forward, pos + 1, 1 - slot)
-                forward = model.encode_forward(slot)
+                forward, sampling = model.encode_forward(slot), sample(1 - slot)   # encoded while the GPU works
             result.host_ms += (time.perf_counter() - h) * 1000
             raw = await dev.collect(pending)
             tok = int.from_bytes(raw[0], "little")
@@ -453,6 +456,8 @@ class Engine:
             if not kept:
                 self._cache = []
             prev, slot = tok, 1 - slot
+        if ahead:
+            dev.discard(sampling)
         return stop
 
     async def _read_logprobs(self, n: int, params) -> list:

@@ -284,6 +284,7 @@ class GPUSampler:
         self.slots = slots
         self.lp = dev.create_buffer(4 * self.stride * slots, label="logprobs")
         self._bias_set = False
+        self._last_mask = None
         self.logprobs = False
         pipe = dev.pipeline(kernels.build("sample", V=vocab, RING=RING, PROBE=probe), "sample")
         # logits twice: as f32 (the tail) and as vec4 (whole groups of 4, read two at a time)
@@ -314,6 +315,7 @@ class GPUSampler:
                 bias[t] = b
             self.dev.write_buffer(self.cons, bias, 4 * self.words)
         self.logprobs = params.logprobs
+        self._last_mask = None
         self.plan = self.logprobs_plan if params.logprobs else self.plain_plan
         self.dev.write_buffer(self.params, struct.pack(
             "<fIfffIIIIIffI12x", temperature, min(params.top_k, _MASK32), params.top_p, params.min_p,
@@ -322,8 +324,12 @@ class GPUSampler:
             params.presence_penalty if penalised else 0.0, int(params.logprobs)))
 
     def set_mask(self, words: np.ndarray):
-        """The allowed tokens of the next step: a uint32 bitset over the vocabulary (cera_web.grammar.Matcher.mask)."""
-        self.dev.write_buffer(self.cons, words)
+        """The allowed tokens of the next step: a uint32 bitset over the vocabulary (cera_web.grammar.Matcher.mask).
+        The grammar's masks are cached arrays, so the same array as the last one written (a state that repeats, as
+        inside a string) is already on the GPU."""
+        if words is not self._last_mask:
+            self.dev.write_buffer(self.cons, words)
+            self._last_mask = words
 
     async def read_logprobs(self, n: int, top: int) -> list[dict]:
         """The logprobs of the last n steps (slots 0..n-1): {"logprob", "top_logprobs": [(id, logprob), ...]}."""

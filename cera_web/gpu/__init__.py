@@ -72,6 +72,10 @@ class Device:
         wait covers this submission and those before it, not those sent later), else None."""
         raise NotImplementedError
 
+    def discard(self, encoded) -> None:
+        """Drop an encode() result that will not be sent (its mappable buffer goes back to the pool)."""
+        raise NotImplementedError
+
     async def collect(self, pending) -> list:
         """The bytes of a pending read from send(): one bytes object per slice of ``read``."""
         raise NotImplementedError

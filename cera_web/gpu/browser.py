@@ -283,8 +283,8 @@ class BrowserDevice(Device):
         if read:
             read = [(b, off, (n + 3) // 4 * 4, n) for b, off, n in read]
             size = sum(r[2] for r in read)
-            staging = self._free_staging.pop() if self._free_staging and self._free_staging[-1][1] >= size else None
-            staging = staging[0] if staging else self._map_buffer(max(256, size))
+            fits = [i for i, (_, n) in enumerate(self._free_staging) if n >= size]
+            staging = self._free_staging.pop(fits[0])[0] if fits else self._map_buffer(max(256, size))
         self.calls += 4
         self.dispatches += sum(p.size for p in plans)
         cmd = self.js.encode(self.device, to_js([p.handle for p in plans]), to_js([list(c) for c in copies]),
@@ -297,6 +297,10 @@ class BrowserDevice(Device):
         self.submits += 1
         mapping = self.js.send(self.device, cmd, staging, size)
         return None if staging is None else (mapping, staging, size, parts)
+
+    def discard(self, encoded):
+        if encoded[1] is not None:
+            self._free_staging.append((encoded[1], int(encoded[1].size)))
 
     async def collect(self, pending) -> list[bytes]:
         mapping, staging, size, parts = pending

@@ -220,6 +220,10 @@ class NativeDevice(Device):
         _raw.libf.wgpuBufferMapAsync(buf._internal, _raw.lib.WGPUMapMode_Read, 0, size, info[0])
         return (buf, size, parts, (done, mapped), index)
 
+    def discard(self, encoded):
+        if encoded[1] is not None:
+            self._free_staging.append(encoded[1][0])
+
     async def collect(self, pending) -> list[bytes]:
         buf, size, parts, waiter, index = pending
         self.calls += 1

@@ -229,10 +229,11 @@ class GPUModel:
         self.set_step(1, pos, out_index)
         self.dev.send(encoded)
 
-    def send_sample(self, out_index: int, reads=()):
-        """Sample the last forward pass (sampler_plan; its token into tokens[0] and log[out_index]) and start reading
-        that token back, with ``reads`` ((buf, offset, n) slices); returns the pending read (dev.collect)."""
-        return self.dev.send(self.dev.encode([self.sampler_plan], read=[(self.log, 4 * out_index, 4), *reads]))
+    def encode_sample(self, out_index: int, reads=()):
+        """The command buffer that samples the last forward pass (sampler_plan; its token into tokens[0] and
+        log[out_index]) and copies that token, and ``reads`` ((buf, offset, n) slices), for reading back; encoded
+        ahead: send it with dev.send (returns the pending read, for dev.collect), or drop it with dev.discard."""
+        return self.dev.encode([self.sampler_plan], read=[(self.log, 4 * out_index, 4), *reads])
 
     def step_copies(self, out_index: int) -> list:  # pragma: no cover - abstract
         """Buffer copies to run after decode step out_index of a read (see keep_state)."""
