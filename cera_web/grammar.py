@@ -462,9 +462,11 @@ class Recogniser:
         self._states: dict[frozenset, frozenset] = {}
         self._groups: dict[frozenset, list] = {}
         self._allowed: dict[frozenset, int] = {}
-        self._number: dict[frozenset, int] = {}     # the table walk's state numbers (table())
+        self._number: dict[frozenset, int] = {}     # the table walk's state numbers (table()); 0: no stack alive
         self._numbered: list[frozenset] = []
         self.trans = np.full((64, 256), self.UNKNOWN, np.int32)
+        self.table(frozenset())
+        self.trans[0] = 0                           # a dead state stays dead
         start = self._close(-1, ACCEPT, grammar.root)
         self.start = self._states.setdefault(start, start)
         if not self.start:
@@ -483,15 +485,14 @@ class Recogniser:
                 self.trans = grown
         return i
 
-    UNKNOWN, DEAD = -2, -1
+    UNKNOWN = -1
 
     def fill(self, keys: np.ndarray):
         """Compute the unknown transitions trans.flat[keys] (key = state number * 256 + byte: step, then number the
         next state)."""
         for key in np.unique(keys):
             r, b = divmod(int(key), 256)
-            nxt = self.step(self._numbered[r], b)
-            self.trans[r, b] = self.table(nxt) if nxt else self.DEAD
+            self.trans[r, b] = self.table(self.step(self._numbered[r], b))
 
     def _intern(self, pos, parent):
         key = (pos, parent)
@@ -611,8 +612,6 @@ class TokenTrie:
     Control tokens and tokens with no bytes are left out (a grammar never produces them); ``eos`` lists the ids that
     end a generation (allowed exactly when the grammar may end)."""
 
-    COLS = 48       # bytes of each token kept in the byte table (cols)
-
     def __init__(self, token_bytes: list[bytes | None], eos=()):
         self.vocab = len(token_bytes)
         self.eos = sorted(set(int(t) for t in eos if 0 <= t < len(token_bytes)))
@@ -622,6 +621,7 @@ class TokenTrie:
         kids: list[list] = [[]]
         own = [0]
         order = []
+        ends = []                   # the node each token (in place order) ends at
         lo = [0]
         stack = [(0, 0)]            # (node, depth) along the current path
         path = b""
@@ -639,6 +639,7 @@ class TokenTrie:
                 kids[stack[-1][0]].append((data[d], node))
                 stack.append((node, d + 1))
             own[stack[-1][0]] += 1
+            ends.append(stack[-1][0])
             order.append(tid)
             path = data
         n_nodes = len(kids)
@@ -659,19 +660,23 @@ class TokenTrie:
         self.order = np.array(order, np.int64)
         self.nodes = n_nodes
         self.words = -(-self.vocab // 32)
-        # the same tokens as a byte table for Matcher's table walk: cols[j, k] = byte j of the token at place k (0
-        # past its end), lens[k] its length; tokens longer than COLS bytes are walked one by one (there are few)
-        data = [self.bytes[i] for i in order]
-        self.lens = np.array([len(b) for b in data], np.int32)
-        width = int(min(self.lens.max(initial=0), self.COLS))
-        flat = np.frombuffer(b"".join(data), np.uint8)
-        starts = np.concatenate(([0], np.cumsum(self.lens)[:-1])).astype(np.int64)
-        self.cols = np.zeros((width, len(data)), np.uint8)
-        for j in range(width):
-            has = np.nonzero(self.lens > j)[0]
-            self.cols[j, has] = flat[starts[has] + j]
-        self.long = np.nonzero(self.lens > width)[0]
-        self.first = {b: (lo[c], hi[c]) for b, c in kids[0]}      # first byte -> its places
+        # the trie level by level for Matcher's table walk: nodes renumbered breadth first (the root is 0), so each
+        # depth is one range levels[d]..levels[d + 1]; up[g] = its parent's number, edge[g] = the byte into it;
+        # end[k] = the number of the node where the token at place k ends
+        bfs = [0] * n_nodes
+        up, edge, levels, frontier = [0], [0], [0, 1], [0]
+        while frontier:
+            deeper = []
+            for node in frontier:
+                for b, c in kids[node]:
+                    bfs[c] = len(up)
+                    up.append(bfs[node])
+                    edge.append(b)
+                    deeper.append(c)
+            frontier = deeper
+            levels.append(len(up))
+        self.up, self.edge, self.levels = np.array(up, np.int64), np.array(edge, np.int64), levels[:-1]   # + end
+        self.end = np.array(bfs, np.int64)[np.array(ends, np.int64)]
 
     @classmethod
     def from_tokenizer(cls, tokenizer, eos=None) -> "TokenTrie":
@@ -797,37 +802,26 @@ class Matcher:
 
 
     def _table_walk(self, state) -> np.ndarray:
-        """The allowed places (a boolean array in trie order) by running every token through the transition table
-        at once, a byte column at a time (numpy): the cost is the vocabulary's bytes, not the trie nodes visited,
-        whatever the state. Transitions met for the first time are computed by the recogniser and kept."""
+        """The allowed places (a boolean array in trie order) from the state of every trie node at once, a depth at
+        a time (numpy): a node's state is the transition table's entry for its parent's state and its byte. The cost
+        is the trie's size, not the nodes a walk visits, whatever the state. Transitions met for the first time are
+        computed by the recogniser and kept."""
         t, rec = self.trie, self.rec
-        ok = rec.allowed_bytes(state)
-        spans = [t.first[b] for b in sorted(t.first) if ok >> b & 1]
-        idx = np.concatenate([np.arange(a, b) for a, b in spans]) if spans else np.zeros(0, np.int64)
-        cur = np.full(len(idx), rec.table(state), np.int64)
-        places = np.zeros(len(t.order), np.bool_)
-        for j in range(len(t.cols)):
-            key = cur * 256 + t.cols[j].take(idx)           # a row of trans per state, an entry per byte
+        states = np.zeros(len(t.up), np.int64)     # 0: dead
+        states[0] = rec.table(state)
+        levels = t.levels
+        for d in range(1, len(levels) - 1):
+            a, b = levels[d], levels[d + 1]
+            key = states.take(t.up[a:b]) * 256 + t.edge[a:b]
             nxt = rec.trans.ravel().take(key)
-            unknown = nxt == rec.UNKNOWN
+            unknown = nxt < 0
             if unknown.any():
                 rec.fill(key[unknown])
                 nxt = rec.trans.ravel().take(key)
-            live = nxt >= 0
-            idx, cur = idx[live], nxt[live]
-            ended = t.lens[idx] == j + 1
-            places[idx[ended]] = True
-            idx, cur = idx[~ended], cur[~ended]
-            if not len(idx):
+            if not nxt.any():           # nothing alive at this depth: nothing deeper either
                 break
-        for k, row in zip(idx.tolist(), cur.tolist()):     # tokens longer than the table: the rest one by one
-            st = rec._numbered[row]
-            for b in t.bytes[int(t.order[k])][len(t.cols):]:
-                st = rec.step(st, b)
-                if not st:
-                    break
-            places[k] = bool(st)
-        return places
+            states[a:b] = nxt
+        return states.take(t.end) != 0
 
 
 _RECOGNISERS: "OrderedDict[int, tuple[Grammar, Recogniser]]" = OrderedDict()

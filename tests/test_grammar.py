@@ -287,12 +287,10 @@ def test_table_walk_equals_trie_walk(name, trie):
         assert m.advance(int(allowed[rng.randrange(len(allowed))]))
 
 
-def test_table_walk_tokens_longer_than_the_table():
-    """Tokens longer than the byte table (TokenTrie.COLS) finish their walk one byte at a time."""
-    class Narrow(TokenTrie):
-        COLS = 3
+def test_table_walk_on_a_small_vocabulary():
+    """The table walk by hand: tokens of many lengths, prefixes of each other, a multi-byte one, an end token."""
     tb = [b"a", b"ab", b'"abc"', b"x" * 10, b'"' + b"y" * 8 + b'"', b'"yy"', "é".encode(), None, b'"', b"yyyyyy"]
-    trie = Narrow(tb, eos=[7])
+    trie = TokenTrie(tb, eos=[7])
     g = Grammar.parse('root ::= "\\"" [a-y]{0,6} "\\""')
     m = Matcher(g, trie)
     m.WALK_BUDGET = 0                 # always the table walk
