@@ -126,6 +126,8 @@ class Engine:
         self._cancel = False
         self._sampler = None
         self._trie = None       # the vocabulary's byte trie, for grammar masks (built on first use)
+        self.overlap = True     # constrained decoding overlaps host and GPU work (_decode_constrained); False:
+                                # one plain step per readback (benchmarks compare the two)
         # what the KV cache holds: _cache[p] is the token whose K/V are at position p; valid while model.passes
         # equals _cache_passes (a pass run by anyone else, e.g. a test calling model.prefill, invalidates it)
         self._cache: list[int] = []
@@ -348,6 +350,8 @@ class Engine:
         pos = len(ids)          # position of the token just sampled (the next step's input)
         stop = stream.accept(first, pos, lps[0])
         prev = first
+        if matcher is not None and not stop and self.overlap and hasattr(self.model, "encode_forward"):
+            stop = await self._decode_constrained(pos, prev, params, result, stream, matcher)
         while not stop:
             n = max(1, min(self.pacer.next(self.steps_per_read), params.max_tokens - len(result.tokens),
                            self.context_size - pos, self.model.max_steps_per_read))
@@ -406,6 +410,55 @@ class Engine:
         if matcher is None:         # a constrained step (its mask made on the host) says nothing of the step time
             self.pacer.observe(n, time.perf_counter() - h)
         return new
+
+    async def _decode_constrained(self, pos: int, prev: int, params, result, stream, matcher) -> str:
+        """Decode under a grammar, one token a readback, with the host's work overlapped with the GPU's. A step's
+        forward pass does not depend on the grammar, only its sampler does (through the mask, which depends on the
+        token before it). So per token: write the mask, submit the sampler with the read of its token, submit the
+        next step's forward pass (encoded while the previous token was awaited; its input is the token just drawn,
+        on the GPU), encode the one after, then wait for the token. The GPU runs the forward pass while the host
+        reads the token, advances the grammar and makes the next mask. Every drawn token had its own step's mask:
+        nothing is drawn ahead of the grammar. A forward pass run past a stop is discarded (its cache row is
+        overwritten later; a running conv state is taken back to the last used step: keep_state). Returns why it
+        stopped."""
+        model, sampler, dev = self.model, self._sampler, self.dev
+
+        def sample(slot):
+            return model.encode_sample(slot, [sampler.logprobs_slice(slot)] if params.logprobs else [])
+
+        slot = 0            # decode steps alternate two slots: log/logprobs entries, conv-state snapshots
+        h = time.perf_counter()
+        model.send_forward(model.encode_forward(slot), pos, slot)
+        forward, sampling = model.encode_forward(1), sample(slot)
+        result.host_ms += (time.perf_counter() - h) * 1000
+        stop = ""
+        while not stop:
+            h = time.perf_counter()
+            sampler.set_mask(matcher.mask())
+            pending = dev.send(sampling)
+            # the next step's pass, if a next step can follow: input = this step's token (on the GPU)
+            ahead = pos + 1 < self.context_size and len(result.tokens) + 1 < params.max_tokens
+            if ahead:
+                model.send_forward(forward, pos + 1, 1 - slot)
+                forward, sampling = model.encode_forward(slot), sample(1 - slot)   # encoded while the GPU works
+            result.host_ms += (time.perf_counter() - h) * 1000
+            raw = await dev.collect(pending)
+            tok = int.from_bytes(raw[0], "little")
+            lp = sampler.parse_logprobs(raw[1], params.top_logprobs)[0] if params.logprobs else None
+            pos += 1
+            if self._cancel:
+                stop = "cancelled"      # the token read after the request is dropped, and so is its step's input
+                kept = model.keep_state(-1)
+            else:
+                stop = stream.accept(tok, pos, lp)
+                self._cache.append(prev)
+                kept = model.keep_state(slot) if stop and ahead else True
+            if not kept:
+                self._cache = []
+            prev, slot = tok, 1 - slot
+        if ahead:
+            dev.discard(sampling)
+        return stop
 
     async def _read_logprobs(self, n: int, params) -> list:
         """The logprobs of the last n steps read ({"logprob", "top_logprobs"} each), or n Nones when not asked."""

@@ -461,10 +461,38 @@ class Recogniser:
         self._next: dict[tuple[frozenset, int], frozenset] = {}
         self._states: dict[frozenset, frozenset] = {}
         self._groups: dict[frozenset, list] = {}
+        self._allowed: dict[frozenset, int] = {}
+        self._number: dict[frozenset, int] = {}     # the table walk's state numbers (table()); 0: no stack alive
+        self._numbered: list[frozenset] = []
+        self.trans = np.full((64, 256), self.UNKNOWN, np.int32)
+        self.table(frozenset())
+        self.trans[0] = 0                           # a dead state stays dead
         start = self._close(-1, ACCEPT, grammar.root)
         self.start = self._states.setdefault(start, start)
         if not self.start:
             raise GrammarError("the grammar accepts no text at all")
+
+    def table(self, state: frozenset) -> int:
+        """The number of a state in the transition table ``trans`` (rows added as states are met; the entries of
+        a row are filled on demand by fill())."""
+        i = self._number.get(state)
+        if i is None:
+            i = self._number[state] = len(self._numbered)
+            self._numbered.append(state)
+            if i >= len(self.trans):
+                grown = np.full((2 * len(self.trans), 256), self.UNKNOWN, np.int32)
+                grown[:len(self.trans)] = self.trans
+                self.trans = grown
+        return i
+
+    UNKNOWN = -1
+
+    def fill(self, keys: np.ndarray):
+        """Compute the unknown transitions trans.flat[keys] (key = state number * 256 + byte: step, then number the
+        next state)."""
+        for key in np.unique(keys):
+            r, b = divmod(int(key), 256)
+            self.trans[r, b] = self.table(self.step(self._numbered[r], b))
 
     def _intern(self, pos, parent):
         key = (pos, parent)
@@ -521,11 +549,14 @@ class Recogniser:
         return got
 
     def allowed_bytes(self, state: frozenset) -> int:
-        value, frames = self.g.value, self.frames
-        bits = 0
-        for sid in state:
-            if sid != ACCEPT:
-                bits |= value[frames[sid][0]]
+        bits = self._allowed.get(state)
+        if bits is None:
+            value, frames = self.g.value, self.frames
+            bits = 0
+            for sid in state:
+                if sid != ACCEPT:
+                    bits |= value[frames[sid][0]]
+            self._allowed[state] = bits
         return bits
 
     def uniform(self, state: frozenset, bits: int):
@@ -590,6 +621,7 @@ class TokenTrie:
         kids: list[list] = [[]]
         own = [0]
         order = []
+        ends = []                   # the node each token (in place order) ends at
         lo = [0]
         stack = [(0, 0)]            # (node, depth) along the current path
         path = b""
@@ -607,6 +639,7 @@ class TokenTrie:
                 kids[stack[-1][0]].append((data[d], node))
                 stack.append((node, d + 1))
             own[stack[-1][0]] += 1
+            ends.append(stack[-1][0])
             order.append(tid)
             path = data
         n_nodes = len(kids)
@@ -627,6 +660,23 @@ class TokenTrie:
         self.order = np.array(order, np.int64)
         self.nodes = n_nodes
         self.words = -(-self.vocab // 32)
+        # the trie level by level for Matcher's table walk: nodes renumbered breadth first (the root is 0), so each
+        # depth is one range levels[d]..levels[d + 1]; up[g] = its parent's number, edge[g] = the byte into it;
+        # end[k] = the number of the node where the token at place k ends
+        bfs = [0] * n_nodes
+        up, edge, levels, frontier = [0], [0], [0, 1], [0]
+        while frontier:
+            deeper = []
+            for node in frontier:
+                for b, c in kids[node]:
+                    bfs[c] = len(up)
+                    up.append(bfs[node])
+                    edge.append(b)
+                    deeper.append(c)
+            frontier = deeper
+            levels.append(len(up))
+        self.up, self.edge, self.levels = np.array(up, np.int64), np.array(edge, np.int64), levels[:-1]   # + end
+        self.end = np.array(bfs, np.int64)[np.array(ends, np.int64)]
 
     @classmethod
     def from_tokenizer(cls, tokenizer, eos=None) -> "TokenTrie":
@@ -657,6 +707,8 @@ class Matcher:
     """One generation's grammar state over a vocabulary: ``mask()`` for the next token, ``advance(id)`` after it."""
 
     CACHE = 4096        # masks kept per grammar (LRU)
+    WALK_BUDGET = 400   # trie nodes a mask's trie walk visits before the table walk takes over
+    WIDE = 64           # states allowing more first bytes than this go to the table walk at once (string bodies)
 
     def __init__(self, grammar: Grammar, trie: TokenTrie, recogniser: Recogniser | None = None):
         self.g = grammar
@@ -716,7 +768,13 @@ class Matcher:
         step, covers, allowed_bytes, height = rec.step, rec.covers, rec.allowed_bytes, t.height
         starts, ends = [], []
         todo = [(0, state)]
+        budget = self.WALK_BUDGET
+        if bin(rec.allowed_bytes(state)).count("1") > self.WIDE:
+            budget = 0
         while todo:
+            budget -= 1
+            if budget < 0:        # a wide state (inside a string, ...): the table walk is cheaper
+                return t.pack(self._table_walk(state), ACCEPT in state)
             node, st = todo.pop()
             ok = allowed_bytes(st)
             for b, c in kids[node]:
@@ -741,6 +799,29 @@ class Matcher:
         np.add.at(delta, np.array(ends, np.int64), -1)
         places = np.cumsum(delta[:-1]) > 0
         return t.pack(places, ACCEPT in state)
+
+
+    def _table_walk(self, state) -> np.ndarray:
+        """The allowed places (a boolean array in trie order) from the state of every trie node at once, a depth at
+        a time (numpy): a node's state is the transition table's entry for its parent's state and its byte. The cost
+        is the trie's size, not the nodes a walk visits, whatever the state. Transitions met for the first time are
+        computed by the recogniser and kept."""
+        t, rec = self.trie, self.rec
+        states = np.zeros(len(t.up), np.int64)     # 0: dead
+        states[0] = rec.table(state)
+        levels = t.levels
+        for d in range(1, len(levels) - 1):
+            a, b = levels[d], levels[d + 1]
+            key = states.take(t.up[a:b]) * 256 + t.edge[a:b]
+            nxt = rec.trans.ravel().take(key)
+            unknown = nxt < 0
+            if unknown.any():
+                rec.fill(key[unknown])
+                nxt = rec.trans.ravel().take(key)
+            if not nxt.any():           # nothing alive at this depth: nothing deeper either
+                break
+            states[a:b] = nxt
+        return states.take(t.end) != 0
 
 
 _RECOGNISERS: "OrderedDict[int, tuple[Grammar, Recogniser]]" = OrderedDict()

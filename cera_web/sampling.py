@@ -284,6 +284,7 @@ class GPUSampler:
         self.slots = slots
         self.lp = dev.create_buffer(4 * self.stride * slots, label="logprobs")
         self._bias_set = False
+        self._last_mask = None
         self.logprobs = False
         pipe = dev.pipeline(kernels.build("sample", V=vocab, RING=RING, PROBE=probe), "sample")
         # logits twice: as f32 (the tail) and as vec4 (whole groups of 4, read two at a time)
@@ -314,6 +315,7 @@ class GPUSampler:
                 bias[t] = b
             self.dev.write_buffer(self.cons, bias, 4 * self.words)
         self.logprobs = params.logprobs
+        self._last_mask = None
         self.plan = self.logprobs_plan if params.logprobs else self.plain_plan
         self.dev.write_buffer(self.params, struct.pack(
             "<fIfffIIIIIffI12x", temperature, min(params.top_k, _MASK32), params.top_p, params.min_p,
@@ -322,14 +324,24 @@ class GPUSampler:
             params.presence_penalty if penalised else 0.0, int(params.logprobs)))
 
     def set_mask(self, words: np.ndarray):
-        """The allowed tokens of the next step: a uint32 bitset over the vocabulary (cera_web.grammar.Matcher.mask)."""
-        self.dev.write_buffer(self.cons, words)
+        """The allowed tokens of the next step: a uint32 bitset over the vocabulary (cera_web.grammar.Matcher.mask).
+        The grammar's masks are cached arrays, so the same array as the last one written (a state that repeats, as
+        inside a string) is already on the GPU."""
+        if words is not self._last_mask:
+            self.dev.write_buffer(self.cons, words)
+            self._last_mask = words
 
     async def read_logprobs(self, n: int, top: int) -> list[dict]:
         """The logprobs of the last n steps (slots 0..n-1): {"logprob", "top_logprobs": [(id, logprob), ...]}."""
-        raw = np.frombuffer(await self.dev.read(self.lp, 0, 4 * self.stride * n), np.float32).reshape(n, -1)
+        return self.parse_logprobs(await self.dev.read(self.lp, 0, 4 * self.stride * n), top)
+
+    def logprobs_slice(self, slot: int) -> tuple:
+        """(buffer, offset, bytes) of one step's logprobs slot, to read back with the step's token."""
+        return (self.lp, 4 * self.stride * slot, 4 * self.stride)
+
+    def parse_logprobs(self, raw: bytes, top: int) -> list[dict]:
         out = []
-        for row in raw:
+        for row in np.frombuffer(raw, np.float32).reshape(-1, self.stride):
             k = min(int(row[1]), top)
             ids = row[2:2 + 2 * k:2].view(np.uint32)
             out.append({"logprob": float(row[0]),

@@ -108,3 +108,34 @@ def test_logprobs_equal_log_softmax_of_reference_logits(engines):
             assert abs(a - b) < 2e-3
     plain = asyncio.run(gpu.generate("The capital of France is", max_tokens=6))
     assert plain.logprobs is None          # read back only when asked
+
+
+@pytest.mark.parametrize("arch", ["lfm2", "qwen3"])
+def test_overlapped_steps_equal_serial_steps_and_keep_the_cache(arch):
+    """The overlapped constrained decode (engine._decode_constrained: the next forward pass runs while the token is
+    read) gives the tokens and logprobs of one plain step per read (engine.overlap = False), greedy and seeded; and
+    after its stop (a forward pass ran past it) the cache and LFM2's conv state are those of the tokens kept: a
+    continuation that reuses the cache equals one that prefills everything."""
+    from pathlib import Path
+
+    from cera_web.engine import Engine
+    path = Path(__file__).parent / "fixtures" / "small" / f"{arch}-q8_0.gguf"
+    e = asyncio.run(Engine.load(path, context_size=128))
+    try:
+        grammar = 'root ::= "[" [a-z]{1,6} ("," [a-z]{1,6}){2} "]"'
+        prompt = e.tokenizer.encode("Words:")
+        for kw in ({}, dict(temperature=1.0, seed=9, top_k=0, top_p=1.0, min_p=0.0, top_logprobs=3)):
+            runs = []
+            for overlap in (False, True):
+                e.overlap = overlap
+                r = asyncio.run(e.generate(prompt, max_tokens=40, grammar=grammar, **kw))
+                more = r.prompt_tokens + r.tokens + e.tokenizer.encode(" next")
+                again = asyncio.run(e.generate(more, max_tokens=6, reuse_cache=True))
+                fresh = asyncio.run(e.generate(more, max_tokens=6))
+                assert again.reused_tokens > len(prompt) and again.tokens == fresh.tokens, (overlap, kw)
+                runs.append(r)
+            assert runs[0].stop_reason == "grammar" and Recogniser(constraint(grammar=grammar)).accepts(
+                runs[0].text.encode()), runs[0].text
+            assert runs[1].tokens == runs[0].tokens and runs[1].logprobs == runs[0].logprobs, kw
+    finally:
+        e.close()

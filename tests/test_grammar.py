@@ -263,3 +263,40 @@ def test_finished_state(trie):
             break
     assert m.finished and m.state == frozenset((ACCEPT,))
     assert list(m.allowed()) == trie.eos
+
+
+@pytest.mark.parametrize("name", ["nested", "arrays", "anyof", "any"])
+def test_table_walk_equals_trie_walk(name, trie):
+    """The two ways a mask is made agree bit for bit, state by state along random walks: the trie walk (subtree
+    shortcuts; used while it stays small) and the table walk (every token through the transition table, numpy; used
+    for wide states such as string bodies)."""
+    g = schema_to_grammar(SCHEMAS[name])
+    m = Matcher(g, trie)
+    m.WALK_BUDGET, m.WIDE = 1 << 40, 256          # this matcher's _walk never hands over to the table walk
+    rng = random.Random(3)
+    for _ in range(40):
+        st = m.state
+        want = m._walk(st)
+        got = trie.pack(m._table_walk(st), ACCEPT in st)
+        assert np.array_equal(got, want), (name, int(np.unpackbits(got.view(np.uint8)).sum()),
+                                           int(np.unpackbits(want.view(np.uint8)).sum()))
+        allowed = np.nonzero(np.unpackbits(want.view(np.uint8), bitorder="little")[:trie.vocab])[0]
+        allowed = allowed[~np.isin(allowed, trie.eos)]
+        if not len(allowed):
+            break
+        assert m.advance(int(allowed[rng.randrange(len(allowed))]))
+
+
+def test_table_walk_on_a_small_vocabulary():
+    """The table walk by hand: tokens of many lengths, prefixes of each other, a multi-byte one, an end token."""
+    tb = [b"a", b"ab", b'"abc"', b"x" * 10, b'"' + b"y" * 8 + b'"', b'"yy"', "é".encode(), None, b'"', b"yyyyyy"]
+    trie = TokenTrie(tb, eos=[7])
+    g = Grammar.parse('root ::= "\\"" [a-y]{0,6} "\\""')
+    m = Matcher(g, trie)
+    m.WALK_BUDGET = 0                 # always the table walk
+    assert list(m.allowed()) == [2, 5, 8]                       # '"abc"', '"yy"', '"'
+    assert m.advance(8)
+    assert list(m.allowed()) == [0, 1, 8, 9]          # 'a', 'ab', '"', 'yyyyyy' (not the 10 x's: at most 6 letters)
+    assert m.advance(9)
+    assert list(m.allowed()) == [8]
+    assert m.advance(8) and list(m.allowed()) == [7]            # complete: only the end

@@ -62,6 +62,25 @@ class Device:
         that follow them into one command buffer and submit it."""
         raise NotImplementedError
 
+    def encode(self, plans: list, copies: list = (), read: list = ()):
+        """submit() in two halves: encode the command buffer now (plans, copies, then ``read``: slices (buf, offset,
+        n) copied into a mappable buffer), send it later. Encoding ahead takes the host's work off the critical
+        path: a constrained decode step encodes the next step's forward pass while it waits for a token."""
+        raise NotImplementedError
+
+    def send(self, encoded):
+        """Submit an encode() result; when it has a ``read``, start mapping it now and return the pending read (its
+        wait covers this submission and those before it, not those sent later), else None."""
+        raise NotImplementedError
+
+    def discard(self, encoded) -> None:
+        """Drop an encode() result that will not be sent (its mappable buffer goes back to the pool)."""
+        raise NotImplementedError
+
+    async def collect(self, pending) -> list:
+        """The bytes of a pending read from send(): one bytes object per slice of ``read``."""
+        raise NotImplementedError
+
     async def read(self, buf, offset: int, nbytes: int) -> bytes:
         """Wait for submitted work and read ``nbytes`` of ``buf`` back to the host."""
         raise NotImplementedError

@@ -26,7 +26,7 @@ _HELPER_JS = r"""
   plan(pipes, groups, counts) {
     return { pipes, groups, counts: Int32Array.from(counts) };
   },
-  submit(device, plans, copies) {
+  encode(device, plans, copies, reads, staging) {
     const enc = device.createCommandEncoder();
     const pass = enc.beginComputePass();
     for (const p of plans) {
@@ -38,7 +38,23 @@ _HELPER_JS = r"""
     }
     pass.end();
     for (const c of copies) enc.copyBufferToBuffer(c[0], c[1], c[2], c[3], c[4]);
-    device.queue.submit([enc.finish()]);
+    let at = 0;
+    for (const r of reads) { enc.copyBufferToBuffer(r[0], r[1], staging, at, r[2]); at += r[2]; }
+    return enc.finish();
+  },
+  submit(device, plans, copies) {
+    device.queue.submit([this.encode(device, plans, copies, [], null)]);
+  },
+  send(device, cmd, staging, size) {
+    device.queue.submit([cmd]);
+    // mapped now, before later submits: the map waits for the work submitted so far only
+    return staging ? staging.mapAsync(GPUMapMode.READ, 0, size) : null;
+  },
+  async collect(mapping, staging, size) {
+    await mapping;
+    const out = new Uint8Array(staging.getMappedRange(0, size).slice(0));
+    staging.unmap();
+    return out;
   },
   async read(device, src, offset, size, staging) {
     const enc = device.createCommandEncoder();
@@ -120,6 +136,7 @@ class BrowserDevice(Device):
         self._pipelines = {}
         self._staging = None
         self._staging_size = 0
+        self._free_staging = []     # (mappable buffer, size) for encode(read=...), returned by collect
         self.live_buffers = []      # buffers created and not released (leak checks)
         self.js = run_js(_HELPER_JS)
         self.js.watch(device)
@@ -261,6 +278,54 @@ class BrowserDevice(Device):
         self.submits += 1
         self.dispatches += sum(p.size for p in plans)
         self.js.submit(self.device, to_js([p.handle for p in plans]), to_js([list(c) for c in copies]))
+
+    def encode(self, plans, copies=(), read=()):
+        from pyodide.ffi import to_js
+        staging, size = None, 0
+        if read:
+            read = [(b, off, (n + 3) // 4 * 4, n) for b, off, n in read]
+            size = sum(r[2] for r in read)
+            fits = [i for i, (_, n) in enumerate(self._free_staging) if n >= size]
+            staging = self._free_staging.pop(fits[0])[0] if fits else self._map_buffer(max(256, size))
+        self.calls += 4
+        self.dispatches += sum(p.size for p in plans)
+        cmd = self.js.encode(self.device, to_js([p.handle for p in plans]), to_js([list(c) for c in copies]),
+                             to_js([list(r[:3]) for r in read]), staging)
+        return cmd, staging, size, [r[3] for r in read]
+
+    def send(self, encoded):
+        cmd, staging, size, parts = encoded
+        self.calls += 1
+        self.submits += 1
+        mapping = self.js.send(self.device, cmd, staging, size)
+        return None if staging is None else (mapping, staging, size, parts)
+
+    def discard(self, encoded):
+        if encoded[1] is not None:
+            self._free_staging.append((encoded[1], int(encoded[1].size)))
+
+    async def collect(self, pending) -> list[bytes]:
+        mapping, staging, size, parts = pending
+        self.calls += 2
+        try:
+            raw = (await self.js.collect(mapping, staging, size)).to_bytes()
+        except Exception as e:    # a lost device rejects mapAsync (AbortError) before anything else says so
+            self.check()
+            raise GPUUnavailableError(f"reading from the GPU failed ({e}); reload the model (or the page)") from None
+        self._free_staging.append((staging, int(staging.size)))
+        out, at = [], 0
+        for n in parts:
+            out.append(raw[at:at + n])
+            at += (n + 3) // 4 * 4
+        return out
+
+    def _map_buffer(self, size):
+        import js
+        from pyodide.ffi import to_js
+        self.calls += 1
+        return self.device.createBuffer(to_js({"size": (size + 255) // 256 * 256,
+                                               "usage": js.GPUBufferUsage.MAP_READ | js.GPUBufferUsage.COPY_DST},
+                                              dict_converter=js.Object.fromEntries))
 
     async def read(self, buf, offset, nbytes):
         import js

@@ -43,6 +43,7 @@ class NativeDevice(Device):
             self.is_cpu = os.environ["CERA_WEB_KERNELS"] == "cpu"
         self.calls = 0
         self._pipelines = {}
+        self._free_staging = []    # mappable buffers for encode(read=...)
         self.live_buffers = weakref.WeakSet()   # buffers created and not released (leak checks)
         self.subgroup_size = self._probe_subgroup_size() if "subgroup" in self.features else None
         if os.environ.get("CERA_WEB_SUBGROUPS") == "0":    # tests and benchmarks: the path without subgroups
@@ -163,6 +164,9 @@ class NativeDevice(Device):
         return Plan((dispatches, None), len(dispatches))
 
     def submit(self, plans, copies=()):
+        self.send(self.encode(plans, copies))
+
+    def encode(self, plans, copies=(), read=()):
         enc = self.device.create_command_encoder()
         cp = enc.begin_compute_pass()
         for plan in plans:
@@ -187,12 +191,86 @@ class NativeDevice(Device):
         cp.end()
         for src, src_off, dst, dst_off, n in copies:
             enc.copy_buffer_to_buffer(src, src_off, dst, dst_off, n)
+        staging = None
+        if read:
+            size = sum((n + 3) // 4 * 4 for _, _, n in read)
+            staging = self._staging(size)
+            at = 0
+            for buf, off, n in read:
+                enc.copy_buffer_to_buffer(buf, off, staging, at, (n + 3) // 4 * 4)
+                at += (n + 3) // 4 * 4
+            staging = (staging, size, [n for _, _, n in read])
+        return (enc.finish(), staging)
+
+    def send(self, encoded):
+        cmd, staging = encoded
         try:
-            self.device.queue.submit([enc.finish()])
+            if staging is None or _raw is None:
+                self.device.queue.submit([cmd])
+                index = None
+            else:
+                index = _raw.libf.wgpuQueueSubmitForIndex(self.device.queue._internal, 1,
+                                                          _raw.ffi.new("WGPUCommandBuffer[1]", [cmd._internal]))
         except self._wgpu.GPUError as e:
             raise self._lost(e) from None
         self.calls += 1
         self.submits += 1
+        if staging is None:
+            return None
+        buf, size, parts = staging
+        if _raw is None:        # another wgpu-py layout: map through the public API (waits for all submitted work)
+            return (buf, size, parts, buf.map_async("READ_NOSYNC"), None)
+        # map now, and later wait only for this submission (wgpu-py's map waits for everything submitted, which
+        # would include the work sent after this read)
+        done = []
+
+        @_raw.ffi.callback("void(WGPUMapAsyncStatus, WGPUStringView, void *, void *)")
+        def mapped(status, message, _u1, _u2):
+            done.append(status)
+
+        info = _raw.ffi.new("WGPUBufferMapCallbackInfo *")
+        info.mode = _raw.lib.WGPUCallbackMode_AllowProcessEvents
+        info.callback = mapped
+        _raw.libf.wgpuBufferMapAsync(buf._internal, _raw.lib.WGPUMapMode_Read, 0, size, info[0])
+        return (buf, size, parts, (done, mapped), index)
+
+    def discard(self, encoded):
+        if encoded[1] is not None:
+            self._free_staging.append(encoded[1][0])
+
+    async def collect(self, pending) -> list[bytes]:
+        buf, size, parts, waiter, index = pending
+        self.calls += 1
+        if index is None:
+            waiter.sync_wait()
+            data = bytes(buf.read_mapped(0, size))
+            buf.unmap()
+        else:
+            done, _ = waiter
+            lib, dev = _raw.libf, self.device._internal
+            lib.wgpuDevicePoll(dev, True, _raw.ffi.new("WGPUSubmissionIndex *", index))
+            while not done:     # the callback runs in a poll once its submission is done
+                lib.wgpuDevicePoll(dev, False, _raw.ffi.NULL)
+            if done[0] != _raw.lib.WGPUMapAsyncStatus_Success:
+                raise GPUUnavailableError("reading from the GPU failed (buffer map refused); load the model again")
+            data = bytes(_raw.ffi.buffer(lib.wgpuBufferGetConstMappedRange(buf._internal, 0, size), size))
+            lib.wgpuBufferUnmap(buf._internal)
+        self._free_staging.append(buf)
+        out, at = [], 0
+        for n in parts:
+            out.append(data[at:at + n])
+            at += (n + 3) // 4 * 4
+        return out
+
+    def _staging(self, size):
+        """A mappable buffer of at least ``size`` bytes for encode(read=...), from the free ones (collect returns
+        them)."""
+        for i, b in enumerate(self._free_staging):
+            if b.size >= size:
+                return self._free_staging.pop(i)
+        U = self._wgpu.BufferUsage
+        return self.device.create_buffer(size=max(256, (size + 255) // 256 * 256), usage=U.MAP_READ | U.COPY_DST,
+                                         label="staging")
 
     async def read(self, buf, offset, nbytes):
         self.calls += 1
@@ -205,6 +283,7 @@ class NativeDevice(Device):
         for buf in list(self.live_buffers):
             buf.destroy()
         self.live_buffers.clear()
+        self._free_staging.clear()
         self._pipelines.clear()
         self.device.destroy()
 

@@ -14,6 +14,9 @@ The Model interface the engine drives, implemented by both (the engine never ask
     make_sampler(); sampler_plan         the sampler for this model's head; set sampler_plan to sample, None: argmax
                                          (a sampler: set_params(params, seed, masked), set_history(ids),
                                          set_mask(words), await read_logprobs(n, top), plan; sampling.GPUSampler)
+    encode_forward(out_index), send_forward(encoded, pos, out_index), encode_sample(out_index, reads)
+                                         a decode step in halves, encoded ahead (GPU models only; the engine's
+                                         overlapped constrained decode uses them when present)
     on_gpu                               False for the CPU fallback (the numpy reference model)
     memory() -> dict | None              GPU bytes held (weights, kv_cache, other, total, buffers); None on the CPU
     split_tensors() -> dict              {tensor: [(buffer, first row, rows)]} of weights split across buffers

@@ -218,6 +218,23 @@ class GPUModel:
         self.set_step(1, pos, out_index)
         self.dev.submit([self.plan_decode, *self._head(self.plan_head_decode)], self.step_copies(out_index))
 
+    # -- a decode step in halves, for constrained decoding (the engine's _decode_constrained) ---------------------
+    def encode_forward(self, out_index: int):
+        """The command buffer of a decode step's forward pass up to the logits (body and head, not the sampler),
+        encoded ahead; send_forward runs it."""
+        return self.dev.encode([self.plan_decode, self.plan_head_decode], self.step_copies(out_index))
+
+    def send_forward(self, encoded, pos: int, out_index: int):
+        """Run an encode_forward() pass on the token in tokens[0] at position pos (its successor's slot out_index)."""
+        self.set_step(1, pos, out_index)
+        self.dev.send(encoded)
+
+    def encode_sample(self, out_index: int, reads=()):
+        """The command buffer that samples the last forward pass (sampler_plan; its token into tokens[0] and
+        log[out_index]) and copies that token, and ``reads`` ((buf, offset, n) slices), for reading back; encoded
+        ahead: send it with dev.send (returns the pending read, for dev.collect), or drop it with dev.discard."""
+        return self.dev.encode([self.sampler_plan], read=[(self.log, 4 * out_index, 4), *reads])
+
     def step_copies(self, out_index: int) -> list:  # pragma: no cover - abstract
         """Buffer copies to run after decode step out_index of a read (see keep_state)."""
         raise NotImplementedError
