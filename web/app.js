@@ -446,8 +446,8 @@ ui.generateForm.addEventListener('submit', (event) => {
   let extra;
   try {
     extra = structuredSettings();
-  } catch (e) {   // a schema that is not JSON: said next to it, before anything runs; the message stays
-    showError(e.message, '', 'structured');
+  } catch (e) {   // a schema that is not JSON: said next to it (as Python's GrammarErrors are), nothing runs
+    showError(e.message, 'GrammarError');
     return;
   }
   const settings = {...readSettings(), max_tokens: maxTokens, ...extra};
@@ -583,7 +583,7 @@ ui.regenerate.addEventListener('click', () => {
   try {
     extra = structuredSettings();
   } catch (e) {
-    showError(e.message, '', 'structured');
+    showError(e.message, 'GrammarError');
     return;
   }
   const shown = state.messages.slice();
@@ -750,7 +750,7 @@ function structuredSettings() {
     try {
       schema = JSON.parse(text);
     } catch (e) {
-      throw new Error(`the JSON Schema is not valid JSON (${e.message}): fix it, then send again.`);
+      throw new Error(`the JSON Schema is not valid JSON (the browser says: ${e.message}); fix it, then send again.`);
     }
     out.response_format = {type: 'json_schema', json_schema: {name: 'page', schema}};
   } else if (mode === 'grammar') {
