@@ -67,8 +67,9 @@ const ERROR_LABELS = {
   GrammarError: 'Structured output',
 };
 
-// An error, shown next to what caused it: a load's (`where` 'load') under the model bar at the top, a generation's
-// next to the message box. Only one error shows at a time.
+// An error, shown next to what caused it: a load's (`where` 'load') under the model bar at the top, a bad schema or
+// grammar (kind GrammarError) under the Structured output field, a generation's next to the message box. Only one
+// error shows at a time.
 function showError(text, kind = '', where = 'run') {
   clearError();
   if (kind === 'GrammarError') where = 'structured';   // a bad schema or grammar: next to its field
@@ -215,7 +216,7 @@ worker.onmessage = (event) => {
       if (state.running === 'chat' && state.pending) {
         state.pendingText += msg.text;
         renderPending();
-      } else if (msg.text) {
+      } else {
         ui.output.append(msg.text);   // a text node per token: cheap, and the live region announces politely
       }
       break;
@@ -463,7 +464,6 @@ ui.generateForm.addEventListener('submit', (event) => {
     return;
   }
   ui.output.textContent = '';
-  ui.output.classList.remove('md');
   state.raw = null;
   startRun('raw');
   worker.postMessage({type: 'generate', prompt, maxTokens, chat: ui.chat.checked, settings});
@@ -793,13 +793,14 @@ const percent = (logprob) => `${(100 * Math.exp(logprob)).toPrecision(3)}%`;
 const tokenInfo = new WeakMap();   // a token's span -> its {text, logprob, top} (webapp.token_probs)
 
 // The tokens of a reply, each a span tinted by its probability (red: unlikely, green: certain); hovering (or
-// tapping) one shows its probability and the top alternatives.
+// tapping) one shows its probability and the top alternatives. A token holding a newline shows a ↵ before it, one
+// holding only part of a character (completed by the next token) a …, so that each has something to hover.
 function tokenView(entries) {
   const view = document.createElement('div');
   view.className = 'token-view';
   for (const e of entries) {
     const span = document.createElement('span');
-    span.className = 'tok';
+    span.className = e.text.includes('\n') ? 'tok nl' : e.text ? 'tok' : 'tok part';   // CSS marks these visibly
     span.textContent = e.text;
     const p = Math.exp(e.logprob);
     span.dataset.p = p.toFixed(4);
