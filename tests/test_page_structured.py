@@ -122,6 +122,13 @@ def test_raw_grammar_and_token_probabilities_tiny_model(browser, server_url, tmp
         assert token == done["logprobs"][0]["text"] and 1 < len(rows) <= 5
         assert abs(p - math.exp(done["logprobs"][0]["logprob"])) <= 5e-3 * p
         assert output.locator(".tok").first.evaluate("(s) => getComputedStyle(s).backgroundColor") != "rgba(0, 0, 0, 0)"
+        # by keyboard: focus the reply, then the arrow keys go from token to token, each showing its tooltip
+        page.mouse.move(0, 0)
+        output.locator(".token-view").focus()
+        page.keyboard.press("ArrowRight")
+        second = json.dumps(done["logprobs"][1]["text"], ensure_ascii=False)
+        expect(page.locator("#token-tip .tip-head code")).to_have_text(second)
+        expect(spans.nth(1)).to_be_focused()
         _screenshot(page, "structured-raw-1280x720.png", tmp_path)
         # off: the plain text again; the settings stay through a mode switch
         page.get_by_label("Show token probabilities").uncheck()

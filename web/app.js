@@ -798,12 +798,15 @@ const tokenInfo = new WeakMap();   // a token's span -> its {text, logprob, top}
 function tokenView(entries) {
   const view = document.createElement('div');
   view.className = 'token-view';
+  view.tabIndex = 0;   // keyboard: focus the reply, then the arrow keys go from token to token
+  view.setAttribute('aria-label', 'Reply tokens: the arrow keys go from token to token, each with its probability');
   for (const e of entries) {
     const span = document.createElement('span');
     span.className = e.text.includes('\n') ? 'tok nl' : e.text ? 'tok' : 'tok part';   // CSS marks these visibly
     span.textContent = e.text;
     const p = Math.exp(e.logprob);
     span.dataset.p = p.toFixed(4);
+    span.tabIndex = -1;
     span.style.backgroundColor = `hsl(${Math.round(120 * p)} 75% 50% / ${(0.1 + 0.35 * (1 - p)).toFixed(2)})`;
     tokenInfo.set(span, e);
     view.append(span);
@@ -840,6 +843,7 @@ function showTip(span) {
   }
   tip.replaceChildren(head, list);
   tip.hidden = false;
+  span.setAttribute('aria-describedby', 'token-tip');
   const r = span.getBoundingClientRect();
   const w = tip.offsetWidth;
   const h = tip.offsetHeight;
@@ -860,6 +864,19 @@ for (const box of [ui.conversation, ui.output]) {
     if (span) showTip(span);
   });
   box.addEventListener('scroll', () => { tip.hidden = true; });
+  box.addEventListener('focusin', (event) => {
+    if (event.target.classList.contains('token-view')) event.target.querySelector('.tok')?.focus();
+    else if (event.target.classList.contains('tok')) showTip(event.target);
+  });
+  box.addEventListener('focusout', () => { tip.hidden = true; });
+  box.addEventListener('keydown', (event) => {
+    const span = event.target.closest('.tok');
+    const next = span && {ArrowRight: span.nextElementSibling, ArrowLeft: span.previousElementSibling}[event.key];
+    if (next) {
+      event.preventDefault();
+      next.focus();
+    }
+  });
 }
 
 // A raw completion finished: show it again as JSON or as tokens when it should be (else the streamed text stays).
