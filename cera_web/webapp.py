@@ -272,7 +272,9 @@ def parse_settings(form) -> dict:
     Numbers are parsed (a value that is not a number is passed on as typed, for the engine's InputError); seed ""
     means a fresh random seed; stop: one stop string a line (``\\n`` and ``\\t`` stand for a newline and a tab);
     stop_token_ids: ids separated by commas or spaces; ignore_eos: a boolean; logit_bias: JSON text of {token id:
-    bias} ("" for none). Names the engine does not know are passed on too (it refuses them by name)."""
+    bias} ("" for none). Names the engine does not know are passed on too (it refuses them by name), and so are
+    the page's structured output and token probabilities: response_format (an OpenAI-style dict, see
+    cera_web.json_schema.constraint; a bad one is a GrammarError before generation), logprobs and top_logprobs."""
     if isinstance(form, str):
         form = json.loads(form) if form.strip() else {}
     if not isinstance(form, dict):
@@ -310,7 +312,22 @@ def _done(result, **extra) -> None:
           prefill_ms=_finite(result.prefill_ms), decode_ms=_finite(result.decode_ms),
           reused_tokens=int(result.reused_tokens),
           seed=None if result.seed is None else str(result.seed),   # text: a 64-bit seed is beyond JS numbers
-          **extra)
+          logprobs=token_probs(result, _engine.tokenizer), **extra)
+
+
+def token_probs(result, tokenizer) -> list | None:
+    """The page's view of result.logprobs (None when not asked for): one entry per generated token, {"text": the
+    text it adds (a character split across tokens belongs to the token that completes it), "logprob": float, "top":
+    [[text, logprob], ...] the most likely alternatives, best first}."""
+    if result.logprobs is None:
+        return None
+    from .tokenizer import StreamDecoder
+    decoder, out = StreamDecoder(tokenizer), []
+    for i, (tok, lp) in enumerate(zip(result.tokens, result.logprobs)):
+        text = decoder.push(tok) + (decoder.flush() if i == len(result.tokens) - 1 else "")
+        top = [[tokenizer.token_bytes(t).decode("utf-8", "replace"), _finite(v)] for t, v in lp["top_logprobs"]]
+        out.append({"text": text, "logprob": _finite(lp["logprob"]), "top": top})
+    return out
 
 
 async def _run(during: str, make_coro, **extra) -> bool:

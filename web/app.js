@@ -19,6 +19,8 @@ const ui = {
   promptLabel: $('prompt-label'), chatView: $('chat-view'), rawView: $('raw-view'), conversation: $('conversation'),
   settingsFields: $('settings-fields'), settingsHint: $('settings-hint'), resetSettings: $('reset-settings'),
   cpuOffer: $('cpu-offer'), runCpu: $('run-cpu'),
+  structured: $('structured'), schema: $('structured-schema'), grammar: $('structured-grammar'),
+  structuredError: $('structured-error'), tokenProbs: $('token-probs'),
 };
 
 const state = {
@@ -30,7 +32,7 @@ const state = {
   modelUrl: null,         // the URL of the loaded model (null for a file)
   served: [],             // the served models [{name, file, url, size}] (the model menu)
   cached: new Set(),      // absolute URLs of the models in the browser cache
-  meta: new Map(),        // index of an assistant message -> {tokens, tok_s, seed} of the run that made it
+  meta: new Map(),        // index of an assistant message -> {tokens, tok_s, seed, json, logprobs} of its run
   running: null,          // the mode of the generation in flight
   cpu: false,             // the person chose to run without WebGPU: loads ask for the CPU fallback
   messages: [],           // the conversation as the worker's ChatSession holds it ({role, content})
@@ -39,6 +41,8 @@ const state = {
   sending: false,         // the chat run in flight answers a new message (not a Regenerate)
   lastSent: '',           // that message's text
   split: null,            // {tensor: buffers} of the loaded model's weights split across buffers
+  runJson: false,         // the run in flight is in a JSON mode of Structured output (its reply shows as JSON)
+  raw: null,              // the last raw completion {text, json, logprobs}, shown again when the view changes
 };
 
 function refreshControls() {
@@ -60,13 +64,17 @@ const ERROR_LABELS = {
   GGUFFormatError: 'This is not a usable model file', DownloadError: 'The download failed',
   UnsupportedModelError: 'This model cannot run here', GPUUnavailableError: 'No usable GPU',
   ContextOverflowError: 'The conversation is too long', InputError: 'Check the input', TemplateError: 'Chat template',
+  GrammarError: 'Structured output',
 };
 
-// An error, shown next to what caused it: a load's (`where` 'load') under the model bar at the top, a generation's
-// next to the message box. Only one error shows at a time.
+// An error, shown next to what caused it: a load's (`where` 'load') under the model bar at the top, a bad schema or
+// grammar (kind GrammarError) under the Structured output field, a generation's next to the message box. Only one
+// error shows at a time.
 function showError(text, kind = '', where = 'run') {
   clearError();
-  const box = where === 'load' ? ui.loadError : ui.error;
+  if (kind === 'GrammarError') where = 'structured';   // a bad schema or grammar: next to its field
+  const box = where === 'load' ? ui.loadError : where === 'structured' ? ui.structuredError : ui.error;
+  if (where === 'structured') $('settings').open = true;
   let message = kind && text.startsWith(`${kind}: `) ? text.slice(kind.length + 2) : text;
   message = message.replace(/^[A-Z]\w*(Error|Exception): /, '');   // a Python traceback's last line
   if (kind) message = `${ERROR_LABELS[kind] || 'Something went wrong'}: ${message}`;
@@ -74,7 +82,7 @@ function showError(text, kind = '', where = 'run') {
   box.dataset.kind = kind;
 }
 function clearError() {
-  for (const box of [ui.error, ui.loadError]) {
+  for (const box of [ui.error, ui.loadError, ui.structuredError]) {
     box.textContent = '';
     delete box.dataset.kind;
   }
@@ -160,7 +168,7 @@ function seedButton(seed) {
 }
 
 const STOP_REASONS = {eos: 'end of text', max_tokens: 'max tokens reached', cancelled: 'stopped',
-                      context: 'context window full'};
+                      context: 'context window full', grammar: 'structured output complete'};
 
 const worker = new Worker('/web/worker.js');
 
@@ -214,6 +222,7 @@ worker.onmessage = (event) => {
       break;
     case 'done':
       if (msg.mode === 'chat') chatDone(msg);
+      else rawDone(msg);
       state.generating = false;
       state.running = null;
       ui.status.textContent = `Ready (${STOP_REASONS[msg.stop_reason] || msg.stop_reason})`;
@@ -435,7 +444,14 @@ ui.generateForm.addEventListener('submit', (event) => {
     ui.maxTokens.focus();
     return;
   }
-  const settings = {...readSettings(), max_tokens: maxTokens};
+  let extra;
+  try {
+    extra = structuredSettings();
+  } catch (e) {   // a schema that is not JSON: said next to it (as Python's GrammarErrors are), nothing runs
+    showError(e.message, 'GrammarError');
+    return;
+  }
+  const settings = {...readSettings(), max_tokens: maxTokens, ...extra};
   if (state.mode === 'chat') {
     state.messages.push({role: 'user', content: prompt});   // shown at once; the worker's reply confirms it
     renderConversation();
@@ -448,12 +464,14 @@ ui.generateForm.addEventListener('submit', (event) => {
     return;
   }
   ui.output.textContent = '';
+  state.raw = null;
   startRun('raw');
   worker.postMessage({type: 'generate', prompt, maxTokens, chat: ui.chat.checked, settings});
 });
 
 function startRun(mode) {
   clearError();
+  state.runJson = JSON_MODES.has(ui.structured.value);
   ui.stats.textContent = '';
   state.generating = true;
   state.running = mode;
@@ -485,7 +503,7 @@ function addTurn(role, text, stopped, meta) {
   label.textContent = ROLE_LABELS[role] || role;
   const content = document.createElement('div');
   content.className = role === 'assistant' ? 'content md' : 'content';
-  if (role === 'assistant') content.append(CeraMarkdown.render(text));
+  if (role === 'assistant') showReply(content, text, meta || {});
   else content.textContent = text;
   li.append(label, content);
   if (stopped) {
@@ -515,7 +533,8 @@ function renderPending() {
     pendingFrame = 0;
     if (!state.pending) return;
     const end = atEnd();
-    state.pending.replaceChildren(CeraMarkdown.render(state.pendingText));
+    state.pending.replaceChildren(state.runJson ? jsonBlock(state.pendingText, false)
+                                                : CeraMarkdown.render(state.pendingText));
     follow(end);
   });
 }
@@ -542,7 +561,8 @@ function chatDone(msg) {
     state.stopped.add(last);
   }
   if (last >= 0 && messages[last].role === 'assistant') {
-    state.meta.set(last, {tokens: msg.tokens.length, tok_s: msg.decode_tok_s, seed: msg.seed});
+    state.meta.set(last, {tokens: msg.tokens.length, tok_s: msg.decode_tok_s, seed: msg.seed, json: state.runJson,
+                          logprobs: msg.logprobs});
   }
   state.messages = messages;
   renderConversation();
@@ -559,6 +579,13 @@ ui.regenerate.addEventListener('click', () => {
     showError('Max tokens must be a whole number of at least 1.');
     return;
   }
+  let extra;
+  try {
+    extra = structuredSettings();
+  } catch (e) {
+    showError(e.message, 'GrammarError');
+    return;
+  }
   const shown = state.messages.slice();
   if (shown.length && shown[shown.length - 1].role === 'assistant') shown.pop();   // the reply being replaced
   const keep = state.messages;
@@ -567,7 +594,7 @@ ui.regenerate.addEventListener('click', () => {
   state.messages = keep;
   startRun('chat');
   state.sending = false;
-  worker.postMessage({type: 'chat-regenerate', settings: {...readSettings(), max_tokens: maxTokens},
+  worker.postMessage({type: 'chat-regenerate', settings: {...readSettings(), max_tokens: maxTokens, ...extra},
                       system: ui.system.value});
 });
 
@@ -699,6 +726,180 @@ function readSettings() {
   }
   return out;
 }
+
+// -- structured output and token probabilities --------------------------------------------------------------------
+
+// Structured output (Off, JSON object, JSON Schema, Grammar) and "Show token probabilities" live in the Settings
+// panel and apply to every run from the next one on, chat and raw completion alike. Like the other settings they
+// stay as set for the life of the page (mode switches and new models keep them).
+const JSON_MODES = new Set(['json', 'schema']);   // their replies show as a formatted JSON code block
+const TOP_N = 5;                                  // the alternatives a token's tooltip lists
+
+// The run's extra settings: response_format (OpenAI-style, checked in Python) and, only when the probabilities are
+// shown, logprobs. Throws an Error with a one-line message for a field that cannot be sent (a schema that is not
+// JSON); the message box keeps its text.
+function structuredSettings() {
+  const out = {};
+  const mode = ui.structured.value;
+  if (mode === 'json') {
+    out.response_format = {type: 'json_object'};
+  } else if (mode === 'schema') {
+    const text = ui.schema.value.trim();
+    if (!text) throw new Error('Paste a JSON Schema into the field first, or set Structured output to Off.');
+    let schema;
+    try {
+      schema = JSON.parse(text);
+    } catch (e) {
+      throw new Error(`the JSON Schema is not valid JSON (the browser says: ${e.message}); fix it, then send again.`);
+    }
+    out.response_format = {type: 'json_schema', json_schema: {name: 'page', schema}};
+  } else if (mode === 'grammar') {
+    if (!ui.grammar.value.trim()) throw new Error('Type a GBNF grammar into the field first (root ::= ...), ' +
+                                                  'or set Structured output to Off.');
+    out.response_format = {type: 'grammar', grammar: ui.grammar.value};
+  }
+  if (ui.tokenProbs.checked) Object.assign(out, {logprobs: true, top_logprobs: TOP_N});
+  return out;
+}
+
+function showStructuredField() {
+  ui.schema.hidden = ui.structured.value !== 'schema';
+  ui.grammar.hidden = ui.structured.value !== 'grammar';
+  ui.structuredError.textContent = '';
+}
+ui.structured.addEventListener('change', showStructuredField);
+showStructuredField();   // the browser may have restored the fields of a reloaded page
+
+// A reply's text as it should be read: token by token with probabilities (when they were asked for and are
+// shown), a formatted JSON code block (JSON modes), else Markdown.
+function showReply(el, text, meta) {
+  if (meta.logprobs && ui.tokenProbs.checked) el.replaceChildren(tokenView(meta.logprobs));
+  else el.replaceChildren(meta.json ? jsonBlock(text, true) : CeraMarkdown.render(text));
+}
+
+// JSON text as a code block: indented when it parses (final), as it is while it streams or when it was cut short.
+function jsonBlock(text, final) {
+  return CeraMarkdown.render('```json\n' + (final ? prettyJson(text) : text) + '\n```');
+}
+function prettyJson(text) {
+  try {
+    return JSON.stringify(JSON.parse(text), null, 2);
+  } catch (e) {
+    return text;
+  }
+}
+
+const percent = (logprob) => `${(100 * Math.exp(logprob)).toPrecision(3)}%`;
+const tokenInfo = new WeakMap();   // a token's span -> its {text, logprob, top} (webapp.token_probs)
+
+// The tokens of a reply, each a span tinted by its probability (red: unlikely, green: certain); hovering (or
+// tapping) one shows its probability and the top alternatives. A token holding a newline shows a ↵ before it, one
+// holding only part of a character (completed by the next token) a …, so that each has something to hover.
+function tokenView(entries) {
+  const view = document.createElement('div');
+  view.className = 'token-view';
+  view.tabIndex = 0;   // keyboard: focus the reply, then the arrow keys go from token to token
+  view.setAttribute('aria-label', 'Reply tokens: the arrow keys go from token to token, each with its probability');
+  for (const e of entries) {
+    const span = document.createElement('span');
+    span.className = e.text.includes('\n') ? 'tok nl' : e.text ? 'tok' : 'tok part';   // CSS marks these visibly
+    span.textContent = e.text;
+    const p = Math.exp(e.logprob);
+    span.dataset.p = p.toFixed(4);
+    span.tabIndex = -1;
+    span.style.backgroundColor = `hsl(${Math.round(120 * p)} 75% 50% / ${(0.1 + 0.35 * (1 - p)).toFixed(2)})`;
+    tokenInfo.set(span, e);
+    view.append(span);
+  }
+  return view;
+}
+
+const tip = document.createElement('div');
+tip.id = 'token-tip';
+tip.setAttribute('role', 'tooltip');
+tip.hidden = true;
+document.body.append(tip);
+
+function tokenCode(text) {   // a token's text quoted, with its spaces and newlines visible
+  const c = document.createElement('code');
+  c.textContent = JSON.stringify(text);
+  return c;
+}
+
+function showTip(span) {
+  const e = tokenInfo.get(span);
+  if (!e) return;
+  const head = document.createElement('div');
+  head.className = 'tip-head';
+  head.append(tokenCode(e.text), ` ${percent(e.logprob)}`);
+  const list = document.createElement('ol');
+  for (const [text, logprob] of e.top) {
+    const li = document.createElement('li');
+    const p = document.createElement('span');
+    p.className = 'p';
+    p.textContent = percent(logprob);
+    li.append(tokenCode(text), p);
+    list.append(li);
+  }
+  tip.replaceChildren(head, list);
+  tip.hidden = false;
+  span.setAttribute('aria-describedby', 'token-tip');
+  const r = span.getBoundingClientRect();
+  const w = tip.offsetWidth;
+  const h = tip.offsetHeight;
+  tip.style.left = `${Math.max(4, Math.min(r.left, innerWidth - w - 4))}px`;
+  tip.style.top = `${r.bottom + 4 + h <= innerHeight ? r.bottom + 4 : Math.max(4, r.top - h - 4)}px`;
+}
+
+for (const box of [ui.conversation, ui.output]) {
+  box.addEventListener('mouseover', (event) => {
+    const span = event.target.closest('.tok');
+    if (span) showTip(span);
+  });
+  box.addEventListener('mouseout', (event) => {
+    if (event.target.closest('.tok')) tip.hidden = true;
+  });
+  box.addEventListener('click', (event) => {   // a touch screen has no hover: a tap shows it
+    const span = event.target.closest('.tok');
+    if (span) showTip(span);
+  });
+  box.addEventListener('scroll', () => { tip.hidden = true; });
+  box.addEventListener('focusin', (event) => {
+    if (event.target.classList.contains('token-view')) event.target.querySelector('.tok')?.focus();
+    else if (event.target.classList.contains('tok')) showTip(event.target);
+  });
+  box.addEventListener('focusout', () => { tip.hidden = true; });
+  box.addEventListener('keydown', (event) => {
+    const span = event.target.closest('.tok');
+    const next = span && {ArrowRight: span.nextElementSibling, ArrowLeft: span.previousElementSibling}[event.key];
+    if (next) {
+      event.preventDefault();
+      next.focus();
+    }
+  });
+}
+
+// A raw completion finished: show it again as JSON or as tokens when it should be (else the streamed text stays).
+function rawDone(msg) {
+  state.raw = {text: msg.text, json: state.runJson, logprobs: msg.logprobs};
+  if (state.raw.json || state.raw.logprobs) showRaw();
+}
+function showRaw() {
+  const r = state.raw;
+  if (!r) return;
+  if (r.logprobs && ui.tokenProbs.checked) ui.output.replaceChildren(tokenView(r.logprobs));
+  else ui.output.textContent = r.json ? prettyJson(r.text) : r.text;
+}
+
+// The toggle changes how the finished replies show (a run in flight asked for probabilities or not when it began).
+ui.tokenProbs.addEventListener('change', () => {
+  tip.hidden = true;
+  if (state.generating) return;
+  const top = ui.conversation.scrollTop;
+  renderConversation();
+  ui.conversation.scrollTop = top;
+  showRaw();
+});
 
 // -- no WebGPU ---------------------------------------------------------------------------------------------------
 

@@ -33,7 +33,10 @@
 //   {type: 'generate', prompt, maxTokens, chat, settings}
 //                                               run one raw completion; `chat` wraps the prompt in the chat template;
 //                                               settings: the settings form's values as typed ({name: string|bool},
-//                                               see cera_web.webapp.parse_settings); greedy unless they say otherwise
+//                                               see cera_web.webapp.parse_settings); greedy unless they say otherwise.
+//                                               settings may add response_format (an OpenAI-style object: json_object,
+//                                               json_schema, grammar; a bad one is an 'error' of kind GrammarError
+//                                               before anything runs) and logprobs/top_logprobs (as do chat turns)
 //   {type: 'chat-send', text, settings, system} the next user turn of the worker's one ChatSession (its KV cache is
 //                                               kept between turns); the reply streams as 'token's, then 'done'.
 //                                               system (optional): the conversation's system message ('' for none)
@@ -75,6 +78,8 @@
 //                                               'context' (context window full) or 'cancelled'; prompt_tokens and
 //                                               tokens are lists of token ids; rates and times may be null. Chat
 //                                               turns add mode: 'chat' and messages (the conversation after it).
+//                                               logprobs: null, or when the settings asked for them one entry a
+//                                               token {text, logprob, top: [[text, logprob], ...]}
 //   {type: 'error', kind, message, during}      something failed; kind is the error class name (e.g.
 //                                               'GGUFFormatError', 'GPUUnavailableError', 'DownloadError');
 //                                               during is the message type that failed. The worker stays usable.
