@@ -66,7 +66,8 @@ INDEX = ("web", "index.html")
 APP_ZIP = "/app/cera_web.zip"
 TOOLS_ZIP = "/app/cera_web_tools.zip"
 # native-only modules: not part of the browser bundle (web/bench.html fetches them from TOOLS_ZIP)
-TOOLS = ("cera_web/assets.py", "cera_web/bench.py", "cera_web/bench_grammar.py", "cera_web/bench_kernels.py")
+TOOLS = ("cera_web/assets.py", "cera_web/bench.py", "cera_web/bench_grammar.py", "cera_web/bench_kernels.py",
+         "cera_web/bench_logprobs.py")
 WHEELS_INDEX = "/pyodide/wheels/index.json"
 MODELS_INDEX = "/models/index.json"     # the page's model menu (models_index)
 
