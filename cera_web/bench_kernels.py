@@ -181,7 +181,7 @@ class Bench:
         (default: kernels.matvec_q8_shape on this device). None where the int8 kernel does not apply."""
         dev = self.dev
         wg_memory = int(dev.limits.get("max-compute-workgroup-storage-size", 16384))
-        shape = kernels.matvec_q8_shape(fmt, K, dev.is_cpu, dev.subgroup_size, wg_memory)
+        shape = kernels.matvec_q8_shape(fmt, K, dev.is_cpu, dev.subgroup_size, wg_memory, N)
         if shape is None or not dev.int8_dot:
             return None
         shape.update(variant or {})

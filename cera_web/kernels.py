@@ -347,8 +347,22 @@ INT8_FORMATS = {
 }
 REQUIRES_I8 = "requires packed_4x8_integer_dot_product;"
 
-# The int8 kernel's shape on GPUs; CERA_WEB_MATVEC8="lanes=8,wg=256,sg=0" overrides it (benchmarks).
-MATVEC8 = {"lanes": 16, "wg": 256, "sg": 1}
+# The int8 kernel's shape on GPUs; CERA_WEB_MATVEC8="lanes=8,wg=256,sg=0" overrides it (benchmarks). lanes 0: by
+# the row count (matvec_q8_lanes).
+MATVEC8 = {"lanes": 0, "wg": 256, "sg": 1}
+
+
+def matvec_q8_lanes(rows: int | None, wg: int = 256) -> int:
+    """Lanes a row for N = rows outputs: the fewest (8, 16 or 32) that still give at least 256 workgroups (each
+    workgroup quantizes the input once, so fewer, fuller workgroups cost less, until the GPU runs short of them).
+    H200, session 4 call 1 (bench_kernels --variants8): 16384x2048 best at 8 lanes (Q4_1 929 GB/s against 849 at 16,
+    783 at 32), 2048x8192 and 2048x2048 at 32 (Q4_1 499 against 465 / 342). None: 16."""
+    if not rows:
+        return 16
+    lanes = 8
+    while lanes < 32 and rows * lanes // wg < 256:
+        lanes *= 2
+    return lanes
 
 
 def int8_enabled(dev) -> bool:
@@ -368,9 +382,11 @@ def matvec_q8_memory(K: int, lanes: int, wg: int, sg: bool) -> int:
     return K + 8 * (K // 32) + 16 * (1 if sg and lanes > 1 else wg)
 
 
-def matvec_q8_shape(fmt, K: int, cpu: bool, subgroup_size: int | None, wg_memory: int = 16384) -> dict | None:
-    """kwargs of matvec_q8() (lanes, wg, sg) for rows of K of type fmt on this adapter, or None where the int8 kernel
-    does not apply (another type, K not a multiple of the format's block, the quantized row past wg_memory bytes)."""
+def matvec_q8_shape(fmt, K: int, cpu: bool, subgroup_size: int | None, wg_memory: int = 16384,
+                    rows: int | None = None) -> dict | None:
+    """kwargs of matvec_q8() (lanes, wg, sg) for rows of K of type fmt on this adapter (rows: the product's output
+    count, which picks the lanes), or None where the int8 kernel does not apply (another type, K not a multiple of the
+    format's block, the quantized row past wg_memory bytes)."""
     import os
     if fmt not in INT8_FORMATS or K % (256 if fmt in (GGMLType.Q4_K, GGMLType.Q6_K) else 32):
         return None
@@ -383,7 +399,7 @@ def matvec_q8_shape(fmt, K: int, cpu: bool, subgroup_size: int | None, wg_memory
             if key.strip() not in cfg or not value.strip().isdigit():
                 raise ValueError(f"CERA_WEB_MATVEC8: {item!r} is not one of lanes=N, wg=N, sg=0|1")
             cfg[key.strip()] = int(value)
-        lanes, wg = cfg["lanes"], cfg["wg"]
+        lanes, wg = cfg["lanes"] or matvec_q8_lanes(rows, cfg["wg"]), cfg["wg"]
         if lanes & (lanes - 1) or not 1 <= lanes <= 32 or wg not in (64, 128, 256) or wg < lanes:
             raise ValueError(f"CERA_WEB_MATVEC8: lanes={lanes} (a power of two up to 32), wg={wg} (64, 128, 256)")
         shape = {"lanes": lanes, "wg": wg,

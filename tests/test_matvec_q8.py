@@ -135,7 +135,9 @@ def test_matvec_q8_fused(dev, fmt):
 def test_matvec_q8_selection(monkeypatch):
     """Which products take the int8 kernel: types, K, workgroup memory, the switches."""
     shape = kernels.matvec_q8_shape
-    assert shape(GGMLType.Q4_1, 2048, False, 32) == {"lanes": 16, "wg": 256, "sg": True}
+    assert shape(GGMLType.Q4_1, 2048, False, 32) == {"lanes": 16, "wg": 256, "sg": True}     # rows unknown
+    assert [shape(GGMLType.Q4_1, 2048, False, 32, rows=n)["lanes"] for n in (2048, 4096, 16384, 128256)] == \
+        [32, 16, 8, 8]                                                           # at least 256 workgroups
     assert shape(GGMLType.Q4_1, 2048, False, None)["sg"] is False
     assert shape(GGMLType.F16, 2048, False, 32) is None                        # not an int8 format
     assert shape(GGMLType.Q8_0, 8192, False, 32) is not None                   # 8 KiB + 2 KiB: fits 16 KiB

@@ -231,7 +231,8 @@ class Transformer(GPUModel):
                         kernels.tiled_groups(rows_here, T, tile), label)
                 continue
             if (T == 1 or kw.get("last_only")) and self.int8:    # 8-bit activations where the type has it
-                shape = kernels.matvec_q8_shape(fmt, k, self.dev.is_cpu, self.dev.subgroup_size, self.wg_memory)
+                shape = kernels.matvec_q8_shape(fmt, k, self.dev.is_cpu, self.dev.subgroup_size, self.wg_memory,
+                                                rows_here)
                 if shape is not None:
                     rec.add(kernels.matvec_q8(fmt, k, rows_here, **shape, **common), buffers,
                             kernels.spread(kernels.matvec_q8_groups(rows_here, shape["lanes"], shape["wg"])), label)
