@@ -101,7 +101,7 @@ async def decode_bench(engine, decode_tokens: int, steps_per_read: int) -> dict:
 
     def row(res, n_mask=0):
         steps = max(len(res.tokens) - 1, 1)
-        r = {"tokens": len(res.tokens), "decode_tok_s": round(res.decode_tok_s, 1), "stop_reason": res.stop_reason,
+        r = {"tokens": len(res.tokens), "decode_tok_s": round(res.decode_tok_s, 3), "stop_reason": res.stop_reason,
              "host_ms_per_token": round(res.host_ms / steps, 4)}
         if n_mask:
             r["mask_us_mean"] = round(1e6 * sum(spent) / len(spent), 1)
