@@ -137,3 +137,106 @@ def test_glue_bad_requests_give_one_api_error_and_the_next_request_works(glue):
         assert err["type"] == "invalid_request_error" and err["param"] == param, err
     msgs = _api(glue, 8, "completions.create", REQUESTS["text"])
     _same_reply(msgs[0]["result"], _native(glue, "completions.create", REQUESTS["text"]))
+
+
+# -- the browser: web/cera.js driving the worker ------------------------------------------------------------------------
+
+LOAD_MS = 600_000
+
+
+@pytest.fixture(scope="module")
+def api_page(browser, server_url):
+    """web/api.html (which imports cera.js and loads the default model into window.cera), loaded once."""
+    from playwright.sync_api import expect
+    context = browser.new_context()
+    page = context.new_page()
+    console = []
+    page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
+    page.on("pageerror", lambda e: console.append(f"pageerror: {e}"))
+    page.goto(server_url + "/web/api.html")
+    try:
+        expect(page.get_by_role("status")).to_have_text(re.compile(r"^Ready: |^Loading failed"), timeout=LOAD_MS)
+        expect(page.get_by_role("status")).to_have_text(re.compile(r"^Ready: SmolLM2"), timeout=1)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n" + "\n".join(console[-30:])) from None
+    page.console = console
+    yield page
+    context.close()
+
+
+def _evaluate(page, script: str, arg=None):
+    try:
+        return page.evaluate(script, arg)
+    except Exception as e:
+        raise AssertionError(f"{e}\n" + "\n".join(page.console[-30:])) from None
+
+
+def test_cera_js_replies_equal_the_python_api(api_page, glue):
+    got = _evaluate(api_page, """async (req) => {
+        const out = {};
+        out.chat = await cera.chat.completions.create(req.chat);
+        out.chunks = [];
+        for await (const c of await cera.chat.completions.create({...req.chat, stream: true})) out.chunks.push(c);
+        out.schema = await cera.chat.completions.create(req.schema);
+        out.tool = await cera.chat.completions.create(req.tool);
+        out.text = await cera.completions.create(req.text);
+        return out;
+    }""", REQUESTS)
+    for name in ("chat", "schema", "tool", "text"):
+        method = "completions.create" if name == "text" else "chat.completions.create"
+        _same_reply(got[name], _native(glue, method, REQUESTS[name]), tool=name == "tool")
+    assert got["chat"]["choices"][0]["finish_reason"] == "stop"            # the greedy answer ends with EOS
+    jsonschema.validate(json.loads(got["schema"]["choices"][0]["message"]["content"]), SCHEMA)
+    call = got["tool"]["choices"][0]["message"]["tool_calls"][0]["function"]
+    assert call["name"] == "get_weather"
+    jsonschema.validate(json.loads(call["arguments"]), WEATHER["function"]["parameters"])
+    # the stream: a role chunk, content deltas that make the reply, a last chunk with the finish reason and usage
+    chunks = got["chunks"]
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == \
+        got["chat"]["choices"][0]["message"]["content"]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop" and chunks[-1]["usage"] == got["chat"]["usage"]
+
+
+def test_cera_js_errors_abort_and_the_next_request(api_page, glue):
+    got = _evaluate(api_page, """async (req) => {
+        const out = {};
+        const failure = async (promise) => {
+            try { await promise; return null; } catch (e) { return {name: e.name, message: e.message, type: e.type,
+                                                                    param: e.param}; }
+        };
+        out.bad = await failure(cera.chat.completions.create({messages: req.chat.messages, n: 0}));
+        out.fn = await failure(cera.chat.completions.create({messages: req.chat.messages, tools: [() => 1]}));
+        // a stream stopped after its first text: it ends as a stop would, with the text so far
+        const story = {messages: [{role: 'user', content: 'Tell me a long story about a dragon.'}], max_tokens: 4000,
+                       temperature: 0};
+        const stream = await cera.chat.completions.create({...story, stream: true});
+        out.chunks = [];
+        for await (const c of stream) {
+            out.chunks.push(c);
+            if (c.choices[0].delta.content) stream.controller.abort();
+        }
+        // an AbortSignal: a queued request aborted before it starts rejects; the running one ends early
+        const running = new AbortController(), queued = new AbortController();
+        const first = cera.chat.completions.create(story, {signal: running.signal});
+        const second = failure(cera.completions.create(req.text, {signal: queued.signal}));
+        queued.abort();
+        out.queued = await second;
+        await new Promise((r) => setTimeout(r, 3000));
+        running.abort();
+        out.stopped = await first;
+        out.text = await cera.completions.create(req.text);      // and the engine still answers
+        return out;
+    }""", REQUESTS)
+    assert got["bad"] == {"name": "CeraError", "message": got["bad"]["message"], "type": "invalid_request_error",
+                          "param": "n"} and "n must be an integer" in got["bad"]["message"], got["bad"]
+    assert got["fn"]["name"] == "TypeError" and "functions cannot cross to the worker" in got["fn"]["message"]
+    last = got["chunks"][-1]
+    assert last["choices"][0]["finish_reason"] == "stop" and 0 < last["usage"]["completion_tokens"] < 4000, last
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in got["chunks"])
+    assert text.strip(), got["chunks"]
+    assert got["queued"]["name"] == "AbortError", got["queued"]
+    c = got["stopped"]["choices"][0]
+    assert c["finish_reason"] == "stop" and got["stopped"]["usage"]["completion_tokens"] < 4000, got["stopped"]
+    _same_reply(got["text"], _native(glue, "completions.create", REQUESTS["text"]))
