@@ -121,7 +121,7 @@ export class Cera {
     this.worker = worker;
     this.info = null;
     this._nextId = 1;
-    this._requests = new Map();   // id -> {stream, resolve, reject, cleanup}
+    this._requests = new Map();   // id -> {chunk(c), done(result), fail(error)} of each request not answered yet
     this._loading = null;         // {resolve, reject, onProgress, onStatus} while a load runs
     this.chat = {completions: {create: (params, options) => this._create('chat.completions.create', params, options)}};
     this.completions = {create: (params, options) => this._create('completions.create', params, options)};
