@@ -50,8 +50,8 @@
 //                                               string the answers carry
 //   {type: 'api-cancel', id}                    stop that request (handled at once, not queued): running, it ends
 //                                               within a decode step as a stop would (finish_reason 'stop', the
-//                                               text so far); still queued, it is answered with an api-error of
-//                                               type 'cancelled' and never runs
+//                                               text so far); still queued, it is answered at once with an
+//                                               api-error of type 'cancelled' and never runs
 //   'load', 'generate', 'chat-*', 'api' and 'cache-delete' are queued and run one at a time, in order (one GPU).
 //
 // worker → page
@@ -277,10 +277,7 @@ const apiError = (id, type, message, kind) => post({type: 'api-error', id, error
 
 async function handleApi(msg) {
   apiQueued.delete(msg.id);
-  if (apiCancelled.delete(msg.id)) {
-    apiError(msg.id, 'cancelled', 'The request was cancelled before it started.', 'Cancelled');
-    return;
-  }
+  if (apiCancelled.delete(msg.id)) return;    // answered when it was cancelled
   if (!webapp) {
     apiError(msg.id, 'invalid_request_error', 'No model is loaded yet: load one first (Cera.load).', 'InputError');
     return;
@@ -310,8 +307,12 @@ self.onmessage = (event) => {
     return;
   }
   if (msg.type === 'api-cancel') {
-    if (apiQueued.has(msg.id)) apiCancelled.add(msg.id);
-    else if (webapp) webapp.api_cancel(msg.id);
+    if (apiQueued.delete(msg.id)) {           // still waiting: answered now, and skipped when its turn comes
+      apiCancelled.add(msg.id);
+      apiError(msg.id, 'cancelled', 'The request was cancelled before it started.', 'Cancelled');
+    } else if (webapp) {
+      webapp.api_cancel(msg.id);
+    }
     return;
   }
   if (msg.type === 'api') apiQueued.add(msg.id);
