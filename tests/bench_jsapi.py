@@ -6,7 +6,8 @@ Starts serve.py's server on a free port, opens /web/api.html in headless Chromiu
 whatever adapter it finds: SwiftShader without a GPU), which loads the model through cera.js, then times greedy
 streamed chat completions (ignore_eos, so each makes max_tokens tokens): load_s, and per run the time to the first
 content chunk, the chunks and tokens, and tok/s as cera.js sees them (wall clock between the request and its last
-chunk, prefill included); with --json-schema the same under a JSON schema (constrained decoding). Not part of the
+chunk, prefill included; the first run also pays for first-use pipeline compiles on some drivers); with
+--json-schema the same under a JSON schema (constrained decoding). Not part of the
 test suite (speed is measured, not asserted); run it with the test environment's python (.venv/bin/python).
 """
 import argparse
