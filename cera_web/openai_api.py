@@ -300,6 +300,8 @@ class ChatCompletions:
         for i in range(n):
             p = params if params.seed is None or i == 0 else params.replace(seed=params.seed + i)
             results.append(await eng.generate_ids(ids, p, on_token=on_token, reuse_cache=i > 0, grammar=gram))
+            if results[-1].stop_reason == "cancelled":     # engine.cancel() ends the request, not just one choice
+                break
         choices = []
         for i, r in enumerate(results):
             calls = parse_tool_calls(r.text) if specs else None
@@ -396,6 +398,8 @@ class Completions:
         for i in range(n):
             p = params if params.seed is None or i == 0 else params.replace(seed=params.seed + i)
             results.append(await eng.generate_ids(ids, p, on_token=on_token, reuse_cache=i > 0, grammar=gram))
+            if results[-1].stop_reason == "cancelled":
+                break
         choices = [{"text": r.text, "index": i, "logprobs": self._logprobs(r) if params.logprobs else None,
                     "finish_reason": _finish(r.stop_reason)} for i, r in enumerate(results)]
         return {"id": cid, "object": "text_completion", "created": created, "model": eng.name, "choices": choices,

@@ -19,6 +19,9 @@ Worker glue. The worker calls, in order (message shapes: the header of web/worke
     set_system(text)                    the system message of the conversation ("" for none): the worker sets it
                                         before each chat turn
     stop()                              called from the worker's onmessage while a generation is suspended
+    await api(request_json)             one request of the OpenAI-shaped API for web/cera.js ({id, method, params}):
+                                        posts 'api-chunk's, then 'api-result' or 'api-error' (see api())
+    api_cancel(id)                      stop that request if it is the one running (like stop())
 
 settings_json: "" or a JSON object of the settings form's values as typed (see parse_settings); a value the engine
 refuses comes back as an InputError message. Chat replies post 'done' with ``messages`` (the conversation after
@@ -404,6 +407,88 @@ def stop() -> None:
     """Ask the running generation to stop after its current step (no effect when nothing is running)."""
     if _generating and _engine is not None:
         _engine.cancel()
+
+
+# -- the OpenAI-shaped API for web/cera.js (messages 'api' and 'api-cancel'; protocol in web/worker.js) -------------
+
+API_METHODS = ("chat.completions.create", "completions.create")
+_api_id = None          # the id of the API request running now (None: none)
+
+
+def _json_safe(x):
+    """x with every non-finite float as None (JSON.parse has no NaN or Infinity)."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_safe(v) for v in x]
+    return x
+
+
+def _api_error(exc: BaseException, params) -> dict:
+    """OpenAI's error object {message, type, param} (plus kind: the error class). type: 'invalid_request_error'
+    for bad input (the request can be fixed), 'server_error' otherwise; param: the argument the message names."""
+    d = _describe(exc)
+    words = d["message"].replace("(s)", "").replace(",", " ").replace(":", " ").split()
+    names = [w for w in words[:6] if isinstance(params, dict) and w in params]
+    return {"message": d["message"], "type": "invalid_request_error" if isinstance(exc, InputError) else "server_error",
+            "param": names[0] if names else None, "kind": d["kind"]}
+
+
+async def api(request_json: str) -> bool:
+    """Answer one API request of web/cera.js: JSON text {id, method, params}; method 'chat.completions.create' or
+    'completions.create', params the OpenAI request (JSON: tools as schemas). Posts {type: 'api-chunk', id, chunk}
+    for each streamed chunk (stream: true) and then {type: 'api-result', id, result} (the completion dict; null
+    after a stream), or {type: 'api-error', id, error: {message, type, param, kind}}. Returns whether it succeeded;
+    never raises."""
+    global _api_id
+    rid, params = None, None
+    try:
+        req = json.loads(request_json)
+        rid = req.get("id") if isinstance(req, dict) else None
+        if not isinstance(req, dict) or not isinstance(rid, (int, str)):
+            raise InputError("an API request must be an object {type: 'api', id, method, params} with a number or "
+                             "string id")
+        params = req.get("params") if req.get("params") is not None else {}
+        if req.get("method") not in API_METHODS:
+            raise InputError(f"unknown API method {req.get('method')!r}: use {' or '.join(API_METHODS)}")
+        if not isinstance(params, dict):
+            raise InputError(f"params must be an object of the request's arguments, got {params!r}")
+        for name in ("auto_call", "on_token"):
+            if name in params:
+                raise InputError(f"{name} is not available from JavaScript (functions cannot cross the worker "
+                                 f"boundary): read the reply's tool_calls, run the function yourself and send its "
+                                 f"result back as a {{role: 'tool'}} message")
+        if not isinstance(params.get("stream", False), bool):
+            raise InputError(f"stream must be true or false, got {params['stream']!r}")
+        if _engine is None:
+            raise InputError("no model is loaded yet: wait for loading to finish, or load a model URL")
+        target = _engine.chat.completions if req["method"] == "chat.completions.create" else _engine.completions
+        _api_id = rid
+        out = await target.create(**params)
+        if params.get("stream"):
+            async for chunk in out:
+                _send(type="api-chunk", id=rid, chunk=_json_safe(chunk))
+            out = None
+        _send(type="api-result", id=rid, result=_json_safe(out))
+        return True
+    except Exception as exc:
+        if not isinstance(exc, CeraError) and isinstance(exc, TypeError) and "argument" in str(exc):
+            exc = InputError(str(exc).replace("create() ", ""))     # e.g. a missing 'messages'
+        _send(type="api-error", id=rid, error=_api_error(exc, params))
+        return False
+    finally:
+        _api_id = None
+
+
+def api_cancel(request_id) -> bool:
+    """Stop the API request ``request_id`` if it is the one running (within a decode step; its reply ends as a stop
+    would end it, finish_reason 'stop'). Returns whether it was running."""
+    if _api_id is None or _api_id != request_id or _engine is None:
+        return False
+    _engine.cancel()
+    return True
 
 
 def __getattr__(name: str):

@@ -517,7 +517,7 @@ def test_notebook_cells_load_a_model_and_stream_generations(tab, site):
     p.goto(site.url + "/web/notebook.html")
     run_buttons = p.locator(".py-editor-run-button")
     outputs = p.locator(".py-editor-output")
-    tab.expect(run_buttons).to_have_count(4, timeout=60_000)
+    tab.expect(run_buttons).to_have_count(6, timeout=60_000)
 
     def run(i, until, timeout=LOAD_MS):
         run_buttons.nth(i).click()
@@ -567,7 +567,7 @@ def test_notebook_constrained_decoding_validates_in_the_browser(tab, site):
     p.goto(site.url + "/web/notebook.html")
     run_buttons = p.locator(".py-editor-run-button")
     outputs = p.locator(".py-editor-output")
-    tab.expect(run_buttons).to_have_count(4, timeout=60_000)
+    tab.expect(run_buttons).to_have_count(6, timeout=60_000)
     schema = {"enum": ["red", "green", "blue", 7, None]}
     grammar = 'root ::= "{\\"ok\\": " ("true" | "false") "}"'
     _set_cell(p, 0, "import json\nfrom cera_web.webapp import open_model\n"
@@ -590,3 +590,61 @@ def test_notebook_constrained_decoding_validates_in_the_browser(tab, site):
         assert reason in ("grammar", "eos"), results
         jsonschema.validate(json.loads(out), schema)
     assert results[2][1] in ("grammar", "eos") and json.loads(results[2][0])["ok"] in (True, False), results
+
+
+def _notebook_cells() -> list[str]:
+    """The code of web/notebook.html's editable cells, as written."""
+    html = (ROOT / "web" / "notebook.html").read_text(encoding="utf-8")
+    return [part.split("</script>", 1)[0].strip("\n") for part in html.split('<script type="py-editor" env="cera">')[1:]]
+
+
+def test_notebook_json_schema_and_tool_call_cells_run(tab, site):
+    """Cells 5 and 6 (the OpenAI-shaped API: a json_schema reply, a tool call run and answered) as written, on the
+    tiny random model: with its whitespace tokens banned (logit_bias; it otherwise fills JSON's optional whitespace)
+    the tool's city an enum (its strings never end by themselves) and more tokens for the call, the reply completes and validates, and the
+    call parses, runs the function and gets an answer. SmolLM2's own replies to these requests are checked by
+    tests/test_jsapi.py and tests/test_openai_api.py."""
+    import jsonschema
+    from cera_web.gguf import open_gguf
+    from cera_web.tokenizer import Tokenizer
+    p = tab.page
+    p.goto(site.url + "/web/notebook.html")
+    run_buttons, outputs = p.locator(".py-editor-run-button"), p.locator(".py-editor-output")
+    tab.expect(run_buttons).to_have_count(6, timeout=60_000)
+    tk = Tokenizer.from_gguf(open_gguf(SMALL / "qwen3-q8_0.gguf"))
+    ban = {t: -100 for t in range(tk.vocab_size) if tk.token_bytes(t) and not tk.token_bytes(t).strip()}
+    assert ban
+    cells = _notebook_cells()
+    schema_cell, tool_cell = cells[4], cells[5]
+    assert schema_cell.count("temperature=0") == 1 and tool_cell.count("temperature=0") == 2
+    assert "def get_weather(city: str," in tool_cell and "max_tokens=64" in tool_cell
+    _set_cell(p, 0, "from cera_web.webapp import open_model\nengine = await open_model('/testmodels/qwen3-q8_0.gguf')")
+    _set_cell(p, 4, f"BAN = {ban!r}\n" + schema_cell.replace("temperature=0", "temperature=0, logit_bias=BAN"))
+    _set_cell(p, 5, f"BAN = {ban!r}\n" + tool_cell.replace("temperature=0", "temperature=0, logit_bias=BAN")
+              .replace("max_tokens=64", "max_tokens=160")     # its tokens are a character or two
+              .replace("def get_weather(city: str,", 'def get_weather(city: Literal["Paris", "Rome"],'))
+
+    def run(i, until):
+        run_buttons.nth(i).click()
+        try:
+            tab.expect(outputs.nth(i).filter(has_text=until).or_(outputs.nth(i).filter(has_text="Error"))
+                        ).to_be_visible(timeout=LOAD_MS)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n" + "\n".join(tab.console[-30:])) from None
+        text = outputs.nth(i).inner_text()
+        assert "Error" not in text, text
+        return text
+
+    run(0, "GPU memory")
+    text = run(4, re.compile(r"parsed: |cut short: "))
+    assert "finish_reason: stop" in text, text
+    person = json.loads(text.split("parsed: ", 1)[1].splitlines()[0])
+    jsonschema.validate(person, {"type": "object", "properties": {
+        "name": {"type": "string", "maxLength": 20}, "age": {"type": "integer"},
+        "hobbies": {"type": "array", "items": {"type": "string", "maxLength": 16}, "maxItems": 3}},
+        "required": ["name", "age", "hobbies"]})
+    text = run(5, re.compile(r"answer: |no complete call"))
+    m = re.search(r"^call: get_weather (\{.*\})$", text, re.M)
+    assert m and re.match(r"\{'city': '(Paris|Rome)'(, 'unit': '[CF]')?\}$", m.group(1)), text
+    assert re.search(r"^answer: ", text, re.M), text
+

@@ -46,7 +46,16 @@
 //                                               engine stops within one decode step and still sends 'done').
 //   {type: 'cache-list'}                        answer with a 'cache' message (at once, not queued)
 //   {type: 'cache-delete', url}                 delete a cached model, then answer with a 'cache' message
-//   'load', 'generate', 'chat-*' and 'cache-delete' are queued and run one at a time, in order.
+//   {type: 'api', id, method, params}           one request of the OpenAI-shaped API (web/cera.js sends these):
+//                                               method 'chat.completions.create' or 'completions.create'; params
+//                                               the OpenAI request as JSON (tools as JSON schemas; auto_call and
+//                                               other functions cannot cross to the worker); id: a number or
+//                                               string the answers carry
+//   {type: 'api-cancel', id}                    stop that request (handled at once, not queued): running, it ends
+//                                               within a decode step as a stop would (finish_reason 'stop', the
+//                                               text so far); still queued, it is answered at once with an
+//                                               api-error of type 'cancelled' and never runs
+//   'load', 'generate', 'chat-*', 'api' and 'cache-delete' are queued and run one at a time, in order (one GPU).
 //
 // worker → page
 //   {type: 'status', text}                      a human-readable step ("Loading Pyodide…")
@@ -80,17 +89,26 @@
 //                                               turns add mode: 'chat' and messages (the conversation after it).
 //                                               logprobs: null, or when the settings asked for them one entry a
 //                                               token {text, logprob, top: [[text, logprob], ...]}
+//   {type: 'api-chunk', id, chunk}              stream: true: one chat.completion.chunk (or text_completion) dict
+//   {type: 'api-result', id, result}            the request's reply: the chat.completion / text_completion dict
+//                                               (null after a stream: its chunks were the reply)
+//   {type: 'api-error', id, error: {message, type, param, kind}}
+//                                               the request failed: a one-line message; type
+//                                               'invalid_request_error' (fix the request), 'server_error' or
+//                                               'cancelled'; param the argument at fault (or null); kind the error
+//                                               class. The worker stays usable: the next request runs.
 //   {type: 'error', kind, message, during}      something failed; kind is the error class name (e.g.
 //                                               'GGUFFormatError', 'GPUUnavailableError', 'DownloadError');
 //                                               during is the message type that failed. The worker stays usable.
 'use strict';
 
-const PYODIDE_URL = '/pyodide/';
-const WHEELS_URL = '/pyodide/wheels/';
-const APP_ZIP_URL = '/app/cera_web.zip';
+// Relative to this file (web/worker.js), so a site may serve the whole tree under a folder of its own.
+const PYODIDE_URL = new URL('../pyodide/', self.location.href).href;
+const WHEELS_URL = PYODIDE_URL + 'wheels/';
+const APP_ZIP_URL = new URL('../app/cera_web.zip', self.location.href).href;
 
 importScripts(PYODIDE_URL + 'pyodide.js');   // defines self.loadPyodide
-importScripts('/web/modelstore.js');         // defines self.CeraModelStore
+importScripts(new URL('modelstore.js', self.location.href).href);   // defines self.CeraModelStore
 
 const post = (msg) => self.postMessage(msg);
 const status = (text) => post({type: 'status', text});
@@ -245,12 +263,38 @@ async function handle(msg) {
     await webapp.chat_regenerate(settingsJson(msg));
   } else if (msg.type === 'chat-clear') {
     if (webapp) webapp.chat_clear();
+  } else if (msg.type === 'api') {
+    await handleApi(msg);
   } else if (msg.type === 'cache-delete') {
     await CeraModelStore.remove(msg.url);
     await postCache();
   } else {
     throw new WorkerError('ProtocolError', `Unknown message type ${JSON.stringify(msg.type)}.`);
   }
+}
+
+// The OpenAI-shaped API: webapp.api answers (api-chunk..., then api-result or api-error) and never throws; what fails
+// before it runs (no model yet, a boot error, a request cancelled while queued) is answered here, by id.
+const apiQueued = new Set();      // ids of 'api' requests waiting in the queue
+const apiCancelled = new Set();   // ... of those cancelled while waiting
+
+const apiError = (id, type, message, kind) => post({type: 'api-error', id, error: {message, type, param: null, kind}});
+
+async function handleApi(msg) {
+  apiQueued.delete(msg.id);
+  if (apiCancelled.delete(msg.id)) return;    // answered when it was cancelled
+  if (!webapp) {
+    apiError(msg.id, 'invalid_request_error', 'No model is loaded yet: load one first (Cera.load).', 'InputError');
+    return;
+  }
+  let json;
+  try {
+    json = JSON.stringify({id: msg.id, method: msg.method, params: msg.params});
+  } catch (e) {
+    apiError(msg.id, 'invalid_request_error', `The request cannot be sent as JSON: ${e.message}`, 'InputError');
+    return;
+  }
+  await webapp.api(json);
 }
 
 const reportError = (during) => (e) => {
@@ -267,9 +311,21 @@ self.onmessage = (event) => {
     if (webapp) webapp.stop();
     return;
   }
+  if (msg.type === 'api-cancel') {
+    if (apiQueued.delete(msg.id)) {           // still waiting: answered now, and skipped when its turn comes
+      apiCancelled.add(msg.id);
+      apiError(msg.id, 'cancelled', 'The request was cancelled before it started.', 'Cancelled');
+    } else if (webapp) {
+      webapp.api_cancel(msg.id);
+    }
+    return;
+  }
+  if (msg.type === 'api') apiQueued.add(msg.id);
   if (msg.type === 'cache-list') {
     postCache().catch(reportError('cache-list'));
     return;
   }
-  queue = queue.then(() => handle(msg)).catch(reportError(msg.type));
+  queue = queue.then(() => handle(msg)).catch(msg.type === 'api'
+    ? (e) => apiError(msg.id, 'server_error', e.message || String(e), e.kind || e.name || 'Error')
+    : reportError(msg.type));
 };

@@ -1,0 +1,244 @@
+"""The OpenAI-shaped API from JavaScript: the worker's 'api' protocol (cera_web.webapp.api, web/worker.js) and the ES
+module web/cera.js, against the Python API (cera_web.openai_api) run natively on the same requests.
+
+CPython (wgpu on lavapipe): the glue posts api-chunk / api-result / api-error messages whose payloads equal what
+engine.chat.completions.create returns; bad requests become one api-error and the next request still works.
+
+Browser (headless Chromium, Pyodide, WebGPU on SwiftShader, the default model): web/api.html imports cera.js; its
+results equal the native Python API's for the same request. Greedy requests only where the page tests already match
+the reference (the "What is the capital of France?" chat turn: its 7 greedy tokens end with EOS), and few tokens
+(SwiftShader on two cores decodes about a token a second). Logprobs are compared within LOGPROB_TOL: SwiftShader and
+lavapipe sum float32 in different orders through 30 layers, so the two backends' logits differ by more than each
+one's distance from transformers (about 1e-4 natively); the tokens and their ranking must be equal.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+import jsonschema
+import pytest
+
+from cera_web import webapp
+
+MSGS = [{"role": "user", "content": "What is the capital of France?"}]
+SCHEMA = {"type": "object", "properties": {"capital": {"enum": ["Paris", "Lyon"]}}, "required": ["capital"]}
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Get the weather forecast for a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
+                                                     "unit": {"enum": ["C", "F"]}},
+                   "required": ["city"], "additionalProperties": False}}}
+LOGPROB_TOL = 2e-2
+
+# The requests the browser and the native engine both answer (greedy).
+REQUESTS = {
+    "chat": dict(messages=MSGS, max_tokens=12, temperature=0, logprobs=True, top_logprobs=3),
+    "schema": dict(messages=MSGS, max_tokens=24, temperature=0,
+                   response_format={"type": "json_schema", "json_schema": {"name": "capital", "schema": SCHEMA}}),
+    "tool": dict(messages=[{"role": "user", "content": "What is the weather in Paris?"}], tools=[WEATHER],
+                 tool_choice="required", max_tokens=40, temperature=0),
+    "text": dict(prompt="The capital of France is", max_tokens=3, temperature=0),
+}
+
+
+def _in_thread(coro_fn, *args, **kw):
+    """Run a coroutine in a thread of its own (sync Playwright keeps an event loop running in this one)."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(lambda: asyncio.run(coro_fn(*args, **kw))).result()
+
+
+@pytest.fixture(scope="module")
+def glue(smollm2_gguf):
+    """webapp with the default model loaded natively; the messages it posts collect in glue.sent (parsed)."""
+    from cera_web.source import FileSource
+    sent = []
+    webapp.init(lambda text: sent.append(json.loads(text)))
+    assert _in_thread(webapp.load_source, FileSource(smollm2_gguf)), sent
+    webapp.sent = sent
+    yield webapp
+    webapp._engine.close()
+    webapp._engine = webapp._chat = None
+    del webapp.sent
+
+
+def _api(glue, rid, method, params) -> list[dict]:
+    """Send one API request through the glue; the messages it posted."""
+    glue.sent.clear()
+    _in_thread(glue.api, json.dumps({"type": "api", "id": rid, "method": method, "params": params}))
+    assert glue.sent and all(m["id"] == rid for m in glue.sent), glue.sent
+    return list(glue.sent)
+
+
+def _native(glue, method, params):
+    api = glue._engine.chat.completions if method == "chat.completions.create" else glue._engine.completions
+    return _in_thread(api.create, **params)
+
+
+def _same_reply(got: dict, want: dict, tool: bool = False):
+    """Equal but for ids and times (and tool call ids)."""
+    assert got["object"] == want["object"] and got["model"] == want["model"] and got["usage"] == want["usage"]
+    for g, w in zip(got["choices"], want["choices"], strict=True):
+        assert g["finish_reason"] == w["finish_reason"]
+        if "message" in w:
+            gm, wm = dict(g["message"]), dict(w["message"])
+            if tool:
+                gm["tool_calls"] = [c["function"] for c in gm["tool_calls"]]
+                wm["tool_calls"] = [c["function"] for c in wm["tool_calls"]]
+            assert gm == wm
+        else:
+            assert g["text"] == w["text"]
+        if w.get("logprobs"):
+            for ge, we in zip(g["logprobs"]["content"], w["logprobs"]["content"], strict=True):
+                assert ge["token"] == we["token"]
+                assert [t["token"] for t in ge["top_logprobs"]] == [t["token"] for t in we["top_logprobs"]]
+                pairs = [(ge["logprob"], we["logprob"])] + [(a["logprob"], b["logprob"]) for a, b in
+                                                            zip(ge["top_logprobs"], we["top_logprobs"])]
+                assert all(abs(a - b) < LOGPROB_TOL for a, b in pairs), (ge["token"], pairs)
+
+
+# -- CPython: the worker's Python glue --------------------------------------------------------------------------------
+
+
+def test_glue_answers_like_the_python_api(glue):
+    params = dict(REQUESTS["chat"], max_tokens=4)
+    msgs = _api(glue, 1, "chat.completions.create", params)
+    assert [m["type"] for m in msgs] == ["api-result"]
+    _same_reply(msgs[0]["result"], _native(glue, "chat.completions.create", params))
+    # streamed: chunks, then a null result; the deltas concatenate to the reply
+    msgs = _api(glue, "s", "chat.completions.create", dict(params, stream=True))
+    assert [m["type"] for m in msgs[:-1]] == ["api-chunk"] * (len(msgs) - 1) and msgs[-1] == {
+        "type": "api-result", "id": "s", "result": None}
+    chunks = [m["chunk"] for m in msgs[:-1]]
+    want = _native(glue, "chat.completions.create", params)
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == \
+        want["choices"][0]["message"]["content"]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length" and chunks[-1]["usage"] == want["usage"]
+
+
+BAD = [   # (method, params, the param the error names, a piece of its message)
+    ("chat.completions.create", {"messages": MSGS, "n": 0}, "n", "n must be an integer between 1 and 16"),
+    ("chat.completions.create", {"messages": MSGS, "best_of": 2}, "best_of", "unsupported argument(s) best_of"),
+    ("chat.completions.create", {"messages": MSGS, "temperature": "hot"}, "temperature", "temperature must be"),
+    ("chat.completions.create", {}, None, "missing 1 required keyword-only argument: 'messages'"),
+    ("chat.completions.create", {"messages": MSGS, "auto_call": True}, "auto_call", "cannot cross the worker"),
+    ("chat.completions.create", {"messages": MSGS, "response_format": {"type": "json_schema", "json_schema": {
+        "schema": {"type": "string", "pattern": "a+"}}}}, None, "pattern"),
+    ("completions.create", {"prompt": "Hi", "stream": "yes"}, "stream", "stream must be true or false"),
+    ("images.generate", {}, None, "unknown API method 'images.generate'"),
+]
+
+
+def test_glue_bad_requests_give_one_api_error_and_the_next_request_works(glue):
+    for method, params, param, needle in BAD:
+        msgs = _api(glue, 7, method, params)
+        assert len(msgs) == 1 and msgs[0]["type"] == "api-error", msgs
+        err = msgs[0]["error"]
+        assert needle in err["message"] and "\n" not in err["message"], err
+        assert err["type"] == "invalid_request_error" and err["param"] == param, err
+    msgs = _api(glue, 8, "completions.create", REQUESTS["text"])
+    _same_reply(msgs[0]["result"], _native(glue, "completions.create", REQUESTS["text"]))
+
+
+# -- the browser: web/cera.js driving the worker ------------------------------------------------------------------------
+
+LOAD_MS = 600_000
+
+
+@pytest.fixture(scope="module")
+def api_page(browser, server_url):
+    """web/api.html (which imports cera.js and loads the default model into window.cera), loaded once."""
+    from playwright.sync_api import expect
+    context = browser.new_context()
+    page = context.new_page()
+    console = []
+    page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
+    page.on("pageerror", lambda e: console.append(f"pageerror: {e}"))
+    page.goto(server_url + "/web/api.html")
+    try:
+        expect(page.get_by_role("status")).to_have_text(re.compile(r"^Ready: |^Loading failed"), timeout=LOAD_MS)
+        expect(page.get_by_role("status")).to_have_text(re.compile(r"^Ready: SmolLM2"), timeout=1)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n" + "\n".join(console[-30:])) from None
+    page.console = console
+    yield page
+    context.close()
+
+
+def _evaluate(page, script: str, arg=None):
+    try:
+        return page.evaluate(script, arg)
+    except Exception as e:
+        raise AssertionError(f"{e}\n" + "\n".join(page.console[-30:])) from None
+
+
+def test_cera_js_replies_equal_the_python_api(api_page, glue):
+    got = _evaluate(api_page, """async (req) => {
+        const out = {};
+        out.chat = await cera.chat.completions.create(req.chat);
+        out.chunks = [];
+        for await (const c of await cera.chat.completions.create({...req.chat, stream: true})) out.chunks.push(c);
+        out.schema = await cera.chat.completions.create(req.schema);
+        out.tool = await cera.chat.completions.create(req.tool);
+        out.text = await cera.completions.create(req.text);
+        return out;
+    }""", REQUESTS)
+    for name in ("chat", "schema", "tool", "text"):
+        method = "completions.create" if name == "text" else "chat.completions.create"
+        _same_reply(got[name], _native(glue, method, REQUESTS[name]), tool=name == "tool")
+    assert got["chat"]["choices"][0]["finish_reason"] == "stop"            # the greedy answer ends with EOS
+    jsonschema.validate(json.loads(got["schema"]["choices"][0]["message"]["content"]), SCHEMA)
+    call = got["tool"]["choices"][0]["message"]["tool_calls"][0]["function"]
+    assert call["name"] == "get_weather"
+    jsonschema.validate(json.loads(call["arguments"]), WEATHER["function"]["parameters"])
+    # the stream: a role chunk, content deltas that make the reply, a last chunk with the finish reason and usage
+    chunks = got["chunks"]
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == \
+        got["chat"]["choices"][0]["message"]["content"]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop" and chunks[-1]["usage"] == got["chat"]["usage"]
+
+
+def test_cera_js_errors_abort_and_the_next_request(api_page, glue):
+    got = _evaluate(api_page, """async (req) => {
+        const out = {};
+        const failure = async (promise) => {
+            try { await promise; return null; } catch (e) { return {name: e.name, message: e.message, type: e.type,
+                                                                    param: e.param}; }
+        };
+        out.bad = await failure(cera.chat.completions.create({messages: req.chat.messages, n: 0}));
+        out.fn = await failure(cera.chat.completions.create({messages: req.chat.messages, tools: [() => 1]}));
+        // a stream stopped after its first text: it ends as a stop would, with the text so far
+        const story = {messages: [{role: 'user', content: 'Tell me a long story about a dragon.'}], max_tokens: 4000,
+                       temperature: 0};
+        const stream = await cera.chat.completions.create({...story, stream: true});
+        out.chunks = [];
+        for await (const c of stream) {
+            out.chunks.push(c);
+            if (c.choices[0].delta.content) stream.controller.abort();
+        }
+        // an AbortSignal: a queued request aborted before it starts rejects; the running one ends early
+        const running = new AbortController(), queued = new AbortController();
+        const first = cera.chat.completions.create(story, {signal: running.signal});
+        const second = failure(cera.completions.create(req.text, {signal: queued.signal}));
+        queued.abort();
+        out.queued = await second;
+        await new Promise((r) => setTimeout(r, 3000));
+        running.abort();
+        out.stopped = await first;
+        out.text = await cera.completions.create(req.text);      // and the engine still answers
+        return out;
+    }""", REQUESTS)
+    assert got["bad"] == {"name": "CeraError", "message": got["bad"]["message"], "type": "invalid_request_error",
+                          "param": "n"} and "n must be an integer" in got["bad"]["message"], got["bad"]
+    assert got["fn"]["name"] == "TypeError" and "functions cannot cross to the worker" in got["fn"]["message"]
+    last = got["chunks"][-1]
+    assert last["choices"][0]["finish_reason"] == "stop" and 0 < last["usage"]["completion_tokens"] < 4000, last
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in got["chunks"])
+    assert text.strip(), got["chunks"]
+    assert got["queued"]["name"] == "AbortError", got["queued"]
+    c = got["stopped"]["choices"][0]
+    assert c["finish_reason"] == "stop" and got["stopped"]["usage"]["completion_tokens"] < 4000, got["stopped"]
+    _same_reply(got["text"], _native(glue, "completions.create", REQUESTS["text"]))
