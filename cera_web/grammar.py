@@ -812,16 +812,16 @@ class Matcher:
         levels = t.levels
         for d in range(1, len(levels) - 1):
             a, b = levels[d], levels[d + 1]
-            key = states.take(t.up[a:b]) * 256 + t.edge[a:b]
-            nxt = rec.trans.ravel().take(key)
+            key = states[t.up[a:b]] * 256 + t.edge[a:b]     # indexing, not take(): Pyodide's intp is 32-bit
+            nxt = rec.trans.ravel()[key]
             unknown = nxt < 0
             if unknown.any():
                 rec.fill(key[unknown])
-                nxt = rec.trans.ravel().take(key)
+                nxt = rec.trans.ravel()[key]
             if not nxt.any():           # nothing alive at this depth: nothing deeper either
                 break
             states[a:b] = nxt
-        return states.take(t.end) != 0
+        return states[t.end] != 0
 
 
 _RECOGNISERS: "OrderedDict[int, tuple[Grammar, Recogniser]]" = OrderedDict()
