@@ -120,9 +120,23 @@ def cancel_in_prefill(monkeypatch):
     return patch
 
 
+def pytest_addoption(parser):
+    parser.addoption("--all", action="store_true", default=False,
+                     help="also run the tests marked slow (long real-model page tests that repeat what a faster test "
+                          "covers; the default run, and CI's, leave them out to stay within the CI time budget)")
+
+
 def pytest_collection_modifyitems(config, items):
-    """Run the browser tests last. Fast tests fail first; and while the session's Playwright (sync API) is running it
-    keeps an asyncio loop in the main thread, so tests that call asyncio.run() must not come after it starts."""
+    """Leave out the tests marked slow unless --all (or CERA_WEB_ALL_TESTS=1) or -m names markers; then run the
+    browser tests last. Fast tests fail first; and while the session's Playwright (sync API) is running it keeps an
+    asyncio loop in the main thread, so tests that call asyncio.run() must not come after it starts."""
+    if not (config.getoption("--all") or os.environ.get("CERA_WEB_ALL_TESTS") == "1" or config.getoption("-m")):
+        named = [a for a in config.args if "::" in a]        # a test asked for by its id runs
+        slow = [i for i in items if i.get_closest_marker("slow") and not any(i.nodeid.startswith(a.split("/tests/")[-1])
+                                                                              or a.endswith(i.nodeid) for a in named)]
+        if slow:
+            config.hook.pytest_deselected(items=slow)
+            items[:] = [i for i in items if i not in slow]
     uses_browser = [i for i in items if "browser" in getattr(i, "fixturenames", ())]
     others = [i for i in items if "browser" not in getattr(i, "fixturenames", ())]
     items[:] = others + uses_browser

@@ -228,6 +228,7 @@ def test_page_loads_default_model_and_shows_adapter(app, smollm2_gguf):
 # -- (b) generation matches the reference ------------------------------------------------------------------------
 
 
+@pytest.mark.slow   # 32 tokens at ~1 tok/s; the chat case below checks the page's tokens against the reference too
 def test_raw_greedy_generation_matches_reference(app, reference):
     case = _case(reference, RAW_CASE)
     assert case["eos_position"] is None and len(case["greedy_ids"]) == 32

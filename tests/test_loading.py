@@ -493,8 +493,12 @@ def test_model_that_cannot_fit_is_refused_before_the_download(tab, site, smollm2
     tab.expect(tab.alert).to_contain_text("maxStorageBufferBindingSize")
     tab.expect(tab.status).to_have_text("Loading failed: see the error below.")
     tab.expect(tab.page.get_by_role("button", name="Send")).to_be_disabled()
+    # The page reads the first MiB(s), refuses, and cancels the download. What the server has read from the file by
+    # then also counts what the socket and the browser's network buffers took ahead of the page: up to ~27 MB on a
+    # loaded 2-core box (the check runs Python in Pyodide while bytes keep arriving). A page that did not cancel would
+    # have sent the whole file; half of it is the bound.
     sent = site.sent[model] - sent_before
-    assert 0 < sent < size // 4, f"{sent} of {size} bytes were sent"
+    assert 0 < sent < size // 2, f"{sent} of {size} bytes were sent"
     assert tab.opfs_files() == {}
     tab.show_drawer()
     tab.expect(tab.cache_items).to_have_count(0)

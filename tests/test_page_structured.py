@@ -160,6 +160,7 @@ def _native_reply(model_path):
 
 
 @pytest.mark.browser
+@pytest.mark.slow   # ~4.5 min on 2 cores; test_raw_grammar_and_token_probabilities_tiny_model covers the same views
 def test_chat_json_schema_and_token_probabilities_smollm2(browser, server_url, smollm2_gguf, tmp_path):
     jsonschema = pytest.importorskip("jsonschema")
     text, tokens, logprobs = _native_reply(smollm2_gguf)
