@@ -70,7 +70,8 @@ async def run(engine, prompt_tokens: int = 512, decode_tokens: int = 128, steps_
 
 
 async def profile(engine, prompt_tokens: int = 512, repeats: int = 20) -> dict:
-    """GPU milliseconds of each kind of dispatch in one decode step and one prefill chunk: the plan's dispatches are
+    """GPU milliseconds of each kind of dispatch in one decode step and one prefill chunk, at about position
+    prompt_tokens (attention reads that many keys; the cache rows are the first chunk's then zeros): the plan's dispatches are
     grouped by what they compute (e.g. "attn_q", "attention", "ffn_down") and each group is submitted alone,
     ``repeats`` times, between two readbacks. Includes each dispatch's fixed cost, which is the point. Where the
     device has timestamp queries (native), each kind also gets ``gpu_us``: its dispatches' GPU time summed over the
@@ -92,7 +93,7 @@ async def profile(engine, prompt_tokens: int = 512, repeats: int = 20) -> dict:
         groups = {}
         for d, label in zip(rec.dispatches, rec.labels):
             groups.setdefault(re.sub(r"^blk\.\d+\.|\.weight$", "", label) or "?", []).append(d)
-        model.set_step(n_tokens, model.chunk, 0)
+        model.set_step(n_tokens, max(model.chunk, prompt_tokens - n_tokens), 0)   # a pass late in the prompt
         rows = {}
         for label, ds in groups.items():
             sub = dev.record(ds)
