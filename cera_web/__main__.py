@@ -31,7 +31,7 @@ async def _generate(args):
                                               "repeat_window", "seed") if getattr(args, k) is not None}
     SamplingParams.from_dict(settings)      # bad settings are refused before the model loads
     engine = await Engine.load(_model_path(args.model), context_size=args.context,
-                               device="cpu" if args.cpu else None)
+                               device="cpu" if args.cpu else None, kv_cache=args.kv_cache)
     engine.steps_per_read = args.steps_per_read
     stream = None if args.json else (lambda tok, piece: print(piece, end="", flush=True))
     if args.stop:
@@ -67,8 +67,9 @@ async def _bench(args):
             part = path.with_suffix(".part")
             bench.synthetic_llama(part, args.synthetic, args.quant)
             part.rename(path)
-    engine = await Engine.load(_model_path(path), context_size=args.context, chunk=args.chunk)
-    out = await bench.run(engine, args.prompt_tokens, args.decode_tokens, args.steps_per_read, args.repeats)
+    engine = await Engine.load(_model_path(path), context_size=args.context, chunk=args.chunk, kv_cache=args.kv_cache)
+    out = await bench.run(engine, args.prompt_tokens, args.decode_tokens, args.steps_per_read, args.repeats,
+                          args.decode_after)
     if args.synthetic:
         out["synthetic"] = {"shape": args.synthetic, "quant": args.quant, **bench.SHAPES[args.synthetic],
                             **bench.synthetic_info(path)}
@@ -116,6 +117,8 @@ def main(argv=None) -> int:
     g.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-turn tokens")
     g.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     g.add_argument("--context", type=int, default=2048, help="context size in tokens")
+    g.add_argument("--kv-cache", choices=("f32", "f16"), default="f32",
+                   help="the KV cache's element type: f16 halves its memory (GPUs with shader-f16)")
     g.add_argument("--steps-per-read", type=int, default=None,
                    help="decode steps submitted per token readback (default: adapts to about 30 ms a read)")
     g.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
@@ -129,6 +132,10 @@ def main(argv=None) -> int:
                    help="decode steps a readback (default: adaptive, as generate and the page use)")
     b.add_argument("--chunk", type=int, default=512, help="prefill chunk size in tokens")
     b.add_argument("--context", type=int, default=2048)
+    b.add_argument("--kv-cache", choices=("f32", "f16"), default="f32", help="the KV cache's element type")
+    b.add_argument("--decode-after", type=int, default=16,
+                   help="prompt tokens before the decode run (default 16, as llama-bench's tg; e.g. 1536 to decode "
+                        "late in a long conversation)")
     b.add_argument("--repeats", type=int, default=1)
     b.add_argument("--profile", action="store_true", help="also time each kind of dispatch alone")
     b.add_argument("--synthetic", nargs="?", const="smollm2-135m", metavar="SHAPE",

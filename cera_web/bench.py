@@ -26,11 +26,14 @@ def prompt_ids(tokenizer, n: int) -> list[int]:
 
 
 async def run(engine, prompt_tokens: int = 512, decode_tokens: int = 128, steps_per_read: int | None = None,
-              repeats: int = 1) -> dict:
+              repeats: int = 1, decode_after: int = 16) -> dict:
     """steps_per_read: decode steps a readback; None (the default) lets the engine's ReadPacer choose, as the CLI
-    and the page do ("steps_per_read": "auto" in the JSON, with the last read's count and the step time it saw)."""
+    and the page do ("steps_per_read": "auto" in the JSON, with the last read's count and the step time it saw).
+    decode_after: the decode run's prompt length, so its tokens are at positions decode_after.. (16 by default, as
+    llama-bench's tg runs near the start; a long one measures decoding late in a conversation)."""
     dev = engine.dev
-    ids = prompt_ids(engine.tokenizer, prompt_tokens)
+    ids = prompt_ids(engine.tokenizer, max(prompt_tokens, decode_after))
+    decode_ids, ids = ids[:decode_after], ids[:prompt_tokens]
     engine.steps_per_read = steps_per_read
     await engine.generate(ids[:8], max_tokens=4, stop_at_eos=False)          # warm-up: pipelines, caches
     best = None
@@ -39,7 +42,7 @@ async def run(engine, prompt_tokens: int = 512, decode_tokens: int = 128, steps_
         pre = await engine.generate(ids, max_tokens=1, stop_at_eos=False)      # prefill + first token
         ttft = (time.perf_counter() - t0) * 1000
         c0 = (dev.calls, dev.dispatches, dev.submits)
-        res = await engine.generate(ids[:16], max_tokens=decode_tokens + 1, stop_at_eos=False)
+        res = await engine.generate(decode_ids, max_tokens=decode_tokens + 1, stop_at_eos=False)
         steps = max(len(res.tokens) - 1, 1)
         calls, disp, subs = (b - a for a, b in zip(c0, (dev.calls, dev.dispatches, dev.submits)))
         row = {
@@ -47,7 +50,7 @@ async def run(engine, prompt_tokens: int = 512, decode_tokens: int = 128, steps_
             "ttft_ms": round(ttft, 2),
             "decode_tok_s": round(res.decode_tok_s, 1),
             "host_ms_per_token": round(res.host_ms / steps, 4),
-            # the decode run also prefilled 16 tokens: that pass is counted too (one submit, one plan)
+            # the decode run also prefilled its prompt (reusing the cache): that pass is counted too
             "dispatches_per_token": round(disp / (steps + 1), 1),
             "submits_per_token": round(subs / (steps + 1), 3),
             "api_calls_per_token": round(calls / (steps + 1), 2),
@@ -60,6 +63,8 @@ async def run(engine, prompt_tokens: int = 512, decode_tokens: int = 128, steps_
         "host": platform.node(),
         "prompt_tokens": len(ids),
         "decode_tokens": decode_tokens,
+        "decode_after": decode_after,
+        "kv_cache": getattr(engine.model, "kv_cache", "f32"),
         "steps_per_read": "auto" if steps_per_read is None else steps_per_read,
         **({"auto_steps_last": engine.pacer.last, "auto_step_ms": round(engine.pacer.step_ms or 0, 3)}
            if steps_per_read is None else {}),

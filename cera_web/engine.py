@@ -135,11 +135,16 @@ class Engine:
 
     @classmethod
     async def load(cls, source, *, device=None, context_size: int = 2048, chunk: int | None = None,
-                   on_progress=None, cpu_fallback: bool = True):
+                   on_progress=None, cpu_fallback: bool = True, kv_cache: str = "f32"):
         """Parse a GGUF (a path or a source object), build its tokenizer and upload its weights to the GPU.
         device: a cera_web.gpu device, "cpu" for the numpy reference model on the CPU, or None for the best GPU —
         falling back to the CPU (with a message on stderr) when there is none, unless cpu_fallback is False.
-        chunk: prompt tokens per prefill pass (default 512 on GPUs, 64 on CPU adapters such as SwiftShader)."""
+        chunk: prompt tokens per prefill pass (default 512 on GPUs, 64 on CPU adapters such as SwiftShader).
+        kv_cache: the KV cache's element type: "f32" (the default), or "f16": half the memory (twice the context in
+        the same bytes, as llama.cpp's default), keys and values rounded to halves as they are cached (logits move
+        by ~1e-2; docs/DESIGN.md); on GPUs it needs the shader-f16 feature (UnsupportedModelError without)."""
+        if kv_cache not in ("f32", "f16"):
+            raise InputError(f"kv_cache must be 'f32' or 'f16', got {kv_cache!r}")
         if not hasattr(source, "read"):
             source = FileSource(source)
         if on_progress:
@@ -171,7 +176,8 @@ class Engine:
         if chunk is None:
             chunk = 64 if device.is_cpu else 512
         chunk = max(1, min(chunk, context_size))
-        model = load_model(device, gguf, source, context_size=context_size, chunk=chunk, on_progress=on_progress)
+        model = load_model(device, gguf, source, context_size=context_size, chunk=chunk, on_progress=on_progress,
+                           kv_cache=kv_cache)
         return cls(device, gguf, source, model, tokenizer)
 
     def close(self):

@@ -77,12 +77,14 @@ def rope_interleaved(x: np.ndarray, positions: np.ndarray, inv_freq: np.ndarray)
 
 
 class KVCache:
-    """Keys and values of one attention layer for the positions seen so far; grows by doubling."""
+    """Keys and values of one attention layer for the positions seen so far; grows by doubling. half: values are
+    stored rounded to float16 (what a kv_cache="f16" engine keeps)."""
 
-    def __init__(self, n_kv_heads: int, head_dim: int, capacity: int = 64):
+    def __init__(self, n_kv_heads: int, head_dim: int, capacity: int = 64, half: bool = False):
         self.k = np.zeros((capacity, n_kv_heads, head_dim), np.float32)
         self.v = np.zeros_like(self.k)
         self.length = 0
+        self.half = half
 
     def update(self, start: int, k: np.ndarray, v: np.ndarray):
         """Write k, v [T, KV, D] at positions start.. (dropping anything cached after start), return all keys
@@ -94,6 +96,8 @@ class KVCache:
                 grown = np.zeros((cap,) + self.k.shape[1:], np.float32)
                 grown[:self.length] = getattr(self, name)[:self.length]
                 setattr(self, name, grown)
+        if self.half:
+            k, v = k.astype(np.float16), v.astype(np.float16)
         self.k[start:end] = k
         self.v[start:end] = v
         self.length = end
@@ -259,10 +263,10 @@ class Transformer:
         # tied embeddings: files without output.weight reuse the embedding matrix as the output projection
         self.output = self.tok_embeddings if spec.lm_head == "token_embd.weight" else load(spec.lm_head)  # [V, E]
 
-    def new_cache(self) -> list:
+    def new_cache(self, kv_cache: str = "f32") -> list:
         s = self.spec
-        return [KVCache(layer.kv_heads, s.head_dim) if layer.attention else ConvCache(s.hidden)
-                for layer in s.layers]
+        return [KVCache(layer.kv_heads, s.head_dim, half=kv_cache == "f16") if layer.attention
+                else ConvCache(s.hidden) for layer in s.layers]
 
     def __call__(self, ids: np.ndarray, start: int, cache: list, last_only: bool = False) -> np.ndarray:
         x = self.tok_embeddings[ids]                                       # [T, E]
@@ -281,20 +285,20 @@ class Transformer:
 class ReferenceModel:
     """A model plus its KV cache. ``forward`` continues the cached sequence (or rewinds it to ``start_pos``)."""
 
-    def __init__(self, model: Transformer):
+    def __init__(self, model: Transformer, kv_cache: str = "f32"):
         self.model = model
         self.spec = model.spec
         self.architecture = model.spec.arch
         self.vocab_size = model.spec.vocab
         self.context_length = model.spec.context_train
-        self.cache = model.new_cache()
+        self.cache = model.new_cache(kv_cache)      # "f16": keys and values rounded to halves as they are cached
         self.position = 0                     # number of tokens in the cache
 
     @classmethod
-    def from_gguf(cls, source, read=None, spec: ModelSpec | None = None) -> "ReferenceModel":
+    def from_gguf(cls, source, read=None, spec: ModelSpec | None = None, kv_cache: str = "f32") -> "ReferenceModel":
         """Load from a path, or from a parsed ``GGUFFile`` plus ``read(offset, n) -> bytes`` (a callable, or an
         object with a ``read`` method such as ``cera_web.source.FileSource``). spec: the file's ModelSpec, when the
-        caller has it already (else it is read here)."""
+        caller has it already (else it is read here). kv_cache: "f16" rounds cached keys and values to halves."""
         if isinstance(source, GGUFFile):
             g = source
             if read is None:
@@ -312,7 +316,7 @@ class ReferenceModel:
             info = g.tensor(name)
             return dequantize_tensor(info, tensor_bytes(read, info))
 
-        return cls(Transformer(spec, load))
+        return cls(Transformer(spec, load), kv_cache)
 
     def reset(self):
         """Forget the cached sequence."""

@@ -16,17 +16,18 @@
 // Constants: HEADS, KV_HEADS, HD (head size: a multiple of 4, at most 1024), SCALE (f32, usually 1/sqrt(HD)),
 //   ROWS (query rows a workgroup, at most 256 / (HD / 4)), BK (keys a tile, at most ROWS): kernels.attention_tile,
 //   WINDOW (0: global attention). With a window the workgroup starts at the tile holding its first row's lo.
+//   KVT: the cache's element type (f32, or f16 with the shader-f16 feature; read as f32).
 // Bindings:
 //   0 Q:   array<vec4<f32>>     [n_tokens, HEADS * HD / 4]
-//   1 Kc:  array<vec4<f32>>     [context, KV_HEADS * HD / 4]   (rows < step.pos0 + step.n_tokens are filled)
-//   2 Vc:  array<vec4<f32>>     [context, KV_HEADS * HD / 4]
+//   1 Kc:  array<vec4<KVT>>     [context, KV_HEADS * HD / 4]   (rows < step.pos0 + step.n_tokens are filled)
+//   2 Vc:  array<vec4<KVT>>     [context, KV_HEADS * HD / 4]
 //   3 O:   array<vec4<f32>>     [n_tokens, HEADS * HD / 4]
 //   4 step: uniform Step
 // Dispatch: (KV_HEADS, ceil(n_tokens_max * G / ROWS)) (kernels.attention_groups), ROWS * HD / 4 threads a
 // workgroup; rows of tokens past step.n_tokens write nothing.
 @group(0) @binding(0) var<storage, read> Q: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> Kc: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> Vc: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> Kc: array<vec4<KVT>>;
+@group(0) @binding(2) var<storage, read> Vc: array<vec4<KVT>>;
 @group(0) @binding(3) var<storage, read_write> O: array<vec4<f32>>;
 @group(0) @binding(4) var<uniform> step: Step;
 
@@ -68,8 +69,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var k_next = vec4<f32>(0.0);
     var v_next = vec4<f32>(0.0);
     if (loads && k_start + r < n_max) {
-        k_next = Kc[(k_start + r) * kv_stride + col];
-        v_next = Vc[(k_start + r) * kv_stride + col];
+        k_next = vec4<f32>(Kc[(k_start + r) * kv_stride + col]);
+        v_next = vec4<f32>(Vc[(k_start + r) * kv_stride + col]);
     }
     var m = -3.0e38;                  // running max
     var l = 0.0;                      // running sum of exp
@@ -82,8 +83,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         workgroupBarrier();
         let key = k0 + BK + r;
         if (loads && key < n_max) {
-            k_next = Kc[key * kv_stride + col];
-            v_next = Vc[key * kv_stride + col];
+            k_next = vec4<f32>(Kc[key * kv_stride + col]);
+            v_next = vec4<f32>(Vc[key * kv_stride + col]);
         }
         let jn = select(0u, min(BK, n - k0), n > k0);   // the row's keys in this tile: jl <= j < jn
         let jl = select(0u, lo - k0, lo > k0);

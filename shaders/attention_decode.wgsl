@@ -7,14 +7,15 @@
 // The first query head of each group also stores k and v into the cache row p for later steps. Other workgroups of
 // this dispatch never read row p from the cache, so there is no race. RoPE and the norm are as in rope_store.wgsl.
 //
-// Constants: QH, KVH, HD (a multiple of 4, <= 1024), NEOX, QK_NORM, EPS, SCALE, KEYS, WINDOW (0: global).
+// Constants: QH, KVH, HD (a multiple of 4, <= 1024), NEOX, QK_NORM, EPS, SCALE, KEYS, WINDOW (0: global);
+//   KVT, the cache's element type (f32, or f16 with the shader-f16 feature: stored rounded, read as f32).
 // Bindings:
 //   0 QKV: array<f32>    [1, (QH + 2 KVH) * HD] the fused projection's output for this token
 //   1 B: array<f32>      [(QH + 2 KVH) * HD] bias (zeros when none)
 //   2 NG: array<f32>     [2 * HD] q-norm gain then k-norm gain (read only with QK_NORM)
 //   3 FREQ: array<f32>   [HD / 2]
-//   4 Kc: array<vec4<f32>>  [context, KVH * HD / 4]
-//   5 Vc: array<vec4<f32>>  [context, KVH * HD / 4]
+//   4 Kc: array<vec4<KVT>>  [context, KVH * HD / 4]
+//   5 Vc: array<vec4<KVT>>  [context, KVH * HD / 4]
 //   6 O: array<vec4<f32>>   [1, QH * HD / 4]
 //   7 step: uniform Step (n_tokens must be 1)
 // The score and value phases are organised as in attention.wgsl (256 threads; key groups for the values).
@@ -23,8 +24,8 @@
 @group(0) @binding(1) var<storage, read> B: array<f32>;
 @group(0) @binding(2) var<storage, read> NG: array<f32>;
 @group(0) @binding(3) var<storage, read> FREQ: array<f32>;
-@group(0) @binding(4) var<storage, read_write> Kc: array<vec4<f32>>;
-@group(0) @binding(5) var<storage, read_write> Vc: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read_write> Kc: array<vec4<KVT>>;
+@group(0) @binding(5) var<storage, read_write> Vc: array<vec4<KVT>>;
 @group(0) @binding(6) var<storage, read_write> O: array<vec4<f32>>;
 @group(0) @binding(7) var<uniform> step: Step;
 
@@ -105,8 +106,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let kv_stride = KVH * D4;
     if (h % (QH / KVH) == 0u) {           // one workgroup per group stores this position's k and v
         for (var d = tid; d < D4; d += WG) {
-            Kc[pos * kv_stride + g * D4 + d] = k4(d);
-            Vc[pos * kv_stride + g * D4 + d] = v4(d);
+            Kc[pos * kv_stride + g * D4 + d] = vec4<KVT>(k4(d));
+            Vc[pos * kv_stride + g * D4 + d] = vec4<KVT>(v4(d));
         }
     }
     let n = pos + 1u;
@@ -122,10 +123,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         for (var j = tid; j < cn; j += WG) {
             var s = 0.0;
             if (c0 + j == pos) {
-                for (var d = 0u; d < D4; d++) { s += dot(q4(d), k4(d)); }
+                for (var d = 0u; d < D4; d++) { s += dot(q4(d), vec4<f32>(vec4<KVT>(k4(d)))); }   // as cached
             } else {
                 let row = (c0 + j) * kv_stride + g * D4;
-                for (var d = 0u; d < D4; d++) { s += dot(q4(d), Kc[row + d]); }
+                for (var d = 0u; d < D4; d++) { s += dot(q4(d), vec4<f32>(Kc[row + d])); }
             }
             s *= SCALE;
             p[j] = s;
@@ -146,7 +147,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             let cached = min(cn, pos - c0);
             acc = weigh_values(acc, c0, cached, grp, kv_stride, g * D4 + lane);
             if (cached < cn && grp == cached % VG) {
-                acc += p[cached] * v4(lane);
+                acc += p[cached] * vec4<f32>(vec4<KVT>(v4(lane)));
             }
         }
         m = m_new;
@@ -191,17 +192,17 @@ fn weigh_values(acc: vec4<f32>, c0: u32, cn: u32, grp: u32, stride: u32, col: u3
     var a3 = vec4<f32>(0.0);
     var j = grp;
     for (; j + 3u * VG < cn; j += 4u * VG) {
-        let v0 = Vc[(c0 + j) * stride + col];
-        let v1 = Vc[(c0 + j + VG) * stride + col];
-        let v2 = Vc[(c0 + j + 2u * VG) * stride + col];
-        let v3 = Vc[(c0 + j + 3u * VG) * stride + col];
+        let v0 = vec4<f32>(Vc[(c0 + j) * stride + col]);
+        let v1 = vec4<f32>(Vc[(c0 + j + VG) * stride + col]);
+        let v2 = vec4<f32>(Vc[(c0 + j + 2u * VG) * stride + col]);
+        let v3 = vec4<f32>(Vc[(c0 + j + 3u * VG) * stride + col]);
         a0 += p[j] * v0;
         a1 += p[j + VG] * v1;
         a2 += p[j + 2u * VG] * v2;
         a3 += p[j + 3u * VG] * v3;
     }
     for (; j < cn; j += VG) {
-        a0 += p[j] * Vc[(c0 + j) * stride + col];
+        a0 += p[j] * vec4<f32>(Vc[(c0 + j) * stride + col]);
     }
     return (a0 + a1) + (a2 + a3);
 }

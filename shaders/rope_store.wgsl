@@ -5,15 +5,16 @@
 //   NEOX false (GGUF llama layout): the pair is (x[2i], x[2i+1]);  NEOX true: (x[i], x[i + HD/2]);
 //   (x0, x1) <- (x0 cos a - x1 sin a, x0 sin a + x1 cos a).
 //
-// Constants: QH, KVH (query and key/value head counts), HD (head size, <= 256, even), NEOX, QK_NORM, EPS.
+// Constants: QH, KVH (query and key/value head counts), HD (head size, <= 256, even), NEOX, QK_NORM, EPS;
+//   KVT, the cache's element type (f32, or f16 with the shader-f16 feature: values rounded to the nearest half).
 // Bindings:
 //   0 QKV: array<f32>    [n_tokens, (QH + 2 KVH) * HD]  the projection's output (q heads, then k, then v)
 //   1 B: array<f32>      [(QH + 2 KVH) * HD]  bias (zeros when the model has none)
 //   2 NG: array<f32>     [2 * HD]  q-norm gain then k-norm gain (read only with QK_NORM)
 //   3 FREQ: array<f32>   [HD / 2]  rotation frequencies (theta^(-2i/HD), with any rope scaling)
 //   4 Q: array<f32>      [n_tokens, QH * HD]
-//   5 Kc: array<f32>     [context, KVH * HD]
-//   6 Vc: array<f32>     [context, KVH * HD]
+//   5 Kc: array<KVT>     [context, KVH * HD]
+//   6 Vc: array<KVT>     [context, KVH * HD]
 //   7 step: uniform Step
 // Dispatch: (QH + 2 KVH, n_tokens_max): one workgroup of 64 threads per (head, token).
 @group(0) @binding(0) var<storage, read> QKV: array<f32>;
@@ -21,8 +22,8 @@
 @group(0) @binding(2) var<storage, read> NG: array<f32>;
 @group(0) @binding(3) var<storage, read> FREQ: array<f32>;
 @group(0) @binding(4) var<storage, read_write> Q: array<f32>;
-@group(0) @binding(5) var<storage, read_write> Kc: array<f32>;
-@group(0) @binding(6) var<storage, read_write> Vc: array<f32>;
+@group(0) @binding(5) var<storage, read_write> Kc: array<KVT>;
+@group(0) @binding(6) var<storage, read_write> Vc: array<KVT>;
 @group(0) @binding(7) var<uniform> step: Step;
 
 const ROW: u32 = (QH + 2u * KVH) * HD;
@@ -45,7 +46,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     if (head >= QH + KVH) {                                   // a v head: store as is
         let g = head - QH - KVH;
         for (var d = tid; d < HD; d += 64u) {
-            Vc[pos * KVH * HD + g * HD + d] = h[d];
+            Vc[pos * KVH * HD + g * HD + d] = KVT(h[d]);
         }
         return;
     }
@@ -80,8 +81,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         var out0 = 0u;
         if (is_k) {
             out0 = pos * KVH * HD + (head - QH) * HD;
-            Kc[out0 + i0] = x0 * c - x1 * s;
-            Kc[out0 + i1] = x0 * s + x1 * c;
+            Kc[out0 + i0] = KVT(x0 * c - x1 * s);
+            Kc[out0 + i1] = KVT(x0 * s + x1 * c);
         } else {
             out0 = t * QH * HD + head * HD;
             Q[out0 + i0] = x0 * c - x1 * s;

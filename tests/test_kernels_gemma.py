@@ -183,3 +183,90 @@ def test_attention_decode_sliding_window(dev, QH, KVH, D, pos, W):
     np.testing.assert_allclose(read(dev, O, QH * D).reshape(1, QH, D), want, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(read(dev, Kc2, ctx * KVH * D).reshape(ctx, KVH, D), k, atol=1e-5)
     assert pos + 1 <= W or not np.allclose(want, attention_ref(q, k, v, pos, 1, scale, 0))
+
+
+# -- the KV cache in halves (Engine.load kv_cache="f16", the shader-f16 feature) ----------------------------------
+
+
+@pytest.fixture(scope="module")
+def dev16(dev):
+    if "shader-f16" not in dev.features:
+        pytest.skip("this adapter has no shader-f16")
+    return dev
+
+
+def halves(a):
+    """a rounded to float16, as float32 (what a kv_cache="f16" cache holds)."""
+    return np.asarray(a, np.float32).astype(np.float16).astype(np.float32)
+
+
+@pytest.mark.parametrize("neox,qk_norm", [(False, False), (True, True)])
+def test_rope_store_into_a_half_cache(dev16, neox, qk_norm):
+    """rope_store with KV16 stores the same keys and values as the f32 kernel, rounded to the nearest half (within
+    half a unit of the last place of f16: the GPU's conversion may round a tie the other way)."""
+    dev = dev16
+    QH, KVH, D, T, pos0, ctx = 4, 2, 64, 5, 3, 12
+    rng = np.random.default_rng(11)
+    qkv = rng.standard_normal((T, QH + 2 * KVH, D)).astype(np.float32) * 3
+    ins = [f32_buffer(dev, a) for a in (qkv, rng.standard_normal((QH + 2 * KVH, D)), rng.uniform(0.5, 1.5, (2, D)),
+                                        10000.0 ** (-np.arange(0, D, 2) / D))]
+    step = step_buffer(dev, T, pos0)
+    Q, Kc, Vc = dev.create_buffer(4 * T * QH * D), dev.create_buffer(4 * ctx * KVH * D), dev.create_buffer(4 * ctx * KVH * D)
+    run(dev, kernels.rope_store(QH, KVH, D, neox, qk_norm), ins + [Q, Kc, Vc, step], (QH + 2 * KVH, T, 1))
+    Q2, K2, V2 = dev.create_buffer(4 * T * QH * D), dev.create_buffer(2 * ctx * KVH * D), dev.create_buffer(2 * ctx * KVH * D)
+    run(dev, kernels.rope_store(QH, KVH, D, neox, qk_norm, kv16=True), ins + [Q2, K2, V2, step], (QH + 2 * KVH, T, 1))
+    np.testing.assert_array_equal(read(dev, Q2, T * QH * D), read(dev, Q, T * QH * D))
+    for full, half in ((Kc, K2), (Vc, V2)):
+        want = read(dev, full, ctx * KVH * D)
+        got = read(dev, half, ctx * KVH * D, np.float16).astype(np.float32)
+        assert np.all(np.abs(got - want) <= np.abs(want) * 2.0 ** -11 * 1.001), np.max(np.abs(got - want))
+        assert not got[:pos0 * KVH * D].any() and got[pos0 * KVH * D:(pos0 + T) * KVH * D].any()
+
+
+@pytest.mark.parametrize("H,KV,D,pos0,T,W", [(9, 3, 64, 37, 21, 0), (4, 1, 256, 600, 9, 512), (4, 2, 32, 13, 19, 8)])
+def test_attention_over_a_half_cache(dev16, H, KV, D, pos0, T, W):
+    """attention.wgsl with KV16 reads f16 keys and values: the result of the f32 kernel on the same (f16-exact)
+    values."""
+    dev = dev16
+    ctx = pos0 + T + 2
+    rng = np.random.default_rng(pos0 + D)
+    q = rng.standard_normal((T, H, D)).astype(np.float32)
+    k, v = halves(rng.standard_normal((ctx, KV, D))), halves(rng.standard_normal((ctx, KV, D)))
+    scale, step = 1 / math.sqrt(D), step_buffer(dev, T, pos0)
+    O32, O16 = dev.create_buffer(4 * T * H * D), dev.create_buffer(4 * T * H * D)
+    groups = kernels.attention_groups(H, KV, D, T)
+    run(dev, kernels.attention(H, KV, D, scale, W), [upload(dev, q), upload(dev, k), upload(dev, v), O32, step], groups)
+    run(dev, kernels.attention(H, KV, D, scale, W, kv16=True),
+        [upload(dev, q), upload(dev, k.astype(np.float16)), upload(dev, v.astype(np.float16)), O16, step], groups)
+    np.testing.assert_allclose(read(dev, O16, T * H * D), read(dev, O32, T * H * D), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(read(dev, O16, T * H * D).reshape(T, H, D), attention_ref(q, k, v, pos0, T, scale, W),
+                               rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("QH,KVH,D,pos,W", [(9, 3, 64, 300, 0), (4, 1, 256, 20, 8)])
+def test_decode_attention_over_a_half_cache(dev16, QH, KVH, D, pos, W):
+    """attention_decode.wgsl with KV16: its own key and value are stored rounded to halves and used rounded (as later
+    steps will read them); the result is numpy's attention over the half cache."""
+    dev = dev16
+    ctx, eps = pos + 3, 1e-6
+    rng = np.random.default_rng(pos + D)
+    qkv = rng.standard_normal((1, QH + 2 * KVH, D)).astype(np.float32)
+    freq = (10000.0 ** (-np.arange(0, D, 2) / D)).astype(np.float32)
+    ins = [f32_buffer(dev, a) for a in (qkv, np.zeros((QH + 2 * KVH, D)), np.ones((2, D)), freq)]
+    cache_k, cache_v = halves(rng.standard_normal((ctx, KVH, D))), halves(rng.standard_normal((ctx, KVH, D)))
+    scale, step = 1 / math.sqrt(D), step_buffer(dev, 1, pos)
+    # this token's rotated q, k and v from rope_store (f32), then rounded k and v in the cache at pos
+    Q, Kc, Vc = dev.create_buffer(QH * D * 4), f32_buffer(dev, cache_k), f32_buffer(dev, cache_v)
+    run(dev, kernels.rope_store(QH, KVH, D, True), ins + [Q, Kc, Vc, step], (QH + 2 * KVH, 1, 1))
+    q = read(dev, Q, QH * D).reshape(1, QH, D)
+    k = halves(read(dev, Kc, ctx * KVH * D)).reshape(ctx, KVH, D)
+    v = halves(read(dev, Vc, ctx * KVH * D)).reshape(ctx, KVH, D)
+    K16, V16, O = upload(dev, cache_k.astype(np.float16)), upload(dev, cache_v.astype(np.float16)), \
+        dev.create_buffer(QH * D * 4)
+    run(dev, kernels.attention_decode(QH, KVH, D, True, scale, window=W, kv16=True), ins + [K16, V16, O, step],
+        (QH, 1, 1))
+    np.testing.assert_allclose(read(dev, O, QH * D).reshape(1, QH, D), attention_ref(q, k, v, pos, 1, scale, W),
+                               rtol=1e-4, atol=1e-5)
+    got_k = read(dev, K16, ctx * KVH * D, np.float16).astype(np.float32).reshape(ctx, KVH, D)
+    np.testing.assert_allclose(got_k[pos], k[pos], rtol=2.0 ** -10)
+    np.testing.assert_array_equal(got_k[:pos], cache_k[:pos])

@@ -4,6 +4,7 @@
 The Model interface the engine drives, implemented by both (the engine never asks which one it holds):
 
     spec, vocab, chunk, context_size     the model's ModelSpec; prompt tokens per prefill pass; KV cache positions
+    kv_cache                             the KV cache's element type: "f32", or "f16" (values rounded to halves)
     prefill(ids, pos0, with_head)        run a prompt chunk at positions pos0...; with_head: sample its next token
     decode(pos, out_index)               one step: the last sampled token at pos; its successor into log[out_index]
     await read_log(n)                    the tokens of log[0:n] (waits for the submitted work)
@@ -24,9 +25,16 @@ The Model interface the engine drives, implemented by both (the engine never ask
 from .spec import ARCHITECTURES, ModelSpec, check_architecture, model_spec  # noqa: F401
 
 
-def load_model(dev, gguf, source, *, context_size: int, chunk: int, on_progress=None):
+KV_CACHE_TYPES = ("f32", "f16")
+
+
+def load_model(dev, gguf, source, *, context_size: int, chunk: int, on_progress=None, kv_cache: str = "f32"):
     """The model for parsed GGUF ``gguf``: its spec checked against the file first (before anything is allocated),
-    then the GPU model on ``dev``, or the CPU fallback when ``dev`` is a models.cpu.CPUDevice."""
+    then the GPU model on ``dev``, or the CPU fallback when ``dev`` is a models.cpu.CPUDevice. kv_cache: the KV
+    cache's element type, "f32" or "f16" (half the memory; on GPUs it needs the shader-f16 feature)."""
+    from ..errors import InputError, UnsupportedModelError
+    if kv_cache not in KV_CACHE_TYPES:
+        raise InputError(f"kv_cache must be 'f32' or 'f16', got {kv_cache!r}")
     from .cpu import CPUDevice, CPUModel
     spec = model_spec(gguf)
     if isinstance(dev, CPUDevice):
@@ -34,8 +42,13 @@ def load_model(dev, gguf, source, *, context_size: int, chunk: int, on_progress=
     else:
         from .memory import fit_report
         from .transformer import Transformer as cls
-        fit_report(gguf, dev.limits, context_size, spec=spec)   # refuse what cannot fit before uploading anything
-    return cls(dev, gguf, source, spec, context_size=context_size, chunk=chunk, on_progress=on_progress)
+        if kv_cache == "f16" and "shader-f16" not in dev.features:
+            raise UnsupportedModelError(
+                "kv_cache='f16' needs the GPU's shader-f16 feature, which this device does not offer; use "
+                "kv_cache='f32' (the default)")
+        fit_report(gguf, dev.limits, context_size, spec=spec, kv_cache=kv_cache)   # refuse what cannot fit first
+    return cls(dev, gguf, source, spec, context_size=context_size, chunk=chunk, on_progress=on_progress,
+               kv_cache=kv_cache)
 
 
 def model_class(arch: str):

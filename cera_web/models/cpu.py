@@ -61,12 +61,14 @@ class CPUModel:
 
     on_gpu = False
 
-    def __init__(self, dev, gguf, source, spec, *, context_size: int, chunk: int, on_progress=None):
+    def __init__(self, dev, gguf, source, spec, *, context_size: int, chunk: int, on_progress=None,
+                 kv_cache: str = "f32"):
         self.dev = dev
         self.spec = spec
+        self.kv_cache = kv_cache
         if on_progress:
             on_progress("upload", 0, 1)
-        self.ref = ReferenceModel.from_gguf(gguf, source, spec)
+        self.ref = ReferenceModel.from_gguf(gguf, source, spec, kv_cache)
         if on_progress:
             on_progress("upload", 1, 1)
         self.rewindable = spec.rewindable     # the reference's conv state is not snapshotted: no rewinding

@@ -13,7 +13,7 @@ def _mib(n: int) -> str:
     return f"{n / 2**20:.1f} MiB"
 
 
-def fit_report(gguf, limits: dict, context_size: int = CONTEXT_SIZE, spec=None) -> dict:
+def fit_report(gguf, limits: dict, context_size: int = CONTEXT_SIZE, spec=None, kv_cache: str = "f32") -> dict:
     """What a model needs on the GPU, checked against the device's limits before anything is uploaded.
 
     A kernel binds each buffer whole, so no buffer may exceed maxStorageBufferBindingSize (nor maxBufferSize). A
@@ -23,7 +23,8 @@ def fit_report(gguf, limits: dict, context_size: int = CONTEXT_SIZE, spec=None) 
     the file's spec does not check out: models/spec.py); else returns {weights, kv_cache, largest_tensor,
     largest_bytes, buffer_limit, split} (bytes; split: the names of the tensors that will be split). WebGPU does not
     say how much memory a GPU has in all, so the total is reported, not checked: the browser reports a failed
-    allocation at upload. spec: the file's ModelSpec when the caller has it (else read here)."""
+    allocation at upload. spec: the file's ModelSpec when the caller has it (else read here); kv_cache: "f32" or
+    "f16", the KV cache's element type."""
     spec = spec or model_spec(gguf)
     binding = int(limits.get("max-storage-buffer-binding-size", 1 << 27))
     max_buffer = int(limits.get("max-buffer-size", 1 << 28))
@@ -31,7 +32,7 @@ def fit_report(gguf, limits: dict, context_size: int = CONTEXT_SIZE, spec=None) 
     limit_name = "maxStorageBufferBindingSize" if binding <= max_buffer else "maxBufferSize"
     tensors = list(gguf.tensors.values())
     largest = max(tensors, key=lambda t: t.nbytes, default=None)
-    kv_layer, kv_total = spec.kv_bytes(context_size)
+    kv_layer, kv_total = spec.kv_bytes(context_size, kv_cache)
 
     worst = max(tensors, key=smallest_piece, default=None)
     need = smallest_piece(worst) if worst is not None else 0

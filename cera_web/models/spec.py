@@ -103,10 +103,11 @@ class ModelSpec:
         """Whether a pass may restart at any cached position: no layer keeps a running state (conv)."""
         return not self.conv_layers()
 
-    def kv_bytes(self, context_size: int) -> tuple[int, int]:
-        """(bytes of the largest K or V cache buffer, bytes of all of them) for ``context_size`` tokens: float32,
-        one [context, kv_heads * head_dim] buffer each for K and V per attention layer."""
-        sizes = [4 * context_size * layer.kv_heads * self.head_dim for layer in self.layers if layer.attention]
+    def kv_bytes(self, context_size: int, kv_cache: str = "f32") -> tuple[int, int]:
+        """(bytes of the largest K or V cache buffer, bytes of all of them) for ``context_size`` tokens: float32 (or
+        float16: kv_cache "f16"), one [context, kv_heads * head_dim] buffer each for K and V per attention layer."""
+        width = 2 if kv_cache == "f16" else 4
+        sizes = [width * context_size * layer.kv_heads * self.head_dim for layer in self.layers if layer.attention]
         return max(sizes, default=0), 2 * sum(sizes)
 
     def layer_tensors(self, i: int) -> dict:

@@ -37,8 +37,9 @@ class AttentionBlock:
         self.qkv_dim = (layer.heads + 2 * layer.kv_heads) * s.head_dim
         self.gain = m.norm(p + "attn_norm.weight")
         kv_dim = layer.kv_heads * s.head_dim        # KV cache: [context, kv_heads * head_dim] for K and for V
-        self.k_cache = dev.create_buffer(4 * m.context_size * kv_dim, label=f"k{i}")
-        self.v_cache = dev.create_buffer(4 * m.context_size * kv_dim, label=f"v{i}")
+        width = 2 if m.kv16 else 4                  # f16 or f32
+        self.k_cache = dev.create_buffer(width * m.context_size * kv_dim, label=f"k{i}")
+        self.v_cache = dev.create_buffer(width * m.context_size * kv_dim, label=f"v{i}")
         self.bias = m.f32_buffer(np.concatenate([m.vector(p + f"attn_{n}.bias") for n in "qkv"]), p + "qkv bias") \
             if s.qkv_bias else m.zero_bias
         self.qk_gain = m.f32_buffer(np.concatenate([m.vector(p + f"attn_{n}_norm.weight") for n in "qk"]),
@@ -61,14 +62,15 @@ class AttentionBlock:
                 col += m.shape(name)[0]
         H, KV, D = self.heads, self.kv_heads, s.head_dim
         if T == 1:   # decoding: RoPE, the cache store and attention in one dispatch
-            rec.add(kernels.attention_decode(H, KV, D, s.rope_neox, s.query_scale, s.qk_norm, s.eps, self.window),
+            rec.add(kernels.attention_decode(H, KV, D, s.rope_neox, s.query_scale, s.qk_norm, s.eps, self.window,
+                                             m.kv16),
                     [m.qkv, self.bias, self.qk_gain, self.freq, self.k_cache, self.v_cache, m.att, m.step],
                     (H, 1, 1), "attention")
         else:
-            rec.add(kernels.rope_store(H, KV, D, s.rope_neox, s.qk_norm, s.eps),
+            rec.add(kernels.rope_store(H, KV, D, s.rope_neox, s.qk_norm, s.eps, m.kv16),
                     [m.qkv, self.bias, self.qk_gain, self.freq, m.q, self.k_cache, self.v_cache, m.step],
                     (H + 2 * KV, T, 1), "rope")
-            rec.add(kernels.attention(H, KV, D, s.query_scale, self.window),
+            rec.add(kernels.attention(H, KV, D, s.query_scale, self.window, m.kv16),
                     [m.q, self.k_cache, self.v_cache, m.att, m.step], kernels.attention_groups(H, KV, D, T), "attention")
         m.residual(rec, T, p + "attn_output.weight", m.att, self.post_gain)
 
@@ -120,8 +122,9 @@ class Transformer(GPUModel):
     """The GPU model: embedding, spec.n_layers (op block, FFN block) pairs, final norm and head."""
 
     def __init__(self, dev, gguf, source, spec: ModelSpec, *, context_size: int = 2048, chunk: int = 64,
-                 on_progress=None):
-        super().__init__(dev, gguf, source, spec, context_size=context_size, chunk=chunk, on_progress=on_progress)
+                 on_progress=None, kv_cache: str = "f32"):
+        super().__init__(dev, gguf, source, spec, context_size=context_size, chunk=chunk, on_progress=on_progress,
+                         kv_cache=kv_cache)
         s, T = spec, chunk
         for name in not_implemented(s):
             raise UnsupportedModelError(f"{s.arch}: the GPU model does not implement spec.{name} yet")
