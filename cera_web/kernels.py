@@ -414,17 +414,18 @@ def matvec_q8_shape(fmt, K: int, cpu: bool, subgroup_size: int | None, wg_memory
 
 
 def matvec_q8(fmt, K: int, N: int, *, norm=False, eps=0.0, accum=False, glu=False, last_only=False,
-              ystride=None, yoff=0, lanes=16, wg=256, sg=False, gelu=False) -> str:
+              ystride=None, yoff=0, lanes=16, wg=256, sg=False, gelu=False, xsplit=(1, 32)) -> str:
     """See matvec_q8.wgsl: matmul()'s product for passes of one token (and LAST_ONLY), with the input quantized to
-    8-bit blocks and dot4I8Packed. Dispatch with spread(matvec_q8_groups(N, lanes, wg))."""
+    8-bit blocks and dot4I8Packed. xsplit: (SPLIT, head_dim) of a split decode attention whose partial results are the
+    input (attention_split()). Dispatch with spread(matvec_q8_groups(N, lanes, wg))."""
     if fmt not in INT8_FORMATS:
         raise ValueError(f"matvec_q8: no int8 kernel for {GGMLType(fmt).name}")
-    if K % 32 or wg % lanes or lanes & (lanes - 1):
-        raise ValueError(f"matvec_q8: K={K}, {lanes} lanes, {wg} threads")
+    if K % 32 or wg % lanes or lanes & (lanes - 1) or xsplit[1] % 32 or K % xsplit[1]:
+        raise ValueError(f"matvec_q8: K={K}, {lanes} lanes, {wg} threads, split input {xsplit}")
     sg = bool(sg and lanes > 1)
     text = build("matvec_q8", K=K, N=N, NORM=norm, EPS=float(eps), ACCUM=accum, GLU=glu, GELU=gelu,
                  LAST_ONLY=last_only, YSTRIDE=N if ystride is None else ystride, YOFF=yoff, LANES=lanes, WG=wg,
-                 SG=sg, PARTIAL=1 if sg else wg)
+                 SG=sg, PARTIAL=1 if sg else wg, XSPLIT=xsplit[0], XHD=xsplit[1])
     name, pieces = INT8_FORMATS[fmt]
     head, _, rest = text.partition("\n")      # the directive goes before any declaration
     return "\n".join([head, REQUIRES_I8, rest] + [_read(f"formats/{p}.wgsl") for p in pieces]
@@ -444,13 +445,34 @@ def rope_store(q_heads: int, kv_heads: int, head_dim: int, neox: bool, qk_norm: 
 
 
 def attention_decode(q_heads: int, kv_heads: int, head_dim: int, neox: bool, scale: float, qk_norm: bool = False,
-                     eps: float = 1e-6, window: int = 0, kv16: bool = False) -> str:
+                     eps: float = 1e-6, window: int = 0, kv16: bool = False, split: int = 1) -> str:
     """See attention_decode.wgsl. Keys are scored 1024 a pass (fewer passes, fewer barriers: 677 -> 701 tok/s on the
     H200, docs/bench/h200-s2-keys*.json), 256 for heads over 256 wide, which keeps workgroup memory under 16 KiB.
-    kv16: the KV cache holds f16."""
+    kv16: the KV cache holds f16. split > 1: up to that many key ranges of at least ATTENTION_RANGE keys, partial
+    results for matvec_q8's XSPLIT (dispatch (QH, split, 1))."""
     keys = 1024 if head_dim <= 256 else 256
     return build("attention_decode", QH=q_heads, KVH=kv_heads, HD=head_dim, NEOX=neox,
-                 QK_NORM=qk_norm, EPS=float(eps), SCALE=float(scale), KEYS=keys, WINDOW=window, KV16=kv16)
+                 QK_NORM=qk_norm, EPS=float(eps), SCALE=float(scale), KEYS=keys, WINDOW=window, KV16=kv16,
+                 SPLIT=split, RANGE=ATTENTION_RANGE)
+
+
+ATTENTION_RANGE = 256      # the fewest keys a range of a split decode attention takes
+
+
+def attention_split(context: int, head_dim: int) -> int:
+    """Key ranges (at most) of a split decode attention whose output feeds matvec_q8: one per ATTENTION_RANGE
+    positions of the context, at most 16 (the ranges lengthen past 16 x 256 keys); 1 (no split) where the head is not
+    a multiple of 32 wide. Each step uses as many ranges as its keys need, so short contexts run one workgroup a
+    head as without a split. CERA_WEB_ATTN_SPLIT=N forces at most N (1: off; benchmarks)."""
+    import os
+    forced = os.environ.get("CERA_WEB_ATTN_SPLIT", "")
+    if forced:
+        if not forced.isdigit() or not 1 <= int(forced) <= 64:
+            raise ValueError(f"CERA_WEB_ATTN_SPLIT={forced}: a number of key ranges from 1 to 64")
+        split = int(forced)
+    else:
+        split = min(16, -(-context // ATTENTION_RANGE))
+    return split if head_dim % 32 == 0 else 1
 
 
 def embed(fmt, K: int, N: int, *, row0: int = 0, vocab: int | None = None, scale: float = 1.0) -> str:

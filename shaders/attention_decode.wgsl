@@ -6,8 +6,16 @@
 //   (WINDOW > 0: the last WINDOW positions).
 // The first query head of each group also stores k and v into the cache row p for later steps. Other workgroups of
 // this dispatch never read row p from the cache, so there is no race. RoPE and the norm are as in rope_store.wgsl.
+// Split (SPLIT > 1, flash-decoding): the keys lo..p are cut into ranges of max(RANGE, ceil(keys / SPLIT)) keys, one
+// workgroup each (workgroups past the last range return at once), so that at long contexts up to QH * SPLIT
+// workgroups share the keys instead of QH (a head's keys read by one SM otherwise). Workgroup (h, s) writes its
+// range's unnormalised sum acc_s = sum_j e^(score_j - m_s) value_j and (m_s, l_s, ranges used), its maximum score
+// and sum of e^(score_j - m_s); the next product combines the ranges as it loads its input (matvec_q8.wgsl, XSPLIT):
+//   out[h] = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s,   M = max_s m_s.
+// Short contexts use one range (the combine is then acc_0 / l_0).
 //
-// Constants: QH, KVH, HD (a multiple of 4, <= 1024), NEOX, QK_NORM, EPS, SCALE, KEYS, WINDOW (0: global);
+// Constants: QH, KVH, HD (a multiple of 4, <= 1024), NEOX, QK_NORM, EPS, SCALE, KEYS, WINDOW (0: global), SPLIT,
+//   RANGE;
 //   KVT, the cache's element type (f32, or f16 with the shader-f16 feature: stored rounded, read as f32).
 // Bindings:
 //   0 QKV: array<f32>    [1, (QH + 2 KVH) * HD] the fused projection's output for this token
@@ -16,10 +24,10 @@
 //   3 FREQ: array<f32>   [HD / 2]
 //   4 Kc: array<vec4<KVT>>  [context, KVH * HD / 4]
 //   5 Vc: array<vec4<KVT>>  [context, KVH * HD / 4]
-//   6 O: array<vec4<f32>>   [1, QH * HD / 4]
+//   6 O: array<vec4<f32>>   [1, QH * HD / 4]; with SPLIT > 1 [SPLIT, QH * HD / 4] sums then [SPLIT, QH] (m, l, used, 0)
 //   7 step: uniform Step (n_tokens must be 1)
 // The score and value phases are organised as in attention.wgsl (256 threads; key groups for the values).
-// Dispatch: (QH, 1, 1): one workgroup of 256 threads per query head.
+// Dispatch: (QH, SPLIT, 1): one workgroup of 256 threads per query head and key range.
 @group(0) @binding(0) var<storage, read> QKV: array<f32>;
 @group(0) @binding(1) var<storage, read> B: array<f32>;
 @group(0) @binding(2) var<storage, read> NG: array<f32>;
@@ -102,23 +110,34 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let h = wid.x;
     let g = h / (QH / KVH);
     let pos = step.pos0;
+    let n = pos + 1u;
+    var lo = select(0u, n - WINDOW, WINDOW > 0u && n > WINDOW);
+    var hi = n;
+    var used = 1u;
+    if (SPLIT > 1u) {                     // this workgroup's range of keys
+        let per = max(RANGE, (n - lo + SPLIT - 1u) / SPLIT);
+        used = (n - lo + per - 1u) / per;
+        if (wid.y >= used) {
+            return;
+        }
+        lo += wid.y * per;
+        hi = min(n, lo + per);
+    }
     prepare(tid, h, g);
     let kv_stride = KVH * D4;
-    if (h % (QH / KVH) == 0u) {           // one workgroup per group stores this position's k and v
+    if (h % (QH / KVH) == 0u && wid.y == 0u) {     // one workgroup per group stores this position's k and v
         for (var d = tid; d < D4; d += WG) {
             Kc[pos * kv_stride + g * D4 + d] = vec4<KVT>(k4(d));
             Vc[pos * kv_stride + g * D4 + d] = vec4<KVT>(v4(d));
         }
     }
-    let n = pos + 1u;
     let lane = tid % D4;
     let grp = tid / D4;
     var m = -3.0e38;
     var l = 0.0;
     var acc = vec4<f32>(0.0);
-    let lo = select(0u, n - WINDOW, WINDOW > 0u && n > WINDOW);
-    for (var c0 = lo; c0 < n; c0 += CHUNK) {
-        let cn = min(CHUNK, n - c0);
+    for (var c0 = lo; c0 < hi; c0 += CHUNK) {
+        let cn = min(CHUNK, hi - c0);
         var local_max = -3.0e38;
         for (var j = tid; j < cn; j += WG) {
             var s = 0.0;
@@ -160,7 +179,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         for (var i = 0u; i < VG; i++) {
             sum += part[i * D4 + tid];
         }
-        O[h * D4 + tid] = sum / l;
+        if (SPLIT == 1u) {
+            O[h * D4 + tid] = sum / l;
+        } else {
+            O[wid.y * QH * D4 + h * D4 + tid] = sum;
+            if (tid == 0u) {
+                O[SPLIT * QH * D4 + wid.y * QH + h] = vec4<f32>(m, l, f32(used), 0.0);
+            }
+        }
     }
 }
 

@@ -17,12 +17,17 @@
 //   SG         reduce a row's lanes with subgroup shuffles (only where every subgroup has at least LANES
 //              invocations, numbered in local_invocation_index order; see matmul.wgsl)
 //   PARTIAL    WG without SG (the lanes' workgroup-memory reduction), 1 with SG
+//   XSPLIT     1, or the SPLIT of a split decode attention whose partial results X holds (one token): input k, of
+//              head h = k / XHD (XHD a multiple of 32), is sum_s e^(m_s - M) acc_s[k] / sum_s e^(m_s - M) l_s over
+//              the ranges s the attention used (range 0 says how many), M = max_s m_s, combined as each block is
+//              loaded (attention_decode.wgsl says why)
 // Workgroup memory: K bytes of int8 inputs, 8 bytes per 32 inputs (scale, sum of squares), 16 * PARTIAL bytes;
 // kernels.matvec_q8_fits checks it against the device's limit.
 // Bindings:
 //   0 W: array<WORD>             packed weights, N rows (2N with GLU); WORD is u32, or vec4<u32> for formats whose
 //                                blocks are 16-byte aligned (Q4_K: one 16-byte load an item)
-//   1 X: array<vec4<f32>>        [n_tokens, K]
+//   1 X: array<vec4<f32>>        [n_tokens, K]; with XSPLIT > 1 [XSPLIT, K] sums then [XSPLIT, K / XHD]
+//                                (m, l, ranges used, -)
 //   2 Y: array<f32>              [n_tokens, YSTRIDE]  ([1, YSTRIDE] with LAST_ONLY)
 //   3 step: uniform Step
 //   4 G: array<vec4<f32>>        [K] the norm's gain (read only with NORM; bind any buffer otherwise)
@@ -44,13 +49,40 @@ var<workgroup> xd: array<f32, NB>;           // each block's scale dx
 var<workgroup> xss: array<f32, NB>;          // each block's sum of squares of X (for the norm)
 var<workgroup> partial: array<vec4<f32>, PARTIAL>;
 
+// Block j (32 inputs) of token t's input.
+fn load_block(t: u32, j: u32) -> array<vec4<f32>, 8> {
+    var v: array<vec4<f32>, 8>;
+    if (XSPLIT == 1u) {
+        for (var i = 0u; i < 8u; i++) { v[i] = X[t * K4 + j * 8u + i]; }
+        return v;
+    }
+    const HEADS: u32 = K / XHD;
+    let ml = XSPLIT * K4 + j * 32u / XHD;     // (m, l, ranges used) of range s and this block's head: X[ml + s * HEADS]
+    for (var i = 0u; i < 8u; i++) { v[i] = X[j * 8u + i]; }       // range 0 (always used)
+    let first = X[ml];
+    let used = min(u32(first.z), XSPLIT);
+    var mx = first.x;
+    for (var s = 1u; s < used; s++) { mx = max(mx, X[ml + s * HEADS].x); }
+    var w = exp(first.x - mx);
+    var l = w * first.y;
+    for (var i = 0u; i < 8u; i++) { v[i] *= w; }
+    for (var s = 1u; s < used; s++) {
+        let r = X[ml + s * HEADS];
+        w = exp(r.x - mx);
+        l += w * r.y;
+        for (var i = 0u; i < 8u; i++) { v[i] += w * X[s * K4 + j * 8u + i]; }
+    }
+    for (var i = 0u; i < 8u; i++) { v[i] /= l; }
+    return v;
+}
+
 // Quantize block j of token t's input into qx / xd (and its sum of squares into xss).
 fn quantize_block(t: u32, j: u32) {
-    var v: array<vec4<f32>, 8>;
+    var v = load_block(t, j);
     var amax = 0.0;
     var ss = 0.0;
     for (var i = 0u; i < 8u; i++) {
-        let x = X[t * K4 + j * 8u + i];
+        let x = v[i];
         ss += dot(x, x);
         v[i] = x;
         if (NORM) {

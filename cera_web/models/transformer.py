@@ -47,6 +47,12 @@ class AttentionBlock:
         self.freq = m.rope_freq(layer.rope_theta)
         self.window = layer.sliding_window or 0
         self.post_gain = m.norm(p + "post_attention_norm.weight") if layer.post_norms else None
+        # decode attention split over key ranges at long contexts, when its output feeds matvec_q8, which combines
+        # the ranges as it loads its input (kernels.attention_split)
+        o_rows, o_k = m.shape(p + "attn_output.weight")
+        o_q8 = m.int8 and kernels.matvec_q8_shape(m.gguf.tensor(p + "attn_output.weight").type, o_k, dev.is_cpu,
+                                                  dev.subgroup_size, m.wg_memory, o_rows) is not None
+        self.split = kernels.attention_split(m.context_size, s.head_dim) if o_q8 else 1
 
     def record(self, rec, T: int):
         """x += Wo · attention(norm(x)): Q/K/V in one projection when they share a type, then RoPE into the cache."""
@@ -62,10 +68,13 @@ class AttentionBlock:
                 col += m.shape(name)[0]
         H, KV, D = self.heads, self.kv_heads, s.head_dim
         if T == 1:   # decoding: RoPE, the cache store and attention in one dispatch
+            att = m.att if self.split == 1 else m.att_parts
             rec.add(kernels.attention_decode(H, KV, D, s.rope_neox, s.query_scale, s.qk_norm, s.eps, self.window,
-                                             m.kv16),
-                    [m.qkv, self.bias, self.qk_gain, self.freq, self.k_cache, self.v_cache, m.att, m.step],
-                    (H, 1, 1), "attention")
+                                             m.kv16, self.split),
+                    [m.qkv, self.bias, self.qk_gain, self.freq, self.k_cache, self.v_cache, att, m.step],
+                    (H, self.split, 1), "attention")
+            m.residual(rec, T, p + "attn_output.weight", att, self.post_gain, xsplit=(self.split, D))
+            return
         else:
             rec.add(kernels.rope_store(H, KV, D, s.rope_neox, s.qk_norm, s.eps, m.kv16),
                     [m.qkv, self.bias, self.qk_gain, self.freq, m.q, self.k_cache, self.v_cache, m.step],
@@ -156,6 +165,10 @@ class Transformer(GPUModel):
         self._norms, self._freqs, self._scratch, self._plan_all_logits = {}, {}, None, None
         self._argmax_pairs = None     # the two-stage argmax's (value, index) per slice, made on first use
         self.int8 = kernels.int8_enabled(dev)      # decode products with 8-bit activations (matvec_q8.wgsl)
+        # a split decode attention's partial results: [split, heads * head_dim] sums, [split, heads] (m, l, used, -)
+        self.att_parts = buf(16 * kernels.attention_split(context_size, s.head_dim) * max(
+            (la.heads * (s.head_dim // 4 + 1) for la in s.layers if la.attention), default=1), label="attention parts") \
+            if self.int8 and q_dim else None
         self.wg_memory = int(dev.limits.get("max-compute-workgroup-storage-size", 16384))
         self.ones = self.f32_buffer(np.ones(max(s.hidden, s.ffn, q_dim, 2 * s.head_dim), np.float32), "ones")
         self.zero_bias = self.f32_buffer(np.zeros(max(qkv_dim, 1), np.float32), "no bias")
@@ -192,13 +205,13 @@ class Transformer(GPUModel):
             self._scratch = (self.dev.create_buffer(n, label="gate"), self.dev.create_buffer(n, label="up"))
         return self._scratch
 
-    def residual(self, rec, T, name, x, post_gain=None):
+    def residual(self, rec, T, name, x, post_gain=None, **kw):
         """The residual add of a block's output projection: x += W[name] · x_in (fused into the projection), or with
         a post-norm gain (Gemma) x += rmsnorm(W[name] · x_in) * post_gain."""
         if post_gain is None:
-            self.linear(rec, T, name, x, self.x, accum=True)
+            self.linear(rec, T, name, x, self.x, accum=True, **kw)
             return
-        self.linear(rec, T, name, x, self.out)
+        self.linear(rec, T, name, x, self.out, **kw)
         rec.add(kernels.rmsnorm(self.spec.hidden, self.spec.eps, accum=True), [self.out, post_gain, self.x, self.step],
                 (T, 1, 1), "post-norm")
 
@@ -208,7 +221,8 @@ class Transformer(GPUModel):
     def linear(self, rec, T, name, x, y, *, gain=None, weight=None, rows=None, **kw):
         """y (+)= W[name] · x for every token of a pass of up to T tokens.
         gain: a norm weight buffer (the input is RMS-normalised first); weight/rows: a stacked weight buffer and its
-        row count; kw: accum / glu / last_only / ystride / yoff (see matmul.wgsl).
+        row count; kw: accum / glu / last_only / ystride / yoff (see matmul.wgsl), xsplit: x holds a split decode
+        attention's partial results (matvec_q8 only; AttentionBlock checks that it applies).
         On GPUs prefill passes (T > 1) use the tiled matrix-matrix kernel; decode, the LM head and CPU adapters
         (where the tiles' barriers and padding to 32 tokens cost more than they save on short prompts) use the
         matrix-vector one: with 8-bit activations (matvec_q8) for one-token passes and the LM head where
@@ -219,6 +233,7 @@ class Transformer(GPUModel):
         # a weight too big for one binding is split into row ranges: one dispatch each, writing its rows' outputs
         parts = [(weight, 0, n)] if weight is not None else self.pieces(name)
         ystride, yoff = kw.pop("ystride", None) or n, kw.pop("yoff", 0)
+        xsplit = kw.pop("xsplit", (1, 32))
         # 8-bit activations for prefill products; not the LM head (its logits are read, e.g. chunk_logits)
         if (self.int8_prefill and T > 1 and not kw.get("last_only") and fmt in kernels.Q8_FORMATS
                 and name != self.spec.lm_head):
@@ -237,9 +252,11 @@ class Transformer(GPUModel):
                 shape = kernels.matvec_q8_shape(fmt, k, self.dev.is_cpu, self.dev.subgroup_size, self.wg_memory,
                                                 rows_here)
                 if shape is not None:
-                    rec.add(kernels.matvec_q8(fmt, k, rows_here, **shape, **common), buffers,
+                    rec.add(kernels.matvec_q8(fmt, k, rows_here, **shape, **common, xsplit=xsplit), buffers,
                             kernels.spread(kernels.matvec_q8_groups(rows_here, shape["lanes"], shape["wg"])), label)
                     continue
+            if xsplit[0] > 1:
+                raise RuntimeError(f"{name}: a split attention's output needs matvec_q8")
             shape = kernels.matvec_shape(k // kernels.block_elems(fmt), 1 if kw.get("last_only") else T,
                                          self.dev.is_cpu, self.dev.subgroup_size)
             rec.add(kernels.matmul(fmt, k, rows_here, **shape, **common), buffers,
