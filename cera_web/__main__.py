@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from .errors import CeraError
+from .models.spec import KV_WIDTH
 
 
 def _model_path(path):
@@ -117,7 +118,7 @@ def main(argv=None) -> int:
     g.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-turn tokens")
     g.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     g.add_argument("--context", type=int, default=2048, help="context size in tokens")
-    g.add_argument("--kv-cache", choices=("f32", "f16"), default="f32",
+    g.add_argument("--kv-cache", choices=tuple(KV_WIDTH), default="f32",
                    help="the KV cache's element type: f16 halves its memory (GPUs with shader-f16)")
     g.add_argument("--steps-per-read", type=int, default=None,
                    help="decode steps submitted per token readback (default: adapts to about 30 ms a read)")
@@ -132,7 +133,7 @@ def main(argv=None) -> int:
                    help="decode steps a readback (default: adaptive, as generate and the page use)")
     b.add_argument("--chunk", type=int, default=512, help="prefill chunk size in tokens")
     b.add_argument("--context", type=int, default=2048)
-    b.add_argument("--kv-cache", choices=("f32", "f16"), default="f32", help="the KV cache's element type")
+    b.add_argument("--kv-cache", choices=tuple(KV_WIDTH), default="f32", help="the KV cache's element type")
     b.add_argument("--decode-after", type=int, default=16,
                    help="prompt tokens before the decode run (default 16, as llama-bench's tg; e.g. 1536 to decode "
                         "late in a long conversation)")

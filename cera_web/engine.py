@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from .errors import ContextOverflowError, GPUUnavailableError, InputError, UnsupportedModelError
 from .gguf import parse_gguf
 from .gpu import get_device
-from .models import load_model, model_spec
+from .models import check_kv_cache, load_model, model_spec
 from .pacing import ReadPacer
 from .sampling import GREEDY, SamplingParams, StopMatcher, random_seed
 from .source import FileSource
@@ -143,8 +143,7 @@ class Engine:
         kv_cache: the KV cache's element type: "f32" (the default), or "f16": half the memory (twice the context in
         the same bytes, as llama.cpp's default), keys and values rounded to halves as they are cached (logits move
         by ~1e-2; docs/DESIGN.md); on GPUs it needs the shader-f16 feature (UnsupportedModelError without)."""
-        if kv_cache not in ("f32", "f16"):
-            raise InputError(f"kv_cache must be 'f32' or 'f16', got {kv_cache!r}")
+        check_kv_cache(kv_cache)
         if not hasattr(source, "read"):
             source = FileSource(source)
         if on_progress:

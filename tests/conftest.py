@@ -131,9 +131,9 @@ def pytest_collection_modifyitems(config, items):
     browser tests last. Fast tests fail first; and while the session's Playwright (sync API) is running it keeps an
     asyncio loop in the main thread, so tests that call asyncio.run() must not come after it starts."""
     if not (config.getoption("--all") or os.environ.get("CERA_WEB_ALL_TESTS") == "1" or config.getoption("-m")):
-        named = [a for a in config.args if "::" in a]        # a test asked for by its id runs
-        slow = [i for i in items if i.get_closest_marker("slow") and not any(i.nodeid.startswith(a.split("/tests/")[-1])
-                                                                              or a.endswith(i.nodeid) for a in named)]
+        # a test asked for by its id (relative to the root, or an absolute path) runs
+        named = [os.path.relpath(a, config.rootpath) if os.path.isabs(a) else a for a in config.args if "::" in a]
+        slow = [i for i in items if i.get_closest_marker("slow") and not any(i.nodeid.startswith(a) for a in named)]
         if slow:
             config.hook.pytest_deselected(items=slow)
             items[:] = [i for i in items if i not in slow]

@@ -315,6 +315,7 @@ def test_linear_picks_the_kernel():
                             dev=SimpleNamespace(is_cpu=cpu, subgroup_size=32),
                             gguf=SimpleNamespace(tensor=lambda name: SimpleNamespace(type=fmt)),
                             shape=lambda name: (64, K), pieces=lambda name: [(None, 0, 64)])
+        m.q8_shape = lambda fmt, k, rows: Transformer.q8_shape(m, fmt, k, rows)
         rec = Rec()
         Transformer.linear(m, rec, T, "w", None, None, **kw)
         return rec.kernels[0]

@@ -22,19 +22,15 @@ The Model interface the engine drives, implemented by both (the engine never ask
     memory() -> dict | None              GPU bytes held (weights, kv_cache, other, total, buffers); None on the CPU
     split_tensors() -> dict              {tensor: [(buffer, first row, rows)]} of weights split across buffers
 """
-from .spec import ARCHITECTURES, ModelSpec, check_architecture, model_spec  # noqa: F401
-
-
-KV_CACHE_TYPES = ("f32", "f16")
+from .spec import ARCHITECTURES, KV_WIDTH, ModelSpec, check_architecture, check_kv_cache, model_spec  # noqa: F401
 
 
 def load_model(dev, gguf, source, *, context_size: int, chunk: int, on_progress=None, kv_cache: str = "f32"):
     """The model for parsed GGUF ``gguf``: its spec checked against the file first (before anything is allocated),
     then the GPU model on ``dev``, or the CPU fallback when ``dev`` is a models.cpu.CPUDevice. kv_cache: the KV
     cache's element type, "f32" or "f16" (half the memory; on GPUs it needs the shader-f16 feature)."""
-    from ..errors import InputError, UnsupportedModelError
-    if kv_cache not in KV_CACHE_TYPES:
-        raise InputError(f"kv_cache must be 'f32' or 'f16', got {kv_cache!r}")
+    from ..errors import UnsupportedModelError
+    check_kv_cache(kv_cache)
     from .cpu import CPUDevice, CPUModel
     spec = model_spec(gguf)
     if isinstance(dev, CPUDevice):

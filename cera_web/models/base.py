@@ -53,11 +53,15 @@ class GPUModel:
     sampler_plan = None     # set by the engine: a plan submitted right after the head (sampling; cera_web.sampling)
     passes = 0              # forward passes set up so far (the engine notices passes it did not run itself)
 
+    @property
+    def kv16(self) -> bool:
+        """The KV cache holds f16 (kv_cache "f16")."""
+        return self.kv_cache == "f16"
+
     def __init__(self, dev, gguf, source, spec, *, context_size: int, chunk: int, on_progress=None,
                  kv_cache: str = "f32"):
         self.dev = dev
         self.kv_cache = kv_cache
-        self.kv16 = kv_cache == "f16"
         self.gguf = gguf
         self.spec = spec
         self.vocab = spec.vocab

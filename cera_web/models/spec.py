@@ -20,9 +20,15 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from ..errors import UnsupportedModelError
+from ..errors import InputError, UnsupportedModelError
 
 MAX_SIZE = 1 << 20      # the largest count (layers, widths, heads) a metadata value may give
+KV_WIDTH = {"f32": 4, "f16": 2}     # bytes an element of the KV cache takes, by Engine.load's kv_cache
+
+
+def check_kv_cache(kv_cache: str):
+    if kv_cache not in KV_WIDTH:
+        raise InputError(f"kv_cache must be 'f32' or 'f16', got {kv_cache!r}")
 
 
 @dataclass(frozen=True)
@@ -106,8 +112,7 @@ class ModelSpec:
     def kv_bytes(self, context_size: int, kv_cache: str = "f32") -> tuple[int, int]:
         """(bytes of the largest K or V cache buffer, bytes of all of them) for ``context_size`` tokens: float32 (or
         float16: kv_cache "f16"), one [context, kv_heads * head_dim] buffer each for K and V per attention layer."""
-        width = 2 if kv_cache == "f16" else 4
-        sizes = [width * context_size * layer.kv_heads * self.head_dim for layer in self.layers if layer.attention]
+        sizes = [KV_WIDTH[kv_cache] * context_size * layer.kv_heads * self.head_dim for layer in self.layers if layer.attention]
         return max(sizes, default=0), 2 * sum(sizes)
 
     def layer_tensors(self, i: int) -> dict:

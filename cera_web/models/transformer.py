@@ -26,7 +26,7 @@ import numpy as np
 from .. import kernels
 from ..errors import UnsupportedModelError
 from .base import GPUModel, Recorder
-from .spec import ModelSpec, not_implemented
+from .spec import KV_WIDTH, ModelSpec, not_implemented
 
 
 class AttentionBlock:
@@ -37,7 +37,7 @@ class AttentionBlock:
         self.qkv_dim = (layer.heads + 2 * layer.kv_heads) * s.head_dim
         self.gain = m.norm(p + "attn_norm.weight")
         kv_dim = layer.kv_heads * s.head_dim        # KV cache: [context, kv_heads * head_dim] for K and for V
-        width = 2 if m.kv16 else 4                  # f16 or f32
+        width = KV_WIDTH[m.kv_cache]                # f32 or f16
         self.k_cache = dev.create_buffer(width * m.context_size * kv_dim, label=f"k{i}")
         self.v_cache = dev.create_buffer(width * m.context_size * kv_dim, label=f"v{i}")
         self.bias = m.f32_buffer(np.concatenate([m.vector(p + f"attn_{n}.bias") for n in "qkv"]), p + "qkv bias") \
@@ -50,8 +50,7 @@ class AttentionBlock:
         # decode attention split over key ranges at long contexts, when its output feeds matvec_q8, which combines
         # the ranges as it loads its input (kernels.attention_split)
         o_rows, o_k = m.shape(p + "attn_output.weight")
-        o_q8 = m.int8 and kernels.matvec_q8_shape(m.gguf.tensor(p + "attn_output.weight").type, o_k, dev.is_cpu,
-                                                  dev.subgroup_size, m.wg_memory, o_rows) is not None
+        o_q8 = m.q8_shape(m.gguf.tensor(p + "attn_output.weight").type, o_k, o_rows) is not None
         self.split = kernels.attention_split(m.context_size, s.head_dim) if o_q8 else 1
 
     def record(self, rec, T: int):
@@ -165,10 +164,6 @@ class Transformer(GPUModel):
         self._norms, self._freqs, self._scratch, self._plan_all_logits = {}, {}, None, None
         self._argmax_pairs = None     # the two-stage argmax's (value, index) per slice, made on first use
         self.int8 = kernels.int8_enabled(dev)      # decode products with 8-bit activations (matvec_q8.wgsl)
-        # a split decode attention's partial results: [split, heads * head_dim] sums, [split, heads] (m, l, used, -)
-        self.att_parts = buf(16 * kernels.attention_split(context_size, s.head_dim) * max(
-            (la.heads * (s.head_dim // 4 + 1) for la in s.layers if la.attention), default=1), label="attention parts") \
-            if self.int8 and q_dim else None
         self.wg_memory = int(dev.limits.get("max-compute-workgroup-storage-size", 16384))
         self.ones = self.f32_buffer(np.ones(max(s.hidden, s.ffn, q_dim, 2 * s.head_dim), np.float32), "ones")
         self.zero_bias = self.f32_buffer(np.zeros(max(qkv_dim, 1), np.float32), "no bias")
@@ -176,6 +171,10 @@ class Transformer(GPUModel):
         self.blocks = [((AttentionBlock if layer.attention else ConvBlock)(self, i), FFNBlock(self, i))
                        for i, layer in enumerate(s.layers)]
         self.conv_blocks = [op for op, _ in self.blocks if isinstance(op, ConvBlock)]
+        # split decode attentions' partial results: [split, heads * head_dim] sums, [split, heads] (m, l, used, -)
+        parts = max((16 * op.split * op.heads * (s.head_dim // 4 + 1) for op, _ in self.blocks
+                     if isinstance(op, AttentionBlock) and op.split > 1), default=0)
+        self.att_parts = buf(parts, label="attention parts") if parts else None
         self._zeros = np.zeros((s.l_cache - 1) * s.hidden, np.float32) if conv else None
         self.build()
         self.reset_state()
@@ -248,9 +247,8 @@ class Transformer(GPUModel):
                 rec.add(kernels.matmul_tiled(fmt, k, rows_here, tile=tile, **common), buffers,
                         kernels.tiled_groups(rows_here, T, tile), label)
                 continue
-            if (T == 1 or kw.get("last_only")) and self.int8:    # 8-bit activations where the type has it
-                shape = kernels.matvec_q8_shape(fmt, k, self.dev.is_cpu, self.dev.subgroup_size, self.wg_memory,
-                                                rows_here)
+            if T == 1 or kw.get("last_only"):    # 8-bit activations where the type has it
+                shape = self.q8_shape(fmt, k, rows_here)
                 if shape is not None:
                     rec.add(kernels.matvec_q8(fmt, k, rows_here, **shape, **common, xsplit=xsplit), buffers,
                             kernels.spread(kernels.matvec_q8_groups(rows_here, shape["lanes"], shape["wg"])), label)
@@ -261,6 +259,13 @@ class Transformer(GPUModel):
                                          self.dev.is_cpu, self.dev.subgroup_size)
             rec.add(kernels.matmul(fmt, k, rows_here, **shape, **common), buffers,
                     kernels.spread(kernels.matmul_groups(rows_here, shape["lanes"], shape["rpt"], shape["wg"])), label)
+
+    def q8_shape(self, fmt, k: int, rows: int) -> dict | None:
+        """matvec_q8's shape for a one-token product of `rows` rows of k of type fmt, or None where it is not used
+        (int8 off, or kernels.matvec_q8_shape says no)."""
+        if not self.int8:
+            return None
+        return kernels.matvec_q8_shape(fmt, k, self.dev.is_cpu, self.dev.subgroup_size, self.wg_memory, rows)
 
     def linear_q8(self, rec, T, name, fmt, k, parts, x, y, gain, ystride, yoff, **kw):
         """linear() on 8-bit activations: x (normalised with gain) quantized once into self.xq, then the int8 GEMM
