@@ -359,7 +359,7 @@ def main(argv=None):
                                        "(default: the engine's choice; CERA_WEB_MATVEC8 sets that)")
     p.add_argument("--gemm", type=int, nargs="?", const=512, default=0, metavar="TOKENS",
                    help="time the prefill GEMM over TOKENS tokens (default 512) instead: GFLOP/s per shape")
-    p.add_argument("--tiles", help="with --gemm: semicolon-separated tiles to compare, e.g. '64,64,1;32,32,4;128,64' (two numbers: the 8x8 kernel) "
+    p.add_argument("--tiles", help="with --gemm: semicolon-separated tiles to compare, e.g. '64,64,1;32,32,4' "
                                    "(default: the engine's choice per shape)")
     p.add_argument("--tiles8", help="with --gemm: semicolon-separated int8 GEMM tiles to compare, each "
                                     "tr=N,tt=N,rr=N,rt=N,kb=N,dot=0|1 (keys left out: the largest tile's; default: "
@@ -379,8 +379,8 @@ def main(argv=None):
     types = args.types or ("Q4_1,Q8_0" if args.gemm else None)
     tiles = [tuple(int(v) for v in t.split(",")) for t in args.tiles.split(";")] if args.tiles else None
     for t in tiles or []:
-        if t not in kernels.TILES + kernels.TILES8:
-            raise SystemExit(f"--tiles: {t} is not one of {kernels.TILES + kernels.TILES8}")
+        if t not in kernels.TILES:
+            raise SystemExit(f"--tiles: {t} is not one of {kernels.TILES}")
     variants = None
     if args.variants:
         variants = []

@@ -111,7 +111,7 @@ def matmul(fmt, K: int, N: int, *, norm=False, eps=0.0, accum=False, glu=False, 
 TILED_UNROLL = 2    # k values per iteration of matmul_tiled's inner loop (1 or 2)
 
 
-def tiled_tile(N: int, K: int, T: int, glu: bool = False) -> tuple:
+def tiled_tile(N: int, K: int, T: int) -> tuple[int, int, int]:
     """Tile of matmul_tiled for N rows of K and passes of up to T tokens: (rows, tokens, K groups). Each thread
     computes 4 rows x 4 tokens, so small products have few threads: long rows split K over 4 thread groups, mid-sized
     N over 2 (measured on the H200 with SmolLM2's shapes, docs/bench/h200-gemm-*); products with at least 256 tiles
@@ -121,12 +121,9 @@ def tiled_tile(N: int, K: int, T: int, glu: bool = False) -> tuple:
     forced = os.environ.get("CERA_WEB_TILE")
     if forced:
         tile = tuple(int(v) for v in forced.split(","))
-        if tile not in TILES + TILES8:
-            raise ValueError(f"CERA_WEB_TILE={forced}: not one of {TILES + TILES8}")
+        if tile not in TILES:
+            raise ValueError(f"CERA_WEB_TILE={forced}: not one of {TILES}")
         return tile
-    tile8 = tiled8_tile(N, T, glu)
-    if tile8 is not None:
-        return tile8
     if -(-N // 64) * -(-T // 64) >= 256:     # enough 64x64 tiles to fill the GPU (1B-class shapes: +32% prefill)
         return (64, 64, 1)
     if K >= 1024:
@@ -152,10 +149,8 @@ def tiled_step(tile, glu: bool) -> int:
     raise ValueError(f"tile {tile} does not fit")
 
 
-def tiled_groups(N: int, T: int, tile, glu: bool = False) -> tuple[int, int, int]:
-    """Dispatch of matmul_tiled: one workgroup per tile (a TILES8 tile: tiled8_groups)."""
-    if len(tile) == 2:
-        return tiled8_groups(N, T, tile, glu)
+def tiled_groups(N: int, T: int, tile) -> tuple[int, int, int]:
+    """Dispatch of matmul_tiled: one workgroup per tile."""
     return (-(-N // tile[0]), -(-T // tile[1]), 1)
 
 
@@ -165,65 +160,13 @@ TILES = [(64, 64, 1), (64, 32, 1), (64, 32, 2), (32, 32, 4)]   # the shapes tile
 def matmul_tiled(fmt, K: int, N: int, *, norm=False, eps=0.0, accum=False, glu=False, ystride=None, yoff=0,
                  tile=(64, 64, 1), gelu=False) -> str:
     """See matmul_tiled.wgsl: the prefill form of matmul (K a multiple of 32); tile: (rows, tokens, K groups), one
-    of TILES, or (rows, tokens) one of TILES8 for matmul_tiled8; dispatched with tiled_groups(N, T, tile, glu)."""
-    if len(tile) == 2:
-        return matmul_tiled8(fmt, K, N, norm=norm, eps=eps, accum=accum, glu=glu, ystride=ystride, yoff=yoff,
-                             tile=tile, gelu=gelu)
+    of TILES, dispatched with tiled_groups(N, T, tile)."""
     if tuple(tile) not in TILES:
         raise ValueError(f"tile {tile}: not one of {TILES}")
     tr, tt, ks = tile
     return build("matmul_tiled", fmt=fmt, K=K, N=N, NORM=norm, EPS=float(eps), ACCUM=accum, GLU=glu, GELU=gelu,
                  YSTRIDE=N if ystride is None else ystride, YOFF=yoff, TR=tr, TT=tt, KS=ks, U=TILED_UNROLL,
                  KT=tiled_step(tile, glu))
-
-
-# --- 8 x 8 outputs a thread (matmul_tiled8.wgsl): larger tiles for products that fill the GPU with them ---
-
-TILES8 = [(128, 64), (64, 64), (128, 128), (64, 128)]     # (tile rows counting GLU's up rows, tokens)
-
-
-def tiled8_step(tile) -> int:
-    """K per step of matmul_tiled8: the largest that fits 16 KiB of workgroup memory with at most 2 items of weights
-    and 2 of inputs a thread. (Larger steps in 48 KiB, with up to 4 items a thread, measured slower on the H200:
-    session 6 call 3.)"""
-    tr, tt = tile
-    wg = tr * tt // 64
-    for kt in (32, 16, 8):
-        if 4 * kt * (tr + tt) + 4 * tt + 4 * wg <= 16384 and tr * kt // 8 <= 2 * wg and tt * kt // 4 <= 2 * wg:
-            return kt
-    raise ValueError(f"tile {tile} does not fit")
-
-
-def tiled8_tile(N: int, T: int, glu: bool = False):
-    """The matmul_tiled8 tile for N output rows and T tokens, or None where matmul_tiled's 4 x 4 tiles stay: 128 x
-    128 where that still gives 256 workgroups (about two an SM on the H200). Measured there (session 6, calls 2-3,
-    docs/bench/h200-s6-*): at 512 tokens the 8 x 8 kernel wins on the products with many rows (16384 x 2048: 18.3 ->
-    24.6 TFLOP/s; Llama-3.2-1B's SwiGLU gate/up) and loses on those of 2,048-3,072 rows, whose few large tiles leave
-    the GPU half empty. CERA_WEB_TILE8=0 keeps the 4 x 4 kernel everywhere (benchmarks)."""
-    import os
-    if os.environ.get("CERA_WEB_TILE8", "1") == "0":
-        return None
-    gx, gy, _ = tiled8_groups(N, T, (128, 128), glu)
-    return (128, 128) if gx * gy >= 256 else None
-
-
-def tiled8_groups(N: int, T: int, tile, glu: bool = False) -> tuple[int, int, int]:
-    """Dispatch of matmul_tiled8: one workgroup per tile of tile[0] rows (half of them outputs with GLU)."""
-    out_rows = tile[0] // 2 if glu else tile[0]
-    return (-(-N // out_rows), -(-T // tile[1]), 1)
-
-
-def matmul_tiled8(fmt, K: int, N: int, *, norm=False, eps=0.0, accum=False, glu=False, ystride=None, yoff=0,
-                  tile=(128, 128), gelu=False) -> str:
-    """See matmul_tiled8.wgsl: matmul_tiled's product with 8 x 8 outputs a thread; tile one of TILES8, dispatched
-    with tiled8_groups(N, T, tile, glu)."""
-    if tuple(tile) not in TILES8:
-        raise ValueError(f"tile {tile}: not one of {TILES8}")
-    kt = tiled8_step(tile)
-    if K % kt:
-        raise ValueError(f"matmul_tiled8: K = {K} is not a multiple of its step {kt}")
-    return build("matmul_tiled8", fmt=fmt, K=K, N=N, NORM=norm, EPS=float(eps), ACCUM=accum, GLU=glu, GELU=gelu,
-                 YSTRIDE=N if ystride is None else ystride, YOFF=yoff, TR=tile[0], TT=tile[1], KT=kt)
 
 
 # --- int8 activations (prefill): quantize_rows.wgsl + matmul_tiled_q8.wgsl with dot4I8Packed ---

@@ -136,35 +136,6 @@ def test_matmul_tiled(dev, fmt, T, norm, glu, tile):
     np.testing.assert_allclose(read(dev, Y, T * stride).reshape(T, stride), want, rtol=2e-4, atol=2e-4)
 
 
-@pytest.mark.parametrize("tile", kernels.TILES8, ids=lambda t: "x".join(map(str, t)))
-@pytest.mark.parametrize("fmt", [GGMLType.F16, GGMLType.Q4_1, GGMLType.Q8_0], ids=lambda f: f.name)
-@pytest.mark.parametrize("T,norm,glu", [(40, True, True), (70, False, False), (130, True, False)])
-def test_matmul_tiled8(dev, fmt, T, norm, glu, tile):
-    """The 8 x 8 GEMM equals numpy for every tile: SwiGLU with the up rows inside the tile, accumulation into a
-    strided output, rows past N, a token tile past the pass's end, K over several steps."""
-    K, N, eps, stride, yoff = 64, 45 if glu else 77, 1e-5, 90, 3
-    rng = np.random.default_rng(T + tile[0] + tile[1])
-    rows = 2 * N if glu else N
-    w = rng.standard_normal((rows, K)).astype(np.float32)
-    raw, wq = quantize(fmt, w)
-    x = (rng.standard_normal((T, K)) * 2).astype(np.float32)
-    g = rng.standard_normal(K).astype(np.float32) if norm else np.ones(K, np.float32)
-    y0 = rng.standard_normal((T, stride)).astype(np.float32)
-    W = upload(dev, raw)
-    X, G, Y = f32_buffer(dev, x), f32_buffer(dev, g), f32_buffer(dev, y0)
-    gx, gy, _ = kernels.tiled8_groups(N, T, tile, glu)
-    run(dev, kernels.matmul_tiled8(fmt, K, N, norm=norm, eps=eps, accum=not glu, glu=glu, ystride=stride, yoff=yoff,
-                                   tile=tile), [W, X, Y, step_buffer(dev, T), G], (gx, gy + 1, 1))
-    xn = rmsnorm_ref(x, g, eps) if norm else x
-    want = y0.copy()
-    if glu:
-        a, b = xn @ wq[:N].T, xn @ wq[N:].T
-        want[:, yoff:yoff + N] = a / (1 + np.exp(-a)) * b
-    else:
-        want[:, yoff:yoff + N] += xn @ wq.T
-    np.testing.assert_allclose(read(dev, Y, T * stride).reshape(T, stride), want, rtol=2e-4, atol=2e-4)
-
-
 def test_matmul_last_only(dev):
     K, N, T, eps = 64, 9, 5, 1e-6
     rng = np.random.default_rng(1)

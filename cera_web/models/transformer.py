@@ -243,9 +243,9 @@ class Transformer(GPUModel):
             buffers = [buf, x, y, self.step, gain or self.ones]
             common = dict(norm=gain is not None, eps=self.spec.eps, ystride=ystride, yoff=yoff + r0, **kw)
             if T > 1 and not kw.get("last_only") and k % 32 == 0 and not self.dev.is_cpu:
-                tile = kernels.tiled_tile(rows_here, k, T, kw.get("glu", False))
+                tile = kernels.tiled_tile(rows_here, k, T)
                 rec.add(kernels.matmul_tiled(fmt, k, rows_here, tile=tile, **common), buffers,
-                        kernels.tiled_groups(rows_here, T, tile, kw.get("glu", False)), label)
+                        kernels.tiled_groups(rows_here, T, tile), label)
                 continue
             if T == 1 or kw.get("last_only"):    # 8-bit activations where the type has it
                 shape = self.q8_shape(fmt, k, rows_here)
