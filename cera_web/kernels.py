@@ -515,6 +515,31 @@ def attention_groups(heads: int, kv_heads: int, head_dim: int, T: int) -> tuple[
     return (kv_heads, -(-T * (heads // kv_heads) // rows), 1)
 
 
+ATTENTION_TILED_MEMORY = 16 * (32 * 16 + 32 * 17 + 32 * 16) + 4 * (32 * 33 + 32 * 8)   # bytes (30,336)
+
+
+def attention_tiled_fits(head_dim: int, wg_memory: int) -> bool:
+    """Whether attention_tiled.wgsl serves this head size on a device with wg_memory bytes of workgroup memory
+    (heads of 64; it needs 30 KiB, which WebGPU devices give when asked: the page and the native device ask for the
+    adapter's limit). CERA_WEB_ATTN_TILED=0 keeps attention.wgsl (benchmarks)."""
+    import os
+    return (head_dim == 64 and wg_memory >= ATTENTION_TILED_MEMORY
+            and os.environ.get("CERA_WEB_ATTN_TILED", "1") != "0")
+
+
+def attention_tiled(heads: int, kv_heads: int, head_dim: int, scale: float, window: int = 0, kv16: bool = False) -> str:
+    """See attention_tiled.wgsl: attention.wgsl's result with 32 x 32 register-tiled score blocks (heads of 64)."""
+    if head_dim != 64 or heads % kv_heads:
+        raise ValueError(f"attention_tiled: heads of 64 only (got {head_dim}), {heads} heads on {kv_heads} KV heads")
+    return build("attention_tiled", HEADS=heads, KV_HEADS=kv_heads, HD=head_dim, SCALE=float(scale), WINDOW=window,
+                 KV16=kv16)
+
+
+def attention_tiled_groups(heads: int, kv_heads: int, T: int) -> tuple[int, int, int]:
+    """Dispatch of attention_tiled.wgsl for passes of up to T tokens: per KV head, 32 query rows a workgroup."""
+    return (kv_heads, -(-T * (heads // kv_heads) // 32), 1)
+
+
 def swiglu(F: int, gelu: bool = False) -> str:
     return build("swiglu", F=F, GELU=gelu)
 

@@ -286,6 +286,32 @@ def test_attention(dev, H, KV, D, pos0, T, T_max):
     np.testing.assert_allclose(read(dev, O, q.size).reshape(q.shape), want, rtol=1e-4, atol=1e-4)
 
 
+# heads of 64 (the tiled kernel's): GQA ratios 1, 3, 4; first chunks and chunks after earlier ones; T * G not a
+# multiple of the 32 rows of a workgroup, keys ending inside a tile, T_max > T (rows past the pass must not write),
+# sliding windows shorter than a tile and longer, starting in different tiles for one workgroup's rows
+@pytest.mark.parametrize("H,KV,pos0,T,T_max,W", [(9, 3, 0, 5, 5, 0), (9, 3, 37, 21, 24, 0), (4, 1, 300, 3, 3, 0),
+                                                 (2, 2, 0, 70, 70, 0), (8, 2, 13, 45, 50, 0), (9, 3, 100, 64, 64, 16),
+                                                 (4, 1, 600, 9, 12, 512), (6, 3, 3, 40, 40, 100), (3, 3, 511, 17, 17, 40)])
+def test_attention_tiled(dev, H, KV, pos0, T, T_max, W):
+    """attention_tiled.wgsl equals attention in float64 numpy (and so attention.wgsl) on every edge of its tiles."""
+    from test_kernels_gemma import attention_ref
+    D = 64
+    ctx = pos0 + T + 4
+    rng = np.random.default_rng(pos0 + T + W)
+    q = (rng.standard_normal((T_max, H, D)) * 2).astype(np.float32)
+    k = rng.standard_normal((ctx, KV, D)).astype(np.float32)
+    v = rng.standard_normal((ctx, KV, D)).astype(np.float32)
+    k[pos0 + T:] = np.nan   # cache rows past the pass are not filled
+    v[pos0 + T:] = np.nan
+    O = upload(dev, np.full_like(q, 7.0))
+    scale = 1 / math.sqrt(D)
+    run(dev, kernels.attention_tiled(H, KV, D, scale, window=W), [upload(dev, a) for a in (q, k, v)] +
+        [O, step_buffer(dev, T, pos0)], kernels.attention_tiled_groups(H, KV, T_max))
+    want = np.full(q.shape, 7.0)
+    want[:T] = attention_ref(q, k, v, pos0, T, scale, W)
+    np.testing.assert_allclose(read(dev, O, q.size).reshape(q.shape), want, rtol=1e-4, atol=1e-4)
+
+
 def test_swiglu(dev):
     F, T = 70, 3
     rng = np.random.default_rng(6)

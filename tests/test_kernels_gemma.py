@@ -243,6 +243,26 @@ def test_attention_over_a_half_cache(dev16, H, KV, D, pos0, T, W):
                                rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("W", [0, 16])
+def test_tiled_attention_over_a_half_cache(dev16, W):
+    """attention_tiled.wgsl with KV16 (heads of 64): the f32 kernel's result on the same f16-exact keys and values."""
+    dev, H, KV, D, pos0, T = dev16, 9, 3, 64, 37, 21
+    ctx = pos0 + T + 2
+    rng = np.random.default_rng(W + 3)
+    q = rng.standard_normal((T, H, D)).astype(np.float32)
+    k, v = halves(rng.standard_normal((ctx, KV, D))), halves(rng.standard_normal((ctx, KV, D)))
+    scale, step = 1 / math.sqrt(D), step_buffer(dev, T, pos0)
+    O32, O16 = dev.create_buffer(4 * T * H * D), dev.create_buffer(4 * T * H * D)
+    groups = kernels.attention_tiled_groups(H, KV, T)
+    run(dev, kernels.attention_tiled(H, KV, D, scale, W), [upload(dev, q), upload(dev, k), upload(dev, v), O32, step],
+        groups)
+    run(dev, kernels.attention_tiled(H, KV, D, scale, W, kv16=True),
+        [upload(dev, q), upload(dev, k.astype(np.float16)), upload(dev, v.astype(np.float16)), O16, step], groups)
+    np.testing.assert_allclose(read(dev, O16, T * H * D), read(dev, O32, T * H * D), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(read(dev, O16, T * H * D).reshape(T, H, D), attention_ref(q, k, v, pos0, T, scale, W),
+                               rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("QH,KVH,D,pos,W", [(9, 3, 64, 300, 0), (4, 1, 256, 20, 8)])
 def test_decode_attention_over_a_half_cache(dev16, QH, KVH, D, pos, W):
     """attention_decode.wgsl with KV16: its own key and value are stored rounded to halves and used rounded (as later

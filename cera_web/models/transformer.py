@@ -78,8 +78,13 @@ class AttentionBlock:
             rec.add(kernels.rope_store(H, KV, D, s.rope_neox, s.qk_norm, s.eps, m.kv16),
                     [m.qkv, self.bias, self.qk_gain, self.freq, m.q, self.k_cache, self.v_cache, m.step],
                     (H + 2 * KV, T, 1), "rope")
-            rec.add(kernels.attention(H, KV, D, s.query_scale, self.window, m.kv16),
-                    [m.q, self.k_cache, self.v_cache, m.att, m.step], kernels.attention_groups(H, KV, D, T), "attention")
+            buffers = [m.q, self.k_cache, self.v_cache, m.att, m.step]
+            if not m.dev.is_cpu and kernels.attention_tiled_fits(D, m.wg_memory):    # register tiles on GPUs
+                rec.add(kernels.attention_tiled(H, KV, D, s.query_scale, self.window, m.kv16), buffers,
+                        kernels.attention_tiled_groups(H, KV, T), "attention")
+            else:
+                rec.add(kernels.attention(H, KV, D, s.query_scale, self.window, m.kv16), buffers,
+                        kernels.attention_groups(H, KV, D, T), "attention")
         m.residual(rec, T, p + "attn_output.weight", m.att, self.post_gain)
 
 
