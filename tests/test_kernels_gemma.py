@@ -296,3 +296,65 @@ def test_decode_attention_over_a_half_cache(dev16, QH, KVH, D, pos, W):
     # compiler may keep this position's float32 key and value instead of their rounded copies, H200 call 3)
     np.testing.assert_allclose(read(dev, O, QH * D).reshape(1, QH, D), attention_ref(q, got_k, got_v, pos, 1, scale, W),
                                rtol=1e-4, atol=2e-3)
+
+
+@pytest.mark.browser
+def test_tiled_attention_runs_in_chromium(page, server_url):
+    """Chromium's WGSL compiler (Tint) accepts attention_tiled.wgsl (f32 and, where the adapter has shader-f16, f16
+    caches; with and without a window) with the adapter's workgroup memory, and the kernel run there equals numpy
+    (the page itself keeps attention.wgsl on SwiftShader, a CPU adapter; real GPUs take this one)."""
+    H, KV, D, pos0, T, W = 9, 3, 64, 5, 40, 0
+    ctx = pos0 + T
+    rng = np.random.default_rng(11)
+    q = rng.standard_normal((T, H, D)).astype(np.float32)
+    k = rng.standard_normal((ctx, KV, D)).astype(np.float32)
+    v = rng.standard_normal((ctx, KV, D)).astype(np.float32)
+    scale = 1 / math.sqrt(D)
+    texts = [kernels.attention_tiled(H, KV, D, scale, w, kv16) for w in (0, 16) for kv16 in (False, True)]
+    page.goto(server_url + "/")
+    result = page.evaluate("""async ([texts, q, k, v, step, groups, outLen]) => {
+        const adapter = await navigator.gpu.requestAdapter();
+        const features = ["shader-f16"].filter((f) => adapter.features.has(f));
+        const memory = adapter.limits.maxComputeWorkgroupStorageSize;
+        const device = await adapter.requestDevice({requiredFeatures: features,
+                                                    requiredLimits: {maxComputeWorkgroupStorageSize: memory}});
+        const errors = [];
+        const pipes = [];
+        for (const code of texts) {
+            if (code.includes("enable f16;") && !features.length) continue;
+            device.pushErrorScope("validation");
+            const module = device.createShaderModule({code});
+            const info = await module.getCompilationInfo();
+            for (const m of info.messages) if (m.type === "error") errors.push(m.message);
+            pipes.push(device.createComputePipeline({layout: "auto", compute: {module, entryPoint: "main"}}));
+            const e = await device.popErrorScope();
+            if (e) errors.push(e.message);
+        }
+        const buf = (data, usage) => {
+            const b = device.createBuffer({size: data.byteLength, usage: usage | GPUBufferUsage.COPY_DST});
+            device.queue.writeBuffer(b, 0, data);
+            return b;
+        };
+        const S = GPUBufferUsage.STORAGE;
+        const out = device.createBuffer({size: outLen * 4, usage: S | GPUBufferUsage.COPY_SRC});
+        const group = device.createBindGroup({layout: pipes[0].getBindGroupLayout(0), entries: [
+            buf(new Float32Array(q), S), buf(new Float32Array(k), S), buf(new Float32Array(v), S), out,
+            buf(new Uint32Array(step), GPUBufferUsage.UNIFORM)].map((b, i) => ({binding: i, resource: {buffer: b}}))});
+        const enc = device.createCommandEncoder();
+        const pass = enc.beginComputePass();
+        pass.setPipeline(pipes[0]);
+        pass.setBindGroup(0, group);
+        pass.dispatchWorkgroups(...groups);
+        pass.end();
+        const staging = device.createBuffer({size: outLen * 4, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST});
+        enc.copyBufferToBuffer(out, 0, staging, 0, outLen * 4);
+        device.queue.submit([enc.finish()]);
+        await staging.mapAsync(GPUMapMode.READ);
+        return {memory, f16: features.length > 0, compiled: pipes.length, errors,
+                out: Array.from(new Float32Array(staging.getMappedRange()))};
+    }""", [texts, q.ravel().tolist(), k.ravel().tolist(), v.ravel().tolist(), [T, pos0, 0, pos0 + T],
+           list(kernels.attention_tiled_groups(H, KV, T)), q.size])
+    assert result["errors"] == [], result["errors"][:3]
+    assert result["memory"] >= kernels.ATTENTION_TILED_MEMORY and result["compiled"] == (4 if result["f16"] else 2)
+    got = np.array(result["out"], np.float32).reshape(q.shape)
+    np.testing.assert_allclose(got, attention_ref(q, k, v, pos0, T, scale, W), rtol=1e-4, atol=1e-4)
