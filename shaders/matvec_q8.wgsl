@@ -51,11 +51,11 @@ var<workgroup> partial: array<vec4<f32>, PARTIAL>;
 
 // Block j (32 inputs) of token t's input.
 fn load_block(t: u32, j: u32) -> array<vec4<f32>, 8> {
-    var v: array<vec4<f32>, 8>;
-    if (XSPLIT == 1u) {
-        for (var i = 0u; i < 8u; i++) { v[i] = X[t * K4 + j * 8u + i]; }
-        return v;
+    let b = t * K4 + j * 8u;
+    if (XSPLIT == 1u) {       // written out: a loop filling v would keep it in local memory on some GPUs
+        return array<vec4<f32>, 8>(X[b], X[b + 1u], X[b + 2u], X[b + 3u], X[b + 4u], X[b + 5u], X[b + 6u], X[b + 7u]);
     }
+    var v: array<vec4<f32>, 8>;
     const HEADS: u32 = K / XHD;
     let ml = XSPLIT * K4 + j * 32u / XHD;     // (m, l, ranges used) of range s and this block's head: X[ml + s * HEADS]
     for (var i = 0u; i < 8u; i++) { v[i] = X[j * 8u + i]; }       // range 0 (always used)
@@ -76,26 +76,31 @@ fn load_block(t: u32, j: u32) -> array<vec4<f32>, 8> {
     return v;
 }
 
-// Quantize block j of token t's input into qx / xd (and its sum of squares into xss).
+// Quantize block j of token t's input into qx / xd (and its sum of squares into xss). Written out element by
+// element: loops over a private array (v[i]) may keep it in local memory where the compiler does not unroll them.
 fn quantize_block(t: u32, j: u32) {
-    var v = load_block(t, j);
-    var amax = 0.0;
-    var ss = 0.0;
-    for (var i = 0u; i < 8u; i++) {
-        let x = v[i];
-        ss += dot(x, x);
-        v[i] = x;
-        if (NORM) {
-            v[i] = x * G[j * 8u + i];
-        }
-        let a = abs(v[i]);
-        amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
+    let v = load_block(t, j);
+    let ss = dot(v[0], v[0]) + dot(v[1], v[1]) + dot(v[2], v[2]) + dot(v[3], v[3])
+           + dot(v[4], v[4]) + dot(v[5], v[5]) + dot(v[6], v[6]) + dot(v[7], v[7]);
+    var x0 = v[0]; var x1 = v[1]; var x2 = v[2]; var x3 = v[3];
+    var x4 = v[4]; var x5 = v[5]; var x6 = v[6]; var x7 = v[7];
+    if (NORM) {
+        let g = j * 8u;
+        x0 *= G[g]; x1 *= G[g + 1u]; x2 *= G[g + 2u]; x3 *= G[g + 3u];
+        x4 *= G[g + 4u]; x5 *= G[g + 5u]; x6 *= G[g + 6u]; x7 *= G[g + 7u];
     }
-    let d = amax / 127.0;
+    let a = max(max(max(abs(x0), abs(x1)), max(abs(x2), abs(x3))), max(max(abs(x4), abs(x5)), max(abs(x6), abs(x7))));
+    let d = max(max(a.x, a.y), max(a.z, a.w)) / 127.0;
     let inv = select(0.0, 1.0 / d, d > 0.0);
-    for (var i = 0u; i < 8u; i++) {
-        qx[j * 8u + i] = pack4xI8(vec4<i32>(round(v[i] * inv)));
-    }
+    let q = j * 8u;
+    qx[q] = pack4xI8(vec4<i32>(round(x0 * inv)));
+    qx[q + 1u] = pack4xI8(vec4<i32>(round(x1 * inv)));
+    qx[q + 2u] = pack4xI8(vec4<i32>(round(x2 * inv)));
+    qx[q + 3u] = pack4xI8(vec4<i32>(round(x3 * inv)));
+    qx[q + 4u] = pack4xI8(vec4<i32>(round(x4 * inv)));
+    qx[q + 5u] = pack4xI8(vec4<i32>(round(x5 * inv)));
+    qx[q + 6u] = pack4xI8(vec4<i32>(round(x6 * inv)));
+    qx[q + 7u] = pack4xI8(vec4<i32>(round(x7 * inv)));
     xd[j] = d;
     xss[j] = ss;
 }
