@@ -49,31 +49,38 @@ var<workgroup> xd: array<f32, NB>;           // each block's scale dx
 var<workgroup> xss: array<f32, NB>;          // each block's sum of squares of X (for the norm)
 var<workgroup> partial: array<vec4<f32>, PARTIAL>;
 
+// The 8 vec4s of X from b, times w (written out: loops over a private array keep it in local memory on some GPUs).
+fn x8(b: u32, w: f32) -> array<vec4<f32>, 8> {
+    return array<vec4<f32>, 8>(w * X[b], w * X[b + 1u], w * X[b + 2u], w * X[b + 3u], w * X[b + 4u], w * X[b + 5u],
+                               w * X[b + 6u], w * X[b + 7u]);
+}
+
+fn add8(a: array<vec4<f32>, 8>, b: array<vec4<f32>, 8>) -> array<vec4<f32>, 8> {
+    return array<vec4<f32>, 8>(a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3], a[4] + b[4], a[5] + b[5],
+                               a[6] + b[6], a[7] + b[7]);
+}
+
 // Block j (32 inputs) of token t's input.
 fn load_block(t: u32, j: u32) -> array<vec4<f32>, 8> {
-    let b = t * K4 + j * 8u;
-    if (XSPLIT == 1u) {       // written out: a loop filling v would keep it in local memory on some GPUs
-        return array<vec4<f32>, 8>(X[b], X[b + 1u], X[b + 2u], X[b + 3u], X[b + 4u], X[b + 5u], X[b + 6u], X[b + 7u]);
+    if (XSPLIT == 1u) {
+        return x8(t * K4 + j * 8u, 1.0);
     }
-    var v: array<vec4<f32>, 8>;
     const HEADS: u32 = K / XHD;
     let ml = XSPLIT * K4 + j * 32u / XHD;     // (m, l, ranges used) of range s and this block's head: X[ml + s * HEADS]
-    for (var i = 0u; i < 8u; i++) { v[i] = X[j * 8u + i]; }       // range 0 (always used)
     let first = X[ml];
     let used = min(u32(first.z), XSPLIT);
     var mx = first.x;
     for (var s = 1u; s < used; s++) { mx = max(mx, X[ml + s * HEADS].x); }
     var w = exp(first.x - mx);
     var l = w * first.y;
-    for (var i = 0u; i < 8u; i++) { v[i] *= w; }
+    var v = x8(j * 8u, w);                    // range 0 (always used)
     for (var s = 1u; s < used; s++) {
         let r = X[ml + s * HEADS];
         w = exp(r.x - mx);
         l += w * r.y;
-        for (var i = 0u; i < 8u; i++) { v[i] += w * X[s * K4 + j * 8u + i]; }
+        v = add8(v, x8(s * K4 + j * 8u, w));
     }
-    for (var i = 0u; i < 8u; i++) { v[i] /= l; }
-    return v;
+    return array<vec4<f32>, 8>(v[0] / l, v[1] / l, v[2] / l, v[3] / l, v[4] / l, v[5] / l, v[6] / l, v[7] / l);
 }
 
 // Quantize block j of token t's input into qx / xd (and its sum of squares into xss). Written out element by
