@@ -4,6 +4,8 @@
 #   of naga's emulated dot product); blk: a whole Q4_1 block an item (raw layout); split: weights repacked as scales
 #   then 16-byte-aligned integers (vec4 loads); split,nodot.
 # - the 1B model's decode with blk (raw layout, correct) and nodot (timing only).
+# Ran on uncommitted experiment code: the format files in scripts/s6_call1_formats/, a CERA_WEB_EXP switch in
+# kernels.matvec_q8 choosing them (and a per-block xs = dx * sum(q) array in matvec_q8.wgsl that they read).
 . docs/bench/scripts/h200_setup_main.sh
 python3 docs/bench/scripts/fma_micro.py 4096 | tee $OUT/fma.json
 K="python3 -m cera_web.bench_kernels --types Q4_1,Q8_0 --shapes 4096x4096,14336x4096,2048x2048,16384x2048,2048x8192 --repeats 5"

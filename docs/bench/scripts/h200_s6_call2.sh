@@ -1,6 +1,7 @@
 # H200 call 2 (session 6): the 8 x 8 tiled prefill GEMM (matmul_tiled8.wgsl) against the 4 x 4 one, per shape
 # (bench_kernels --gemm) and in the whole prefill (CERA_WEB_TILE8=0: the 4 x 4 kernel everywhere; default: 8 x 8
 # where its largest tile gives 256 workgroups; CERA_WEB_TILE=...: one tile for every product); its tests there.
+# Ran at commit 238ae91 (matmul_tiled8), reverted in 823b31d.
 . docs/bench/scripts/h200_setup_main.sh
 timeout 200 python3 -m cera_web.bench_kernels --gemm 512 --types Q4_1,Q8_0 --no-int8 \
   --shapes 2048x2048,3072x2048,16384x2048,2048x8192 --tiles "64,64,1;128,64;64,64;128,128;64,128" > $OUT/gemm.json \

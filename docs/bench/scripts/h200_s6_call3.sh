@@ -1,6 +1,7 @@
 # H200 call 3 (session 6): matmul_tiled8 with K steps sized by the device's workgroup memory (up to 4 items a
 # thread), per shape and in the whole prefill: CERA_WEB_TILE8=0 (the 4 x 4 kernel everywhere) against the default
 # (128 x 128 tiles of 8 x 8 where they give 256 workgroups), same call; its tests there.
+# Ran at commit 238ae91 (matmul_tiled8), reverted in 823b31d.
 . docs/bench/scripts/h200_setup_main.sh
 python3 -c "from cera_web.gpu.native import NativeDevice as D; print('wg memory', D.create().limits.get('max-compute-workgroup-storage-size'))"
 timeout 200 python3 -m cera_web.bench_kernels --gemm 512 --types Q4_1,Q8_0 --no-int8 \

@@ -1,6 +1,7 @@
 # H200 call 4 (session 6): the committed matmul_tiled8 (K steps of 8 for 128 x 128 tiles in 16 KiB, as in call 2)
 # only where 128 x 128 tiles give 256 workgroups (the SwiGLU gate/up of 1B-class models), against the 4 x 4 kernel
 # everywhere (CERA_WEB_TILE8=0), same call; prefill and decode of the three shapes; the 1B profile; the tests.
+# Ran at commit 238ae91 (matmul_tiled8), reverted in 823b31d.
 . docs/bench/scripts/h200_setup_main.sh
 timeout 100 python3 -m cera_web.bench_kernels --gemm 512 --types Q4_1,Q8_0 --no-int8 --shapes 16384x2048 \
   --tiles "64,64,1;128,128" > $OUT/gemm.json || echo "FAIL gemm"

@@ -1,6 +1,7 @@
 # H200 call 5 (session 6): matvec_q8 requesting each row's first items before quantizing its input (default) against
 # without (CERA_WEB_PREFETCH=0), same call: per shape (bench_kernels, serial = dependent dispatches as in decode) and
 # whole-model decode, alternating the two.
+# Ran on uncommitted code (a warm-up load loop in matvec_q8.wgsl switched by CERA_WEB_PREFETCH), not kept.
 . docs/bench/scripts/h200_setup_main.sh
 K="python3 -m cera_web.bench_kernels --types Q4_1,Q8_0,Q4_K,Q6_K --shapes 2048x2048,3072x2048,16384x2048,2048x8192,4096x4096,14336x4096 --repeats 5"
 for p in 0 1; do
