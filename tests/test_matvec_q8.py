@@ -21,7 +21,7 @@ pytestmark = pytest.mark.gpu
 FORMATS = list(kernels.INT8_FORMATS)
 # byte offsets of each format's f16 fields in a block (the rest of the block is random bytes)
 F16_AT = {GGMLType.Q8_0: [0], GGMLType.Q4_0: [0], GGMLType.Q4_1: [0, 2], GGMLType.Q5_0: [0],
-          GGMLType.Q4_K: [0, 2], GGMLType.Q6_K: [208]}
+          GGMLType.Q4_K: [0, 2], GGMLType.Q5_K: [0, 2], GGMLType.Q6_K: [208]}
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +89,7 @@ def test_matvec_q8_formats(dev, fmt, shape):
     """Plain product of rows not a multiple of a workgroup's, K of several items a lane and a remainder."""
     if shape["sg"] and (dev.subgroup_size or 0) < shape["lanes"]:
         pytest.skip(f"subgroups of {dev.subgroup_size} < {shape['lanes']} lanes")
-    K, N = (1280 if fmt in (GGMLType.Q4_K, GGMLType.Q6_K) else 352), 37
+    K, N = (1280 if GGML_BLOCK[fmt][0] == 256 else 352), 37
     rng = np.random.default_rng(int(fmt))
     raw, wq = random_rows(fmt, N, K, rng)
     x = (rng.standard_normal(K) * np.exp(rng.uniform(-2, 2, K))).astype(np.float32)   # blocks of mixed ranges
@@ -102,7 +102,7 @@ def test_matvec_q8_formats(dev, fmt, shape):
 @pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
 def test_matvec_q8_fused(dev, fmt):
     """NORM + GLU (SiLU and GELU), ACCUM with YSTRIDE / YOFF, LAST_ONLY over a pass of 3 tokens."""
-    K, N = (512 if fmt in (GGMLType.Q4_K, GGMLType.Q6_K) else 96), 21
+    K, N = (512 if GGML_BLOCK[fmt][0] == 256 else 96), 21
     rng = np.random.default_rng(7 + int(fmt))
     raw, wq = random_rows(fmt, 2 * N, K, rng)
     x = (rng.standard_normal((3, K)) * 3).astype(np.float32)
