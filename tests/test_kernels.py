@@ -312,6 +312,18 @@ def test_attention_tiled(dev, H, KV, pos0, T, T_max, W):
     np.testing.assert_allclose(read(dev, O, q.size).reshape(q.shape), want, rtol=1e-4, atol=1e-4)
 
 
+def test_attention_tiled_selection(monkeypatch):
+    """The tiled kernel serves heads of 64 where the device gives its 30 KiB of workgroup memory (WebGPU's default
+    16 KiB does not: attention.wgsl then), and CERA_WEB_ATTN_TILED=0 switches it off."""
+    assert kernels.ATTENTION_TILED_MEMORY == 30336
+    assert kernels.attention_tiled_fits(64, 32768) and not kernels.attention_tiled_fits(64, 16384)
+    assert not kernels.attention_tiled_fits(128, 49152) and not kernels.attention_tiled_fits(256, 49152)
+    monkeypatch.setenv("CERA_WEB_ATTN_TILED", "0")
+    assert not kernels.attention_tiled_fits(64, 49152)
+    with pytest.raises(ValueError):
+        kernels.attention_tiled(8, 2, 128, 0.1)
+
+
 def test_swiglu(dev):
     F, T = 70, 3
     rng = np.random.default_rng(6)
