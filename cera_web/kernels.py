@@ -11,7 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from .errors import UnsupportedModelError
-from .gguf import GGMLType
+from .gguf import GGML_BLOCK, GGMLType
 
 SHADER_DIR = Path(__file__).resolve().parent.parent / "shaders"
 
@@ -345,8 +345,8 @@ def matvec_shape(blocks_per_row: int, T: int, cpu: bool, subgroup_size: int | No
 INT8_FORMATS = {
     GGMLType.Q8_0: ("i8_q8_0", ("bytes",)),
     GGMLType.Q4_1: ("i8_q4_1", ()),
-    GGMLType.Q4_K: ("i8_q4_k", ("i8_kquant",)),
-    GGMLType.Q5_K: ("i8_q5_k", ("i8_kquant",)),
+    GGMLType.Q4_K: ("i8_q4_k", ("kscales", "i8_kquant")),
+    GGMLType.Q5_K: ("i8_q5_k", ("kscales", "i8_kquant")),
     GGMLType.Q6_K: ("i8_q6_k", ("bytes",)),
     GGMLType.Q4_0: ("i8_q4_0", ("bytes",)),
     GGMLType.Q5_0: ("i8_q5_0", ("bytes",)),
@@ -394,7 +394,7 @@ def matvec_q8_shape(fmt, K: int, cpu: bool, subgroup_size: int | None, wg_memory
     count, which picks the lanes), or None where the int8 kernel does not apply (another type, K not a multiple of the
     format's block, the quantized row past wg_memory bytes)."""
     import os
-    if fmt not in INT8_FORMATS or K % (256 if fmt in (GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K) else 32):
+    if fmt not in INT8_FORMATS or K % GGML_BLOCK[fmt][0]:
         return None
     if cpu:
         shape = {"lanes": 1, "wg": 64, "sg": False}

@@ -1,5 +1,5 @@
 // Shared by the k-quant formats of matvec_q8.wgsl whose super-blocks are 256 weights with a header vec4 (d | dmin,
-// then 12 bytes of 6-bit scales sc[s] and mins mn[s], see kscales.wgsl) and whose values are unsigned (Q4_K, Q5_K):
+// then 12 bytes of 6-bit scales sc[s] and mins mn[s], read by kscales.wgsl) and whose values are unsigned (Q4_K, Q5_K):
 // the product of one item, 16 bytes of values of sub-block 2j (lo) and 16 of sub-block 2j + 1 (hi), with the input.
 
 // sum_i q[i] · x[i] and sum_i 1 · x[i] over 4 words of 4 int8.
@@ -18,10 +18,7 @@ fn qx4(w: u32) -> vec4<u32> {
 // d * sum_s dx_s sc_s (q · qx) - dmin * sum_s dx_s mn_s sum(qx) over the two sub-blocks.
 fn kquant_item(h: vec4<u32>, lo: vec4<u32>, hi: vec4<u32>, sb: u32, m: u32) -> f32 {
     let j = m / 2u;
-    // the 16 scales and mins one a byte (sc[0..4], mn[0..4], sc[4..8], mn[4..8]), as kscales.wgsl's k4_scales
-    let sm = vec4<u32>(h.y & 0x3F3F3F3Fu, h.z & 0x3F3F3F3Fu,
-                       (h.w & 0x0F0F0F0Fu) | ((h.y >> 2u) & 0x30303030u),
-                       ((h.w >> 4u) & 0x0F0F0F0Fu) | ((h.z >> 2u) & 0x30303030u));
+    let sm = k4_scales(h.y, h.z, h.w);     // the 16 scales and mins one a byte (kscales.wgsl)
     let sh = (j % 2u) * 16u;           // sub-blocks 2j, 2j + 1: bytes 2(j%2), +1 of the sc / mn words
     let w = select(sm.xy, sm.zw, j >= 2u) >> vec2<u32>(sh);
     let sl = vec2<f32>(w & vec2<u32>(0xFFu));                       // (sc, mn) of sub-block 2j

@@ -17,7 +17,7 @@ fn w8(row: u32, oct: u32) -> array<vec4<f32>, 2> {
     let j = o / 8u;
     let h = (o / 4u) % 2u;
     let dm = unpack2x16float(W[base]);
-    let sm = k4_scale_min(k4_scales(base), 2u * j + h);
+    let sm = k4_scale_min(k4_scales(W[base + 1u], W[base + 2u], W[base + 3u]), 2u * j + h);
     let scale = dm.x * sm.x;
     let offset = dm.y * sm.y;
     let q = base + 4u + 8u * j + 2u * (o % 4u);        // qs[j*32 + 8*(o%4)], word index
@@ -41,7 +41,7 @@ fn block_dot(row: u32, b: u32, x: u32) -> f32 {
     let x0 = x - c * 8u;
     let base = row * ROW_WORDS + (b / 8u) * 36u;
     let dm = unpack2x16float(W[base]);
-    let sm = k4_scales(base);
+    let sm = k4_scales(W[base + 1u], W[base + 2u], W[base + 3u]);
     let one = vec4<f32>(1.0);
     var acc = 0.0;
     var mins = 0.0;

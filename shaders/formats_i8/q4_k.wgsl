@@ -11,7 +11,7 @@ fn wblock(row: u32, b: u32) -> WBlock {
     let shift = vec4<u32>(4u * (s % 2u));
     let m = vec4<u32>(0x0F0F0F0Fu);
     let dm = unpack2x16float(W[base]);
-    let sm = k4_scale_min(k4_scales(base), s);
+    let sm = k4_scale_min(k4_scales(W[base + 1u], W[base + 2u], W[base + 3u]), s);
     return WBlock((vec4<u32>(W[q], W[q + 1u], W[q + 2u], W[q + 3u]) >> shift) & m,
                   (vec4<u32>(W[q + 4u], W[q + 5u], W[q + 6u], W[q + 7u]) >> shift) & m,
                   vec2<f32>(dm.x * sm.x), -dm.y * sm.y);
