@@ -23,6 +23,7 @@ How it is timed, so that the number is the kernel's and not the host's:
 On CPU adapters (lavapipe, SwiftShader) lanes 32 and 1 are both measured (the engine uses 1 there).
 For the types matvec_q8.wgsl reads (8-bit activations, dot4I8Packed) its product of the same weights is timed too,
 before the f32 kernel's (results with "kernel": "matvec_q8"; --variants8 compares its shapes, --no-int8 skips it).
+Q4_1 and Q8_0 are timed in the aligned layout the engine keeps them in ("layout": "aligned") and in the file's.
 
 --gemm times the prefill GEMM instead (GFLOP/s = 2 N K T / time; default Llama-3.2-1B's shapes, Q4_1 and Q8_0, 512
 tokens): the float32 tiled kernel ("gemm") and, where the device has dot4I8Packed, the int8 one ("gemm8": the GEMM
@@ -148,12 +149,14 @@ class Bench:
             n = max(n * 2, min(int(n * self.target_s / max(t - self.overhead, 1e-6)), n * 64))
         return max(t - self.overhead, t / 2) / n, n
 
-    async def matvec(self, fmt: GGMLType, N: int, K: int, lanes: int, variant: dict | None = None) -> dict:
-        """variant: rpt / wg / sg of matmul() (default: what kernels.matvec_shape picks on this device)."""
+    async def matvec(self, fmt: GGMLType, N: int, K: int, lanes: int, variant: dict | None = None,
+                     aligned: bool = False) -> dict:
+        """variant: rpt / wg / sg of matmul() (default: what kernels.matvec_shape picks on this device); aligned: the
+        weights in the aligned layout (kernels.ALIGNED_FORMATS)."""
         dev = self.dev
         nbytes = N * row_bytes(fmt, K)
         self.ensure_pool(nbytes)
-        weights = self.copies(nbytes)
+        weights = self.copies(-(-nbytes // 16) * 16)
         x = dev.create_buffer(4 * K)
         dev.write_buffer(x, np.random.default_rng(1).standard_normal(K).astype(np.float32))
         gain = dev.create_buffer(4 * K)
@@ -161,13 +164,13 @@ class Bench:
         shape = kernels.matvec_shape(K // kernels.block_elems(fmt), 1, dev.is_cpu, dev.subgroup_size)
         shape.update(lanes=lanes, **(variant or {}))
         shape["sg"] = bool(shape["sg"]) and (dev.subgroup_size or 0) >= lanes
-        pipe = dev.pipeline(kernels.matmul(fmt, K, N, **shape), f"matmul {fmt.name}")
+        pipe = dev.pipeline(kernels.matmul(fmt, K, N, aligned=aligned, **shape), f"matmul {fmt.name}")
         groups = kernels.spread(kernels.matmul_groups(N, lanes, shape["rpt"], shape["wg"]))
         outs = [dev.create_buffer(4 * N) for _ in weights]
         indep = [dev.bind(pipe, [w, x, y, self.step, gain]) for w, y in zip(weights, outs)]
         per, n = await self.per_dispatch(lambda n: [(pipe, indep[i % len(indep)], groups) for i in range(n)])
         res = {"type": fmt.name, "shape": f"{N}x{K}", "N": N, "K": K, "bytes": nbytes, "lanes": lanes,
-               "rpt": shape["rpt"], "wg": shape["wg"], "sg": shape["sg"],
+               "rpt": shape["rpt"], "wg": shape["wg"], "sg": shape["sg"], "layout": LAYOUT[aligned],
                "copies": len(weights), "dispatches": n, "us": round(per * 1e6, 3),
                "gbps": round(nbytes / per / 1e9, 2)}
         if self.serial:
@@ -176,9 +179,11 @@ class Bench:
             res.update(serial_us=round(per_s * 1e6, 3), serial_gbps=round(nbytes / per_s / 1e9, 2))
         return res
 
-    async def matvec8(self, fmt: GGMLType, N: int, K: int, variant: dict | None = None) -> dict | None:
+    async def matvec8(self, fmt: GGMLType, N: int, K: int, variant: dict | None = None,
+                      aligned: bool = False) -> dict | None:
         """The same product through matvec_q8.wgsl (8-bit activations, dot4I8Packed); variant: lanes / wg / sg
-        (default: kernels.matvec_q8_shape on this device). None where the int8 kernel does not apply."""
+        (default: kernels.matvec_q8_shape on this device); aligned: as in matvec(). None where the int8 kernel does
+        not apply."""
         dev = self.dev
         wg_memory = int(dev.limits.get("max-compute-workgroup-storage-size", 16384))
         shape = kernels.matvec_q8_shape(fmt, K, dev.is_cpu, dev.subgroup_size, wg_memory, N)
@@ -190,17 +195,18 @@ class Bench:
             return None
         nbytes = N * row_bytes(fmt, K)
         self.ensure_pool(nbytes)
-        weights = self.copies(nbytes)
+        weights = self.copies(-(-nbytes // 16) * 16)
         x = dev.create_buffer(4 * K)
         dev.write_buffer(x, np.random.default_rng(1).standard_normal(K).astype(np.float32))
         gain = dev.create_buffer(4 * K)
         dev.write_buffer(gain, np.ones(K, np.float32))
-        pipe = dev.pipeline(kernels.matvec_q8(fmt, K, N, **shape), f"matvec_q8 {fmt.name}")
+        pipe = dev.pipeline(kernels.matvec_q8(fmt, K, N, aligned=aligned, **shape), f"matvec_q8 {fmt.name}")
         groups = kernels.spread(kernels.matvec_q8_groups(N, shape["lanes"], shape["wg"]))
         outs = [dev.create_buffer(4 * N) for _ in weights]
         indep = [dev.bind(pipe, [w, x, y, self.step, gain]) for w, y in zip(weights, outs)]
         per, n = await self.per_dispatch(lambda n: [(pipe, indep[i % len(indep)], groups) for i in range(n)])
         res = {"kernel": "matvec_q8", "lanes": shape["lanes"], "wg": shape["wg"], "sg": shape["sg"],
+               "layout": LAYOUT[aligned],
                "copies": len(weights), "dispatches": n, "us": round(per * 1e6, 3), "gbps": round(nbytes / per / 1e9, 2)}
         if self.serial:
             chained = [dev.bind(pipe, [w, x, outs[0], self.step, gain]) for w in weights]
@@ -272,6 +278,9 @@ class Bench:
         return {"bytes": nbytes, "us": round(per * 1e6, 3), "gbps": round(nbytes / per / 1e9, 2)}
 
 
+LAYOUT = {True: "aligned", False: "file"}     # "layout" of a result: the weights as the engine keeps them, or as filed
+
+
 async def run(types, shapes, lanes_list=None, *, repeats=None, target_ms=None, rotate_mib=None, serial=None,
               device=None, variants=None, gemm_tokens=0, tiles=None, tiles8=None, int8=True, variants8=None) -> dict:
     """Matrix-vector bandwidth per type and shape; with gemm_tokens, the prefill GEMM's GFLOP/s over that many tokens
@@ -311,26 +320,30 @@ async def run(types, shapes, lanes_list=None, *, repeats=None, target_ms=None, r
         for fmt in types:
             nbytes = N * row_bytes(fmt, K)
             ceiling = await bench.read(nbytes)
+            # the engine's layout first (aligned for the types that have it), then the file's
+            layouts = [True, False] if fmt in kernels.ALIGNED_FORMATS else [False]
             if int8 and fmt in kernels.INT8_FORMATS:     # the int8-activation kernel, each variant, beside the f32 one
-                for v in variants8 or [None]:
-                    r = await bench.matvec8(fmt, N, K, v)
+                for v, aligned in [(v, a) for a in layouts for v in (variants8 or [None])]:
+                    r = await bench.matvec8(fmt, N, K, v, aligned)
                     if r is None:
                         continue
                     r.update(type=fmt.name, shape=f"{N}x{K}", N=N, K=K, bytes=nbytes, read_gbps=ceiling["gbps"],
                              of_read=round(r["gbps"] / ceiling["gbps"], 3) if ceiling["gbps"] else None)
                     out["results"].append(r)
-                    print(f"{fmt.name:5s} {N}x{K} int8 lanes {r['lanes']:2d} wg {r['wg']:3d} sg {int(r['sg'])}: "
+                    print(f"{fmt.name:5s} {N}x{K} int8 {r['layout']:7s} lanes {r['lanes']:2d} wg {r['wg']:3d} "
+                          f"sg {int(r['sg'])}: "
                           f"{r['gbps']:9.2f} GB/s" + (f", serial {r['serial_gbps']:.2f}" if "serial_gbps" in r else ""),
                           file=sys.stderr)
-            for lanes, variant in [(lanes, v) for lanes in lanes_list for v in (variants or [None])]:
-                r = await bench.matvec(fmt, N, K, lanes, variant)
+            for lanes, variant, aligned in [(lanes, v, a) for a in layouts for lanes in lanes_list
+                                            for v in (variants or [None])]:
+                r = await bench.matvec(fmt, N, K, lanes, variant, aligned)
                 r["kernel"] = "matmul"
                 r["read_gbps"] = ceiling["gbps"]
                 # a very slow (CPU) adapter can round to 0.00 GB/s on a busy machine: no ratio then
                 r["of_read"] = round(r["gbps"] / ceiling["gbps"], 3) if ceiling["gbps"] else None
                 out["results"].append(r)
                 ratio = f"{100 * r['of_read']:.0f}%" if r["of_read"] is not None else "?"
-                print(f"{fmt.name:5s} {N}x{K} lanes {lanes:2d} rpt {r['rpt']} wg {r['wg']:3d} sg {int(r['sg'])}: "
+                print(f"{fmt.name:5s} {N}x{K} {r['layout']:7s} lanes {lanes:2d} rpt {r['rpt']} wg {r['wg']:3d} sg {int(r['sg'])}: "
                       f"{r['gbps']:9.2f} GB/s "
                       f"({ratio} of read {ceiling['gbps']:.2f})"
                       + (f", serial {r['serial_gbps']:.2f}" if "serial_gbps" in r else ""), file=sys.stderr)

@@ -331,3 +331,23 @@ def quantize_q4_1(x) -> np.ndarray:
     packed = q[:, :16] | (q[:, 16:] << 4)
     out = np.concatenate([_as_f16_bytes(d), _as_f16_bytes(lo), packed], axis=1)
     return out.reshape(*x.shape[:-1], -1)
+
+
+# -- the GPU's aligned layout -------------------------------------------------------------------------------------
+# Q4_1 and Q8_0 blocks are 20 and 34 bytes, so a block's integers never start on a 16-byte boundary and a GPU kernel
+# reads them a word (or a shifted pair of words) at a time. On the GPU these two types are stored apart: the integers
+# of every block of the buffer first (16 bytes a Q4_1 block, 32 a Q8_0 block, in row order), then the scales (Q4_1:
+# its (d, m) word a block, Q8_0: its f16 d, two a word). Same bytes in all (the scales' tail padded to a word), one
+# 16-byte load a quarter or half block, and every block's integers 16-byte aligned. shaders/repack.wgsl makes this
+# layout on the GPU at upload; this function is its specification (and the tests').
+ALIGNED_TYPES = {GGMLType.Q4_1: (4, 16), GGMLType.Q8_0: (2, 32)}      # type -> (scale bytes, integer bytes) a block
+
+
+def aligned_layout(raw, ggml_type) -> np.ndarray:
+    """A buffer of whole blocks of an ALIGNED_TYPES type (any number of rows, in row order) in the aligned layout:
+    uint8, the integers of every block, then the scales, padded with zeros to a multiple of 4 bytes."""
+    scale_bytes, int_bytes = ALIGNED_TYPES[GGMLType(ggml_type)]
+    data = np.frombuffer(raw, dtype=np.uint8) if not isinstance(raw, np.ndarray) else raw.reshape(-1)
+    blocks = data.reshape(-1, scale_bytes + int_bytes)
+    out = np.concatenate([blocks[:, scale_bytes:].reshape(-1), blocks[:, :scale_bytes].reshape(-1)])
+    return np.concatenate([out, np.zeros(-out.size % 4, np.uint8)])

@@ -231,14 +231,16 @@ def test_matvec_q8_selection(monkeypatch):
 
 def test_bench_kernels_times_int8_beside_f32(dev):
     """bench_kernels reports the int8 kernel's product of the same weights beside matmul.wgsl's (the lead's
-    before/after on the H200), each --variants8 shape."""
+    before/after on the H200), each --variants8 shape, Q4_1 in the aligned layout and in the file's."""
     import asyncio
     from cera_web import bench_kernels
     out = asyncio.run(bench_kernels.run([GGMLType.Q4_1, GGMLType.F16], [(64, 256)], device=dev, repeats=1,
                                         target_ms=1, rotate_mib=1, serial=False, lanes_list=[1],
                                         variants8=[dict(lanes=1, wg=64, sg=0), dict(lanes=4, wg=64, sg=0)]))
-    kinds = [(r["type"], r["kernel"], r.get("lanes")) for r in out["results"]]
-    assert kinds == [("Q4_1", "matvec_q8", 1), ("Q4_1", "matvec_q8", 4), ("Q4_1", "matmul", 1), ("F16", "matmul", 1)]
+    kinds = [(r["type"], r["kernel"], r.get("lanes"), r["layout"]) for r in out["results"]]
+    assert kinds == [("Q4_1", "matvec_q8", 1, "aligned"), ("Q4_1", "matvec_q8", 4, "aligned"),
+                     ("Q4_1", "matvec_q8", 1, "file"), ("Q4_1", "matvec_q8", 4, "file"),
+                     ("Q4_1", "matmul", 1, "aligned"), ("Q4_1", "matmul", 1, "file"), ("F16", "matmul", 1, "file")]
     assert all(r["us"] > 0 for r in out["results"]) and out["int8_dot"] is True
 
 
@@ -314,6 +316,7 @@ def test_linear_picks_the_kernel():
                             spec=SimpleNamespace(eps=1e-5),
                             dev=SimpleNamespace(is_cpu=cpu, subgroup_size=32),
                             gguf=SimpleNamespace(tensor=lambda name: SimpleNamespace(type=fmt)),
+                            aligned=lambda name: fmt in kernels.ALIGNED_FORMATS,
                             shape=lambda name: (64, K), pieces=lambda name: [(None, 0, 64)])
         m.q8_shape = lambda fmt, k, rows: Transformer.q8_shape(m, fmt, k, rows)
         rec = Rec()
@@ -358,20 +361,26 @@ def test_mixed_types_model_with_int8(tmp_path, monkeypatch):
         assert err <= 0.02, f"logits differ by {err:.3g} of the largest"      # measured 0.0069 (f32 path: 1e-4)
         texts = [w for w in engine.dev._pipelines if "matvec_q8" in w.split("\n")[0]]
         for fmt in (GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q4_1):
-            body = kernels._read(f"formats/{kernels.INT8_FORMATS[fmt][0]}.wgsl")
+            files = kernels.ALIGNED_INT8_FORMATS if fmt in kernels.ALIGNED_INT8_FORMATS else kernels.INT8_FORMATS
+            body = kernels._read(f"formats/{files[fmt][0]}.wgsl")
             assert any(body in w for w in texts), f"no matvec_q8 pipeline for {fmt.name}"
     finally:
         engine.close()
 
 
 def test_chromium_compiles_every_int8_kernel(page, server_url):
-    """Headless Chromium's WGSL compiler (Tint, SwiftShader) accepts matvec_q8 for every format and the fused and
-    subgroup variants, and reports packed_4x8_integer_dot_product the way gpu/browser.py reads it. (The page itself
+    """Headless Chromium's WGSL compiler (Tint, SwiftShader) accepts matvec_q8 for every format (and layout) and the
+    fused and subgroup variants, the aligned layout's repacking and float32 kernels, and reports packed_4x8_integer_dot_product the way gpu/browser.py reads it. (The page itself
     keeps the f32 kernel on SwiftShader, a CPU adapter.)"""
     texts = [kernels.matvec_q8(fmt, 512, 37, norm=True, eps=1e-5, glu=True, gelu=gelu, last_only=last, accum=not glu,
-                               lanes=lanes, wg=256, sg=sg)
+                               lanes=lanes, wg=256, sg=sg, aligned=aligned)
              for fmt in FORMATS for gelu, last, glu, lanes, sg in [(False, False, True, 16, False),
-                                                                      (True, True, False, 4, True)]]
+                                                                      (True, True, False, 4, True)]
+             for aligned in ([False, True] if fmt in kernels.ALIGNED_INT8_FORMATS else [False])]
+    # the aligned layout's repacking and its float32 readers (the page's kernels on SwiftShader)
+    texts += [k for fmt in kernels.ALIGNED_FORMATS
+              for k in (kernels.repack(fmt), kernels.matmul(fmt, 512, 37, glu=True, aligned=True),
+                        kernels.matmul_tiled(fmt, 512, 37, aligned=True), kernels.embed(fmt, 512, 37, aligned=True))]
     page.goto(server_url + "/")
     result = page.evaluate("""async (texts) => {
         const adapter = await navigator.gpu.requestAdapter();

@@ -12,11 +12,12 @@ import numpy as np
 
 from .. import kernels
 from ..errors import UnsupportedModelError
-from ..gguf import GGMLType
+from ..gguf import GGML_BLOCK, GGMLType
 
 GPU_TYPES = set(kernels.FORMATS)
 LOG_SIZE = 256      # token log entries (steps that can run between two readbacks)
 SPLIT_ROWS = 16     # a tensor split across buffers is split at multiples of this many rows (see GPUModel.pieces)
+REPACK_BLOCKS = 1 << 18     # blocks a slab of the aligned layout's repacking (GPUModel._repack): 8.9 MB of Q8_0
 
 
 def smallest_piece(info) -> int:
@@ -71,6 +72,7 @@ class GPUModel:
         self.chunk = chunk
         self.on_progress = on_progress
         self.weights = {}         # label -> GPU buffer of every packed weight (a split tensor: one per row range)
+        self._staging = self._slab = None     # the aligned layout's repacking (made on first use, see _repack)
         self._pieces = {}         # tensor name -> [(buffer, first row, rows)]
         self._uploaded = 0
         self._to_upload = 0
@@ -127,8 +129,7 @@ class GPUModel:
             parts = []
             for r0, n in ranges:
                 label = name if len(ranges) == 1 else f"{name}[{r0}:{r0 + n}]"
-                buf = self.dev.create_buffer(n * row_bytes, label=label)
-                self._upload(buf, 0, info.offset + r0 * row_bytes, n * row_bytes)
+                buf = self._weight_buffer(info.type, [(info.offset + r0 * row_bytes, n * row_bytes)], label)
                 self.weights[label] = buf
                 parts.append((buf, r0, n))
             self._pieces[name] = parts
@@ -145,7 +146,8 @@ class GPUModel:
         hidden, vocab = info.shape[0], info.shape[1]
         parts = self.pieces(name)
         for buf, r0, n in parts:
-            rec.add(kernels.embed(info.type, hidden, n, row0=r0, vocab=vocab, scale=self.spec.embed_scale),
+            rec.add(kernels.embed(info.type, hidden, n, row0=r0, vocab=vocab, scale=self.spec.embed_scale,
+                                  aligned=self.aligned(name)),
                     [buf, self.tokens, self.x, self.step],
                     (-(-hidden // 512), T, 1), "embed" if len(parts) == 1 else f"embed[{r0}:{r0 + n}]")
 
@@ -162,13 +164,56 @@ class GPUModel:
             total = sum(i.nbytes for i in infos)
             if total > self.buffer_limit:
                 return None
-            buf = self.dev.create_buffer(total, label=key)
-            at = 0
-            for info in infos:
-                self._upload(buf, at, info.offset, info.nbytes)
-                at += info.nbytes
+            buf = self._weight_buffer(infos[0].type, [(i.offset, i.nbytes) for i in infos], key)
             self.weights[key] = buf
         return buf
+
+    def aligned(self, name: str) -> bool:
+        """Whether weight ``name`` is on the GPU in the aligned layout (kernels.ALIGNED_FORMATS; quants.aligned_layout):
+        Q4_1 and Q8_0 matrices, unless CERA_WEB_ALIGNED=0."""
+        return self.gguf.tensor(name).type in kernels.ALIGNED_FORMATS and kernels.aligned_enabled()
+
+    def _weight_buffer(self, fmt, segments, label: str):
+        """A GPU buffer holding the file's byte ranges ``segments`` [(offset, nbytes)] one after another (whole blocks
+        of type fmt), in the aligned layout for the types that have one (a multiple of 16 bytes, so that kernels may
+        read it as vec4s), else as they are in the file."""
+        total = sum(n for _, n in segments)
+        if not (fmt in kernels.ALIGNED_FORMATS and kernels.aligned_enabled()):
+            buf = self.dev.create_buffer(total, label=label)
+            at = 0
+            for offset, n in segments:
+                self._upload(buf, at, offset, n)
+                at += n
+            return buf
+        buf = self.dev.create_buffer(-(-total // 16) * 16, label=label)
+        self._repack(fmt, buf, segments)
+        return buf
+
+    def _repack(self, fmt, buf, segments):
+        """Upload ``segments`` (whole blocks of fmt, each a multiple of 4 bytes unless it is the last) into buf in the
+        aligned layout: slab by slab (REPACK_BLOCKS blocks, an even number, so Q8_0's pairs of scales stay in one
+        slab) through a staging buffer, each repacked by shaders/repack.wgsl. Staging and the slab's parameters are
+        made on first use and dropped by build()."""
+        block = GGML_BLOCK[fmt][1]
+        blocks = sum(n for _, n in segments) // block
+        if self._staging is None:
+            self._staging = self.dev.create_buffer(REPACK_BLOCKS * 34 + 4, label="repack staging")
+            self._slab = self.dev.create_buffer(16, kind="uniform", label="repack slab")
+        pipe = self.dev.pipeline(kernels.repack(fmt), "repack")
+        group = self.dev.bind(pipe, [self._staging, buf, self._slab])
+        spans = []       # (first block of the buffer, file offset, blocks) of each segment
+        first = 0
+        for offset, n in segments:
+            spans.append((first, offset, n // block))
+            first += n // block
+        for i0 in range(0, blocks, REPACK_BLOCKS):
+            i1 = min(blocks, i0 + REPACK_BLOCKS)
+            for s0, offset, count in spans:        # the slab's bytes, from each segment it overlaps
+                a, b = max(i0, s0), min(i1, s0 + count)
+                if a < b:
+                    self._upload(self._staging, (a - i0) * block, offset + (a - s0) * block, (b - a) * block)
+            self.dev.write_buffer(self._slab, struct.pack("<4I", i0, i1 - i0, blocks, 0))
+            self.dev.submit([self.dev.record([(pipe, group, kernels.spread(kernels.repack_groups(fmt, i1 - i0)))])])
 
     def _upload(self, buf, at: int, offset: int, nbytes: int):
         """Copy nbytes of the file from offset into buf at byte at, counting them for the progress report."""
@@ -266,6 +311,10 @@ class GPUModel:
         self.plan_decode = self.record_body(1)
         self.plan_head_prefill = self.record_head(self.chunk)
         self.plan_head_decode = self.record_head(1)
+        if self._staging is not None:              # every weight is uploaded: the repacking's buffers go
+            self.dev.release(self._staging)
+            self.dev.release(self._slab)
+            self._staging = self._slab = None
         if self.on_progress:                       # everything is on the GPU now, whatever was counted
             done = max(self._uploaded, self._to_upload)
             self.on_progress("upload", done, done)

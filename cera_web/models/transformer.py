@@ -239,14 +239,16 @@ class Transformer(GPUModel):
         ystride, yoff = kw.pop("ystride", None) or n, kw.pop("yoff", 0)
         xsplit = kw.pop("xsplit", (1, 32))
         # 8-bit activations for prefill products; not the LM head (its logits are read, e.g. chunk_logits)
-        if (self.int8_prefill and T > 1 and not kw.get("last_only") and fmt in kernels.Q8_FORMATS
+        aligned = self.aligned(name)
+        if (self.int8_prefill and T > 1 and not kw.get("last_only") and fmt in kernels.Q8_FORMATS and not aligned
                 and name != self.spec.lm_head):
             self.linear_q8(rec, T, name, fmt, k, parts, x, y, gain, ystride, yoff, **kw)
             return
         for buf, r0, rows_here in parts:
             label = name if len(parts) == 1 else f"{name}[{r0}:{r0 + rows_here}]"
             buffers = [buf, x, y, self.step, gain or self.ones]
-            common = dict(norm=gain is not None, eps=self.spec.eps, ystride=ystride, yoff=yoff + r0, **kw)
+            common = dict(norm=gain is not None, eps=self.spec.eps, ystride=ystride, yoff=yoff + r0, aligned=aligned,
+                          **kw)
             if T > 1 and not kw.get("last_only") and k % 32 == 0 and not self.dev.is_cpu:
                 tile = kernels.tiled_tile(rows_here, k, T)
                 rec.add(kernels.matmul_tiled(fmt, k, rows_here, tile=tile, **common), buffers,
