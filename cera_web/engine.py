@@ -357,6 +357,8 @@ class Engine:
         prev = first
         if matcher is not None and not stop and self.overlap and hasattr(self.model, "encode_forward"):
             stop = await self._decode_constrained(pos, prev, params, result, stream, matcher)
+        elif matcher is None and not stop and self.overlap and getattr(self.model, "on_gpu", False):
+            stop = await self._decode_pipelined(pos, prev, params, result, stream)
         while not stop:
             n = max(1, min(self.pacer.next(self.steps_per_read), params.max_tokens - len(result.tokens),
                            self.context_size - pos, self.model.max_steps_per_read))
@@ -463,6 +465,66 @@ class Engine:
             prev, slot = tok, 1 - slot
         if ahead:
             dev.discard(sampling)
+        return stop
+
+    async def _decode_pipelined(self, pos: int, prev: int, params, result, stream) -> str:
+        """Decode without a grammar: batches of steps (sized by the pacer), each batch's tokens read back at once, and
+        the next batch submitted before the current one's tokens are awaited, so the GPU does not wait for the
+        readback, the host's handling of the tokens or its encoding of the next batch (the loop in _run waits for
+        each read before it encodes the next batch). Batches alternate the two halves of the token log, of the
+        logprob slots and of the conv-state snapshots (steps' out_index), so a batch's results are not overwritten
+        by the batch after it before they are read. Steps run past a stop, in its batch or in the batch after it,
+        are discarded as in _run (their cache rows are overwritten later; a running state goes back with
+        keep_state). Returns why it stopped."""
+        model, dev, sampler = self.model, self.dev, self._sampler
+        half = model.max_steps_per_read // 2
+        budget = min(params.max_tokens - len(result.tokens), self.context_size - pos)   # steps worth submitting
+        flight = []          # batches submitted and not read: (pending read, steps, slot base, time sent)
+        nxt, base = pos, 0   # the next step's position, and the half of the slots it writes
+
+        def submit():
+            nonlocal nxt, base, budget
+            h = time.perf_counter()
+            n = max(1, min(self.pacer.next(self.steps_per_read), half, budget))
+            for i in range(n):
+                model.decode(nxt + i, base + i)
+            reads = [(model.log, 4 * base, 4 * n)]
+            if params.logprobs:
+                buf, offset, size = sampler.logprobs_slice(base)
+                reads.append((buf, offset, size * n))
+            flight.append((dev.send(dev.encode([], read=reads)), n, base, h))
+            result.host_ms += (time.perf_counter() - h) * 1000
+            nxt, base, budget = nxt + n, half - base, budget - n
+
+        submit()
+        last = time.perf_counter()
+        stop = ""
+        while not stop:
+            if budget > 0:
+                submit()                      # the next batch goes to the GPU before this one's tokens are read
+            pending, n, b, sent = flight.pop(0)
+            raw = await dev.collect(pending)
+            now = time.perf_counter()
+            self.pacer.observe(n, now - max(last, sent))      # the GPU ran this batch since the last one came back
+            last = now
+            new = [int(t) for t in memoryview(raw[0]).cast("I")]
+            lps = sampler.parse_logprobs(raw[1], params.top_logprobs) if params.logprobs else [None] * n
+            inputs = [prev] + new[:-1]        # step i's input, now in the cache (K/V rows, conv state)
+            prev, used = new[-1], n
+            for i, tok in enumerate(new):
+                pos += 1
+                if self._cancel:
+                    stop, used = "cancelled", i        # tokens read after the request are dropped
+                    break
+                stop = stream.accept(tok, pos, lps[i])
+                if stop:
+                    used = i + 1
+                    break
+            self._cache += inputs[:used]
+            if stop and (used < n or flight) and not model.keep_state(b + used - 1 if used else -1):
+                self._cache = []
+        for pending, *_ in flight:            # a batch past the stop: its read is collected (and dropped)
+            await dev.collect(pending)
         return stop
 
     async def _read_logprobs(self, n: int, params) -> list:

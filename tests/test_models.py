@@ -165,6 +165,43 @@ def test_a_run_stopped_inside_a_read_is_continued_from_where_it_stopped(stem):
         eng.close()
 
 
+@gpu
+@pytest.mark.parametrize("stem", ["lfm2-q8_0", "qwen3-q8_0"])
+def test_pipelined_decode_equals_one_read_at_a_time(stem):
+    """engine._decode_pipelined (the next batch submitted before this one's tokens are read, batches in alternate
+    halves of the token log, logprob slots and conv snapshots) gives the tokens and logprobs of the loop that reads
+    each batch before encoding the next (engine.overlap = False), greedy and seeded; a stop in the first batch, in a
+    later one, or at max_tokens leaves the cache (and LFM2's conv state) of the tokens kept: a continuation reusing
+    it equals one from scratch."""
+    from cera_web.engine import Engine
+    from cera_web.sampling import GREEDY
+    eng = run(Engine.load(SMALL / f"{stem}.gguf", context_size=96, chunk=16))
+    try:
+        eng.steps_per_read = 3
+        ids, greedy = ref(stem, "prompt_ids").tolist(), ref(stem, "greedy_ids").tolist()
+        cases = [GREEDY.replace(max_tokens=10), GREEDY.replace(max_tokens=7, stop_token_ids=[greedy[1]]),
+                 GREEDY.replace(max_tokens=12, stop_token_ids=[greedy[5]]),
+                 GREEDY.replace(max_tokens=12, stop_token_ids=[greedy[3]]),    # the last step of a batch
+                 GREEDY.replace(temperature=1.0, seed=5, top_k=0, top_p=1.0, min_p=0.0, max_tokens=11,
+                                logprobs=True, top_logprobs=3)]
+        for params in cases:
+            runs = []
+            for overlap in (False, True):
+                eng.overlap = overlap
+                r = run(eng.generate(ids, params))
+                follow = ids + r.tokens + ([r.stop_sequence] if r.stop_sequence is not None else []) + ids[:4]
+                again = run(eng.generate(follow, GREEDY.replace(max_tokens=6), reuse_cache=True))
+                fresh = run(eng.generate(follow, GREEDY.replace(max_tokens=6)))
+                assert again.reused_tokens >= len(ids) and again.tokens == fresh.tokens, (overlap, params)
+                runs.append(r)
+            assert runs[1].tokens == runs[0].tokens and runs[1].stop_reason == runs[0].stop_reason, params
+            assert runs[1].logprobs == runs[0].logprobs, params
+        assert [r.stop_reason for r in runs] == ["max_tokens"] * 2
+    finally:
+        eng.overlap = True
+        eng.close()
+
+
 def conv_reference(bcx, w, state):
     """Token by token, as decoding does: bx = B*x; out = sum_k state[k]*w[:, k] + bx*w[:, L-1]; y = C*out; shift."""
     H, L = w.shape
