@@ -11,7 +11,7 @@ from . import Device, Plan
 
 try:   # wgpu-native's C entry points, for the fast encode path (falls back to the public API when absent)
     from wgpu.backends.wgpu_native import _api as _raw
-    _raw.libf.wgpuComputePassEncoderSetBindGroup, _raw.ffi.NULL   # noqa: B018 - check they exist
+    _raw.lib.wgpuComputePassEncoderSetBindGroup, _raw.libf.wgpuQueueSubmitForIndex, _raw.ffi.NULL   # noqa: B018
 except Exception:  # pragma: no cover - another wgpu-py layout
     _raw = None
 
@@ -174,8 +174,11 @@ class NativeDevice(Device):
             dispatches, raw = plan.handle
             if raw is not None:
                 # wgpu-py's public methods cost ~10 µs a dispatch in Python (argument checks, a cffi allocation
-                # per bind group); the same three wgpu-native calls made directly cost ~1 µs
-                lib, null, cpi = _raw.libf, _raw.ffi.NULL, cp._internal
+                # per bind group); the same three wgpu-native calls made directly cost ~1 µs through wgpu-py's
+                # error-capturing wrappers (libf), ~0.2 µs through cffi's own (lib). Recording a dispatch in a pass
+                # reports nothing: wgpu-native keeps a pass's errors for cp.end() and enc.finish(), which go
+                # through the wrappers and raise them.
+                lib, null, cpi = _raw.lib, _raw.ffi.NULL, cp._internal
                 set_pipeline = lib.wgpuComputePassEncoderSetPipeline
                 set_group = lib.wgpuComputePassEncoderSetBindGroup
                 dispatch = lib.wgpuComputePassEncoderDispatchWorkgroups
