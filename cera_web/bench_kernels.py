@@ -186,7 +186,7 @@ class Bench:
         not apply."""
         dev = self.dev
         wg_memory = int(dev.limits.get("max-compute-workgroup-storage-size", 16384))
-        shape = kernels.matvec_q8_shape(fmt, K, dev.is_cpu, dev.subgroup_size, wg_memory, N)
+        shape = kernels.matvec_q8_shape(fmt, K, dev.is_cpu, dev.subgroup_size, wg_memory, N, aligned)
         if shape is None or not dev.int8_dot:
             return None
         shape.update(variant or {})

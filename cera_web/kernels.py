@@ -405,16 +405,21 @@ REQUIRES_I8 = "requires packed_4x8_integer_dot_product;"
 MATVEC8 = {"lanes": 0, "wg": 256, "sg": 1}
 
 
-def matvec_q8_lanes(rows: int | None, wg: int = 256) -> int:
+def matvec_q8_lanes(rows: int | None, wg: int = 256, block_items: int | None = None) -> int:
     """Lanes a row for N = rows outputs: the fewest (8, 16 or 32) that still give at least 256 workgroups (each
     workgroup quantizes the input once, so fewer, fuller workgroups cost less, until the GPU runs short of them).
     H200, session 4 call 1 (bench_kernels --variants8): 16384x2048 best at 8 lanes (Q4_1 929 GB/s against 849 at 16,
-    783 at 32), 2048x8192 and 2048x2048 at 32 (Q4_1 499 against 465 / 342). None: 16."""
+    783 at 32), 2048x8192 and 2048x2048 at 32 (Q4_1 499 against 465 / 342). None: 16.
+    block_items: the row's items when an item is a whole 32-weight block (the aligned layout): rows of 256 or more
+    take at most 16 lanes (H200, session 7 call 2, 2048x8192: Q4_1 618 GB/s at 16 lanes against 586 at 32, Q8_0 937
+    against 877; 2048x2048 stays best at 32)."""
     if not rows:
         return 16
     lanes = 8
     while lanes < 32 and rows * lanes // wg < 256:
         lanes *= 2
+    if block_items is not None and block_items >= 256:
+        lanes = min(lanes, 16)
     return lanes
 
 
@@ -436,7 +441,7 @@ def matvec_q8_memory(K: int, lanes: int, wg: int, sg: bool) -> int:
 
 
 def matvec_q8_shape(fmt, K: int, cpu: bool, subgroup_size: int | None, wg_memory: int = 16384,
-                    rows: int | None = None) -> dict | None:
+                    rows: int | None = None, aligned: bool = False) -> dict | None:
     """kwargs of matvec_q8() (lanes, wg, sg) for rows of K of type fmt on this adapter (rows: the product's output
     count, which picks the lanes), or None where the int8 kernel does not apply (another type, K not a multiple of the
     format's block, the quantized row past wg_memory bytes)."""
@@ -452,7 +457,7 @@ def matvec_q8_shape(fmt, K: int, cpu: bool, subgroup_size: int | None, wg_memory
             if key.strip() not in cfg or not value.strip().isdigit():
                 raise ValueError(f"CERA_WEB_MATVEC8: {item!r} is not one of lanes=N, wg=N, sg=0|1")
             cfg[key.strip()] = int(value)
-        lanes, wg = cfg["lanes"] or matvec_q8_lanes(rows, cfg["wg"]), cfg["wg"]
+        lanes, wg = cfg["lanes"] or matvec_q8_lanes(rows, cfg["wg"], K // 32 if aligned else None), cfg["wg"]
         if lanes & (lanes - 1) or not 1 <= lanes <= 32 or wg not in (64, 128, 256) or wg < lanes:
             raise ValueError(f"CERA_WEB_MATVEC8: lanes={lanes} (a power of two up to 32), wg={wg} (64, 128, 256)")
         shape = {"lanes": lanes, "wg": wg,

@@ -198,6 +198,9 @@ def test_matvec_q8_selection(monkeypatch):
     assert shape(GGMLType.Q4_1, 2048, False, 32) == {"lanes": 16, "wg": 256, "sg": True}     # rows unknown
     assert [shape(GGMLType.Q4_1, 2048, False, 32, rows=n)["lanes"] for n in (2048, 4096, 16384, 128256)] == \
         [32, 16, 8, 8]                                                           # at least 256 workgroups
+    # aligned rows of 256 blocks or more: at most 16 lanes
+    assert [shape(GGMLType.Q4_1, k, False, 32, rows=2048, aligned=True)["lanes"] for k in (2048, 8192)] == [32, 16]
+    assert shape(GGMLType.Q4_1, 8192, False, 32, rows=2048)["lanes"] == 32
     assert shape(GGMLType.Q4_1, 2048, False, None)["sg"] is False
     assert shape(GGMLType.F16, 2048, False, 32) is None                        # not an int8 format
     assert shape(GGMLType.Q8_0, 8192, False, 32) is not None                   # 8 KiB + 2 KiB: fits 16 KiB
@@ -318,7 +321,7 @@ def test_linear_picks_the_kernel():
                             gguf=SimpleNamespace(tensor=lambda name: SimpleNamespace(type=fmt)),
                             aligned=lambda name: fmt in kernels.ALIGNED_FORMATS,
                             shape=lambda name: (64, K), pieces=lambda name: [(None, 0, 64)])
-        m.q8_shape = lambda fmt, k, rows: Transformer.q8_shape(m, fmt, k, rows)
+        m.q8_shape = lambda fmt, k, rows, aligned=False: Transformer.q8_shape(m, fmt, k, rows, aligned)
         rec = Rec()
         Transformer.linear(m, rec, T, "w", None, None, **kw)
         return rec.kernels[0]

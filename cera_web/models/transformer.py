@@ -255,7 +255,7 @@ class Transformer(GPUModel):
                         kernels.tiled_groups(rows_here, T, tile), label)
                 continue
             if T == 1 or kw.get("last_only"):    # 8-bit activations where the type has it
-                shape = self.q8_shape(fmt, k, rows_here)
+                shape = self.q8_shape(fmt, k, rows_here, aligned)
                 if shape is not None:
                     rec.add(kernels.matvec_q8(fmt, k, rows_here, **shape, **common, xsplit=xsplit), buffers,
                             kernels.spread(kernels.matvec_q8_groups(rows_here, shape["lanes"], shape["wg"])), label)
@@ -267,12 +267,13 @@ class Transformer(GPUModel):
             rec.add(kernels.matmul(fmt, k, rows_here, **shape, **common), buffers,
                     kernels.spread(kernels.matmul_groups(rows_here, shape["lanes"], shape["rpt"], shape["wg"])), label)
 
-    def q8_shape(self, fmt, k: int, rows: int) -> dict | None:
-        """matvec_q8's shape for a one-token product of `rows` rows of k of type fmt, or None where it is not used
-        (int8 off, or kernels.matvec_q8_shape says no)."""
+    def q8_shape(self, fmt, k: int, rows: int, aligned: bool = False) -> dict | None:
+        """matvec_q8's shape for a one-token product of `rows` rows of k of type fmt (aligned: in the aligned
+        layout), or None where it is not used (int8 off, or kernels.matvec_q8_shape says no)."""
         if not self.int8:
             return None
-        return kernels.matvec_q8_shape(fmt, k, self.dev.is_cpu, self.dev.subgroup_size, self.wg_memory, rows)
+        return kernels.matvec_q8_shape(fmt, k, self.dev.is_cpu, self.dev.subgroup_size, self.wg_memory, rows,
+                                       aligned)
 
     def linear_q8(self, rec, T, name, fmt, k, parts, x, y, gain, ystride, yoff, **kw):
         """linear() on 8-bit activations: x (normalised with gain) quantized once into self.xq, then the int8 GEMM
