@@ -235,14 +235,16 @@ class Bench:
         return {"type": fmt.name, "shape": f"{N}x{K}", "N": N, "K": K, "T": T, "tile": list(tile),
                 "dispatches": n, "us": round(per * 1e6, 3), "gflops": round(2 * N * K * T / per / 1e9, 1)}
 
-    async def gemm8(self, fmt: GGMLType, N: int, K: int, T: int, tile: dict | None = None) -> dict:
-        """The int8 prefill GEMM (matmul_tiled_q8.wgsl) on T tokens quantized by quantize_rows.wgsl (RMSNorm fused,
-        as in the model): GFLOP/s of the GEMM alone and with the quantization (timed apart, one per product)."""
+    async def gemm8(self, fmt: GGMLType, N: int, K: int, T: int, tile: dict | None = None,
+                    aligned: bool = False) -> dict:
+        """The int8 prefill GEMM (matmul_tiled_q8.wgsl; aligned: matmul_i8.wgsl on the aligned layout, the engine's
+        default for Q4_1 / Q8_0) on T tokens quantized by quantize_rows.wgsl (RMSNorm fused, as in the model):
+        GFLOP/s of the GEMM alone and with the quantization (timed apart, one per product)."""
         dev = self.dev
         nbytes = N * row_bytes(fmt, K)
         self.ensure_pool(nbytes)
-        weights = self.copies(nbytes)
-        tile = dict(tile) if tile else kernels.tiled_q8_tile(N, K, T)
+        weights = self.copies(-(-nbytes // 16) * 16)
+        tile = {"kb": kernels.I8_KB} if aligned else dict(tile) if tile else kernels.tiled_q8_tile(N, K, T)
         x = dev.create_buffer(4 * K * T)
         dev.write_buffer(x, np.random.default_rng(1).standard_normal(K * T).astype(np.float32))
         gain = dev.create_buffer(4 * K)
@@ -253,14 +255,19 @@ class Bench:
         qpipe = dev.pipeline(kernels.quantize_rows(K, norm=True, eps=1e-5), "quantize_rows")
         quantize = (qpipe, dev.bind(qpipe, [x, xq, step, gain]), (T, 1, 1))
         dev.submit([dev.record([quantize])])                  # the GEMM reads valid blocks
-        pipe = dev.pipeline(kernels.matmul_tiled_q8(fmt, K, N, tile=tile), f"matmul_tiled_q8 {fmt.name}")
+        if aligned:
+            pipe = dev.pipeline(kernels.matmul_i8(fmt, K, N), f"matmul_i8 {fmt.name}")
+            groups = kernels.matmul_i8_groups(N, T)
+        else:
+            pipe = dev.pipeline(kernels.matmul_tiled_q8(fmt, K, N, tile=tile), f"matmul_tiled_q8 {fmt.name}")
+            groups = kernels.tiled_q8_groups(N, T, tile)
         y = dev.create_buffer(4 * N * T)
         binds = [dev.bind(pipe, [w, xq, y, step]) for w in weights]
-        groups = kernels.tiled_q8_groups(N, T, tile)
         per, n = await self.per_dispatch(lambda n: [(pipe, binds[i % len(binds)], groups) for i in range(n)])
         q_per, _ = await self.per_dispatch(lambda n: [quantize] * n)
         flop = 2 * N * K * T
         return {"type": fmt.name, "shape": f"{N}x{K}", "N": N, "K": K, "T": T, "tile": tile, "dispatches": n,
+                "kernel": "matmul_i8" if aligned else "matmul_tiled_q8", "layout": LAYOUT[aligned],
                 "us": round(per * 1e6, 3), "gflops": round(flop / per / 1e9, 3),
                 "quantize_us": round(q_per * 1e6, 3), "gflops_with_quantize": round(flop / (per + q_per) / 1e9, 3)}
 
@@ -307,10 +314,11 @@ async def run(types, shapes, lanes_list=None, *, repeats=None, target_ms=None, r
                 if not (int8 and getattr(dev, "int8_dot", False) and fmt in kernels.Q8_FORMATS):
                     continue
                 out.setdefault("gemm8", [])
-                for tile in tiles8 or [None]:
-                    r = await bench.gemm8(fmt, N, K, gemm_tokens, tile)
+                variants = [(None, True)] if fmt in kernels.ALIGNED_FORMATS else []    # the engine's default first
+                for tile, aligned in variants + [(t, False) for t in tiles8 or [None]]:
+                    r = await bench.gemm8(fmt, N, K, gemm_tokens, tile, aligned)
                     out["gemm8"].append(r)
-                    print(f"{fmt.name:5s} {N}x{K} T {gemm_tokens} int8 tile {r['tile']}: {r['gflops']:9.1f} GFLOP/s "
+                    print(f"{fmt.name:5s} {N}x{K} T {gemm_tokens} {r['kernel']} tile {r['tile']}: {r['gflops']:9.1f} GFLOP/s "
                           f"({r['us']:.1f} us; with quantize {r['gflops_with_quantize']:.1f})", file=sys.stderr)
         return out
     if bench.rotate_bytes >= 64 << 20:   # the read kernel over the whole pool: the adapter's large-transfer ceiling

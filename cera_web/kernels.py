@@ -268,6 +268,43 @@ def check_q8_tile(tile: dict, glu: bool):
                          f"32..256 threads, at most 16 KiB of workgroup memory, dot 0 or 1")
 
 
+I8_KB = 2     # 32-blocks a K step of matmul_i8 (H200 call 4: 2 and 4 within noise of each other, 8 slower)
+
+
+def i8_prefill_enabled(dev) -> bool:
+    """Whether prefill products of weights in the aligned layout run on 8-bit activations (quantize_rows +
+    matmul_i8.wgsl): GPUs whose WGSL has dot4I8Packed, unless CERA_WEB_I8_PREFILL=0 (CPU adapters keep matmul.wgsl,
+    as for every prefill product, unless CERA_WEB_I8_PREFILL=1 forces it there too: tests)."""
+    import os
+    flag = os.environ.get("CERA_WEB_I8_PREFILL", "")
+    if flag not in ("", "0", "1"):
+        raise ValueError(f"CERA_WEB_I8_PREFILL={flag!r}: use 0 (float32 prefill products), 1 (also on CPU adapters) "
+                         f"or leave it unset")
+    if flag == "0" or not getattr(dev, "int8_dot", False):
+        return False
+    return flag == "1" or not dev.is_cpu
+
+
+def matmul_i8(fmt, K: int, N: int, *, accum=False, glu=False, ystride=None, yoff=0, gelu=False,
+              kb: int | None = None) -> str:
+    """See matmul_i8.wgsl: the prefill product of aligned-layout weights (ALIGNED_FORMATS) on quantize_rows' blocks;
+    dispatch matmul_i8_groups(N, T). kb: blocks a K step (default I8_KB; CERA_WEB_I8_KB=N for benchmarks)."""
+    import os
+    kb = kb or int(os.environ.get("CERA_WEB_I8_KB") or I8_KB)
+    if fmt not in ALIGNED_FORMATS or K % 32 or not 1 <= kb <= 16:
+        raise ValueError(f"matmul_i8: {GGMLType(fmt).name} rows of {K}, {kb} blocks a step (an aligned type, K a "
+                         f"multiple of 32, 1 to 16 blocks)")
+    text = build("matmul_i8", K=K, N=N, WROWS=2 * N if glu else N, ACCUM=accum, GLU=glu, GELU=gelu,
+                 YSTRIDE=N if ystride is None else ystride, YOFF=yoff, Q8=fmt == GGMLType.Q8_0, KB=kb)
+    head, _, rest = text.partition("\n")
+    return "\n".join([head, REQUIRES_I8, rest])
+
+
+def matmul_i8_groups(N: int, T: int) -> tuple[int, int, int]:
+    """Dispatch of matmul_i8: a workgroup per 64 rows x 64 tokens."""
+    return (-(-N // 64), -(-T // 64), 1)
+
+
 def tiled_q8_groups(N: int, T: int, tile: dict) -> tuple[int, int, int]:
     """Dispatch of matmul_tiled_q8: one workgroup per tile."""
     return (-(-N // tile["tr"]), -(-T // tile["tt"]), 1)

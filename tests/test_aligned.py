@@ -166,3 +166,46 @@ def test_matvec_q8_aligned(dev, fmt, shape):
             np.testing.assert_array_less(np.abs(got - act * b), bound)
         else:
             assert np.all(np.abs(got - emulated) <= tol), np.max(np.abs(got - emulated) / tol)
+
+
+@pytest.mark.parametrize("fmt", TYPES, ids=lambda f: f.name)
+@pytest.mark.parametrize("T,N,K,glu,gelu,accum", [(70, 45, 160, False, False, True), (13, 130, 96, True, False, False),
+                                                  (64, 64, 256, True, True, False), (5, 7, 32, False, False, False)])
+def test_matmul_i8(dev, fmt, T, N, K, glu, gelu, accum):
+    """The prefill GEMM on 8-bit activations for aligned weights (matmul_i8.wgsl, the default on GPUs with
+    dot4I8Packed) against numpy fed the very blocks quantize_rows wrote (only the summation order differs), and
+    against the float32 product (the accuracy cost of 8-bit activations, within test_gemm8's F32_TOL); rows, tokens
+    and K past the tiles, a token tile past the pass's end, GLU (SiLU, GELU), ACCUM into a wider output."""
+    from test_gemm8 import F32_TOL, quantize_gpu, random_blocks, read_blocks
+    if not dev.int8_dot:
+        pytest.skip("this adapter's WGSL has no packed_4x8_integer_dot_product")
+    rng = np.random.default_rng(T + N + K)
+    raw, w = random_blocks(fmt, 2 * N if glu else N, K, rng)
+    x = rng.standard_normal((T, K)).astype(np.float32)
+    g = rng.uniform(0.5, 1.5, K).astype(np.float32)
+    yoff, stride, eps = 3, N + 7, 1e-6
+    y0 = rng.standard_normal((T, stride)).astype(np.float32)
+    Q, Y = quantize_gpu(dev, x, g, eps), f32_buffer(dev, y0)
+    gx, gy, _ = kernels.matmul_i8_groups(N, T)
+    run(dev, kernels.matmul_i8(fmt, K, N, accum=accum, glu=glu, gelu=gelu, ystride=stride, yoff=yoff),
+        [upload(dev, aligned(raw, fmt)), Q, Y, step_buffer(dev, T)], (gx, gy + 1, 1))
+    got = read(dev, Y, T * stride).reshape(T, stride)
+    d, _, q = read_blocks(dev, Q, T, K)
+    xf = x.astype(np.float64)
+    xf = xf / np.sqrt((xf ** 2).mean(-1, keepdims=True) + eps) * g
+
+    def product(xin):
+        want = y0.astype(np.float64).copy()
+        if glu:
+            a, b = xin @ w[:N].T, xin @ w[N:].T
+            act = a * 0.5 * (1 + np.tanh(np.sqrt(2 / np.pi) * (a + 0.044715 * a ** 3))) if gelu else \
+                a * np.exp(-np.logaddexp(0, -a))
+            want[:, yoff:yoff + N] = act * b
+        else:
+            want[:, yoff:yoff + N] = (want[:, yoff:yoff + N] if accum else 0) + xin @ w.T
+        return want
+
+    exact, f32 = product((d[..., None] * q).reshape(T, K)), product(xf)
+    scale = np.abs(f32).max()
+    assert np.abs(got - exact).max() <= 2e-5 * scale, np.abs(got - exact).max() / scale
+    assert np.abs(got - f32).max() <= F32_TOL * scale, np.abs(got - f32).max() / scale

@@ -301,6 +301,41 @@ def test_smollm2_int8_decode_against_transformers(int8_engine):
     assert res.tokens == p["greedy_ids"][:n]
 
 
+def test_smollm2_int8_prefill_against_transformers(smollm2_gguf, monkeypatch):
+    """Every product of a prefill chunk but the LM head through quantize_rows + matmul_i8 (the default on GPUs with
+    dot4I8Packed for the aligned Q4_1 / Q8_0 weights; forced here on lavapipe): the logits at the prompt's positions
+    within INT8_LOGIT_TOL of the float32 transformers reference, greedy tokens equal up to the first near-tie."""
+    import asyncio
+    import json
+    from pathlib import Path
+    from cera_web.engine import Engine
+    monkeypatch.setenv("CERA_WEB_I8_PREFILL", "1")
+    eng = asyncio.run(Engine.load(smollm2_gguf, context_size=64, chunk=16))
+    try:
+        if not eng.model.i8_prefill:
+            pytest.skip("this adapter's WGSL has no packed_4x8_integer_dot_product")
+        model = eng.model
+        labels = model.plan_prefill.recorder.labels
+        assert sum("quantize" in label for label in labels) == 30 * 4 and len(labels) > 30 * 8
+        fixture = json.loads((Path(__file__).parent / "fixtures" / "smollm2_reference.json").read_text())
+        p = next(p for p in fixture["prompts"] if p["name"] == "raw_story")
+        seq = p["prompt_ids"] + p["greedy_ids"]
+        logits = asyncio.run(model.chunk_logits(seq[:16], 0))        # one chunk of 16 tokens
+        checked = 0
+        for rec in p["logits"]:
+            if rec["position"] < 16:
+                row = logits[rec["position"]]
+                np.testing.assert_allclose(row[rec["top_ids"]], rec["top_values"], atol=INT8_LOGIT_TOL)
+                np.testing.assert_allclose(row[fixture["probe_ids"]], rec["probe_values"], atol=INT8_LOGIT_TOL)
+                checked += 1
+        assert checked >= 2
+        n = next(i for i, m in enumerate(p["margins"]) if m < NEAR_TIE)
+        res = asyncio.run(eng.generate(p["prompt_ids"], max_tokens=n, stop_at_eos=False))
+        assert res.tokens == p["greedy_ids"][:n]
+    finally:
+        eng.close()
+
+
 def test_linear_picks_the_kernel():
     """models/transformer.py linear(): matvec_q8 for one-token passes and the LM head when int8 is on and the type
     and K allow it; matmul.wgsl otherwise (int8 off, other types, K past workgroup memory, prefill passes)."""

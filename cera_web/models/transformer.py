@@ -161,8 +161,10 @@ class Transformer(GPUModel):
         # prefill products on 8-bit activations (kernels.int8_prefill_enabled, opt-in): one buffer of blocks, reused
         # by each product
         self.int8_prefill = kernels.int8_prefill_enabled(dev) and T > 1
+        # and on 8-bit activations by default for weights in the aligned layout (matmul_i8.wgsl)
+        self.i8_prefill = kernels.i8_prefill_enabled(dev) and kernels.aligned_enabled() and T > 1
         self.xq = buf(kernels.Q8_BLOCK_BYTES * T * max(s.hidden, s.ffn, q_dim) // 32, label="xq") \
-            if self.int8_prefill else None
+            if self.int8_prefill or self.i8_prefill else None
         if conv:
             self.bcx = buf(4 * T * 3 * s.hidden, label="bcx")            # [T, B | C | x] in_proj output
             self.conv_out = buf(4 * T * s.hidden, label="conv out")      # [T, hidden] C * conv(B * x)
@@ -240,10 +242,13 @@ class Transformer(GPUModel):
         xsplit = kw.pop("xsplit", (1, 32))
         # 8-bit activations for prefill products; not the LM head (its logits are read, e.g. chunk_logits)
         aligned = self.aligned(name)
-        if (self.int8_prefill and T > 1 and not kw.get("last_only") and fmt in kernels.Q8_FORMATS and not aligned
-                and name != self.spec.lm_head):
-            self.linear_q8(rec, T, name, fmt, k, parts, x, y, gain, ystride, yoff, **kw)
-            return
+        if T > 1 and not kw.get("last_only") and name != self.spec.lm_head and k % 32 == 0:
+            if self.i8_prefill and aligned:
+                self.linear_i8(rec, T, name, fmt, k, parts, x, y, gain, ystride, yoff, **kw)
+                return
+            if self.int8_prefill and fmt in kernels.Q8_FORMATS and not aligned:
+                self.linear_q8(rec, T, name, fmt, k, parts, x, y, gain, ystride, yoff, **kw)
+                return
         for buf, r0, rows_here in parts:
             label = name if len(parts) == 1 else f"{name}[{r0}:{r0 + rows_here}]"
             buffers = [buf, x, y, self.step, gain or self.ones]
@@ -274,6 +279,16 @@ class Transformer(GPUModel):
             return None
         return kernels.matvec_q8_shape(fmt, k, self.dev.is_cpu, self.dev.subgroup_size, self.wg_memory, rows,
                                        aligned)
+
+    def linear_i8(self, rec, T, name, fmt, k, parts, x, y, gain, ystride, yoff, **kw):
+        """linear() of a prefill pass for weights in the aligned layout: x (normalised with gain) quantized once into
+        self.xq, then matmul_i8 for each row range of the weight."""
+        rec.add(kernels.quantize_rows(k, norm=gain is not None, eps=self.spec.eps),
+                [x, self.xq, self.step, gain or self.ones], (T, 1, 1), f"{name} quantize")
+        for buf, r0, rows_here in parts:
+            label = name if len(parts) == 1 else f"{name}[{r0}:{r0 + rows_here}]"
+            rec.add(kernels.matmul_i8(fmt, k, rows_here, ystride=ystride, yoff=yoff + r0, **kw),
+                    [buf, self.xq, y, self.step], kernels.matmul_i8_groups(rows_here, T), label)
 
     def linear_q8(self, rec, T, name, fmt, k, parts, x, y, gain, ystride, yoff, **kw):
         """linear() on 8-bit activations: x (normalised with gain) quantized once into self.xq, then the int8 GEMM

@@ -1,0 +1,174 @@
+// Prefill product on 8-bit activations for weights in the aligned layout (Q4_1, Q8_0; quants.aligned_layout), with
+// WGSL's packed int8 dot product:
+//   Y[t, YOFF + n] (+)= sum_b ( d[n, b] dx[t, b] sum_j w[n, b, j] q[t, b, j] + m[n, b] s[t, b] )
+//   GLU: Y[t, YOFF + n] = act(a) * u, a and u those sums for rows n and N + n (act: SiLU, or GELU-tanh with GELU)
+// where a weight is d w + m (w: Q4_1's nibble 0..15 with its offset m, or Q8_0's int8 with m = 0) and the token's
+// blocks of 32 are dx q, s = dx sum q (quantize_rows.wgsl, the RMSNorm fused there).
+// A workgroup computes 64 rows x 64 tokens with 256 threads, each 4 rows x 4 tokens: per 32-block, 4 + 4 vec4<i32>
+// integer sums (rows in the lanes, one vec4 a token, and GLU's up rows), 128 dot4I8Packed (256 with GLU) from 8 + 8
+// vec4 reads of workgroup memory, then one f32 multiply-add a sum by the two scales. K goes KB blocks a step: the
+// step's weights (nibbles widened to int8 words) and activations are staged in workgroup memory, word-major with 4
+// rows (4 tokens) a vec4. Everything a thread holds is a named vector: no private arrays (which NVIDIA's compiler
+// can leave in local memory, docs/DESIGN.md).
+//
+// Constants: K (a multiple of 32), N, WROWS (rows of W: N, 2N with
+//   GLU), ACCUM, GLU, GELU, YSTRIDE, YOFF, Q8 (Q8_0 true, Q4_1 false), KB; kernels.matmul_i8.
+// Bindings:
+//   0 W: array<vec4<u32>>   the weights in the aligned layout (WROWS rows of K)
+//   1 XQ: array<u32>        [n_tokens, K / 32, 10] blocks {dx: f32, s: f32, 8 words of 4 int8} (quantize_rows.wgsl)
+//   2 Y: array<f32>         [n_tokens, YSTRIDE]
+//   3 step: uniform Step
+// Dispatch: (ceil(N / 64), ceil(n_tokens_max / 64), 1) workgroups of 256 (kernels.matmul_i8_groups); token tiles past
+// the pass's end return at once.
+@group(0) @binding(0) var<storage, read> W: array<vec4<u32>>;
+@group(0) @binding(1) var<storage, read> XQ: array<u32>;
+@group(0) @binding(2) var<storage, read_write> Y: array<f32>;
+@group(0) @binding(3) var<uniform> step: Step;
+
+const NB: u32 = K / 32u;                          // blocks a row
+const HALVES: u32 = select(1u, 2u, GLU);
+const W_ITEMS: u32 = HALVES * 64u * KB;           // weight blocks a step
+const X_ITEMS: u32 = 64u * KB;                    // activation blocks a step
+const SC4: u32 = select(WROWS * (K / 32u), WROWS * (K / 16u), Q8);   // the first scale word, in vec4s
+
+var<workgroup> ws: array<vec4<u32>, HALVES * KB * 8u * 16u>;   // [half][block][word][rows / 4]
+var<workgroup> wd: array<vec4<f32>, HALVES * KB * 16u>;        // d  [half][block][rows / 4]
+var<workgroup> wm: array<vec4<f32>, HALVES * KB * 16u>;        // m
+var<workgroup> xs: array<vec4<u32>, KB * 8u * 16u>;            // [block][word][tokens / 4]
+var<workgroup> xd: array<vec4<f32>, KB * 16u>;                 // dx [block][tokens / 4]
+var<workgroup> xm: array<vec4<f32>, KB * 16u>;                 // s
+
+// Weight item i of the step at block b0 into workgroup memory: rows fastest, then blocks, then gate/up.
+fn stage_w(row0: u32, b0: u32, i: u32) {
+    let r = i % 64u;
+    let hb = i / 64u;                              // half * KB + block of the step
+    let n = row0 + r;
+    let b = b0 + hb % KB;
+    var lo = vec4<u32>(0u);
+    var hi = vec4<u32>(0u);
+    var dm = vec2<f32>(0.0);
+    if (n < N && b < NB) {
+        let blk = (n + (hb / KB) * N) * NB + b;
+        if (Q8) {
+            lo = W[2u * blk];
+            hi = W[2u * blk + 1u];
+            let h = blk / 2u;
+            dm = vec2<f32>(unpack2x16float(W[SC4 + h / 4u][h % 4u])[blk % 2u], 0.0);
+        } else {
+            let q = W[blk];
+            lo = q & vec4<u32>(0x0F0F0F0Fu);                    // weights 0 .. 16: the low nibbles
+            hi = (q >> vec4<u32>(4u)) & vec4<u32>(0x0F0F0F0Fu);  // weights 16 .. 32
+            dm = unpack2x16float(W[SC4 + blk / 4u][blk % 4u]);
+        }
+    }
+    let c = r % 4u;
+    let at = hb * 128u + r / 4u;                   // word w of the block at at + 16 w
+    ws[at][c] = lo.x;
+    ws[at + 16u][c] = lo.y;
+    ws[at + 32u][c] = lo.z;
+    ws[at + 48u][c] = lo.w;
+    ws[at + 64u][c] = hi.x;
+    ws[at + 80u][c] = hi.y;
+    ws[at + 96u][c] = hi.z;
+    ws[at + 112u][c] = hi.w;
+    wd[hb * 16u + r / 4u][c] = dm.x;
+    wm[hb * 16u + r / 4u][c] = dm.y;
+}
+
+// Activation item i of the step at block b0: tokens fastest, then blocks.
+fn stage_x(tok0: u32, b0: u32, i: u32, n_tokens: u32) {
+    let t = i % 64u;
+    let kb = i / 64u;
+    let c = t % 4u;
+    let at = kb * 128u + t / 4u;
+    var o = 0u;
+    let live = tok0 + t < n_tokens && b0 + kb < NB;
+    if (live) {
+        o = ((tok0 + t) * NB + b0 + kb) * 10u;
+    }
+    for (var w = 0u; w < 8u; w++) {
+        xs[at + 16u * w][c] = select(0u, XQ[o + 2u + w], live);
+    }
+    xd[kb * 16u + t / 4u][c] = select(0.0, bitcast<f32>(XQ[o]), live);
+    xm[kb * 16u + t / 4u][c] = select(0.0, bitcast<f32>(XQ[o + 1u]), live);
+}
+
+// The integer sums of one row vec4 (a: 4 rows' words) with one token vec4 (x: 4 tokens' words), token by token.
+fn dots(a: vec4<u32>, x: u32) -> vec4<i32> {
+    return vec4<i32>(dot4I8Packed(a.x, x), dot4I8Packed(a.y, x), dot4I8Packed(a.z, x), dot4I8Packed(a.w, x));
+}
+
+fn store(t: u32, n: u32, a: vec4<f32>, u: vec4<f32>, n_tokens: u32) {
+    if (t >= n_tokens) {
+        return;
+    }
+    for (var c = 0u; c < 4u; c++) {
+        if (n + c < N) {
+            var v = a[c];
+            if (GLU) {
+                v = gate_act(v) * u[c];
+            }
+            let y = t * YSTRIDE + YOFF + n + c;
+            if (ACCUM) {
+                Y[y] += v;
+            } else {
+                Y[y] = v;
+            }
+        }
+    }
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+    let n_tokens = step.n_tokens;
+    let row0 = wid.x * 64u;
+    let tok0 = wid.y * 64u;
+    if (tok0 >= n_tokens) {
+        return;
+    }
+    let rg = tid % 16u;          // rows 4 rg .. 4 rg + 4 of the tile
+    let tg = tid / 16u;          // tokens 4 tg .. 4 tg + 4
+    var a0 = vec4<f32>(0.0); var a1 = vec4<f32>(0.0); var a2 = vec4<f32>(0.0); var a3 = vec4<f32>(0.0);
+    var u0 = vec4<f32>(0.0); var u1 = vec4<f32>(0.0); var u2 = vec4<f32>(0.0); var u3 = vec4<f32>(0.0);
+    for (var b0 = 0u; b0 < NB; b0 += KB) {
+        for (var i = tid; i < W_ITEMS; i += 256u) { stage_w(row0, b0, i); }
+        for (var i = tid; i < X_ITEMS; i += 256u) { stage_x(tok0, b0, i, n_tokens); }
+        workgroupBarrier();
+        for (var kb = 0u; kb < KB; kb++) {
+            var s0 = vec4<i32>(0); var s1 = vec4<i32>(0); var s2 = vec4<i32>(0); var s3 = vec4<i32>(0);
+            var v0 = vec4<i32>(0); var v1 = vec4<i32>(0); var v2 = vec4<i32>(0); var v3 = vec4<i32>(0);
+            for (var w = 0u; w < 8u; w++) {
+                let x = xs[kb * 128u + 16u * w + tg];
+                let a = ws[kb * 128u + 16u * w + rg];
+                s0 += dots(a, x.x); s1 += dots(a, x.y); s2 += dots(a, x.z); s3 += dots(a, x.w);
+                if (GLU) {
+                    let u = ws[(KB + kb) * 128u + 16u * w + rg];
+                    v0 += dots(u, x.x); v1 += dots(u, x.y); v2 += dots(u, x.z); v3 += dots(u, x.w);
+                }
+            }
+            let dx = xd[kb * 16u + tg];
+            let sx = xm[kb * 16u + tg];
+            let d = wd[kb * 16u + rg];
+            let m = wm[kb * 16u + rg];
+            a0 += vec4<f32>(s0) * d * dx.x + m * sx.x;
+            a1 += vec4<f32>(s1) * d * dx.y + m * sx.y;
+            a2 += vec4<f32>(s2) * d * dx.z + m * sx.z;
+            a3 += vec4<f32>(s3) * d * dx.w + m * sx.w;
+            if (GLU) {
+                let du = wd[(KB + kb) * 16u + rg];
+                let mu = wm[(KB + kb) * 16u + rg];
+                u0 += vec4<f32>(v0) * du * dx.x + mu * sx.x;
+                u1 += vec4<f32>(v1) * du * dx.y + mu * sx.y;
+                u2 += vec4<f32>(v2) * du * dx.z + mu * sx.z;
+                u3 += vec4<f32>(v3) * du * dx.w + mu * sx.w;
+            }
+        }
+        workgroupBarrier();
+    }
+    let n = row0 + 4u * rg;
+    let t = tok0 + 4u * tg;
+    store(t, n, a0, u0, n_tokens);
+    store(t + 1u, n, a1, u1, n_tokens);
+    store(t + 2u, n, a2, u2, n_tokens);
+    store(t + 3u, n, a3, u3, n_tokens);
+}
