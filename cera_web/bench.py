@@ -69,8 +69,7 @@ async def run(engine, prompt_tokens: int = 512, decode_tokens: int = 128, steps_
         **({"auto_steps_last": engine.pacer.last, "auto_step_ms": round(engine.pacer.step_ms or 0, 3)}
            if steps_per_read is None else {}),
         "chunk": engine.model.chunk,
-        "int8_prefill": bool(getattr(engine.model, "int8_prefill", False)),    # prefill on 8-bit activations
-        "i8_prefill": bool(getattr(engine.model, "i8_prefill", False)),        # ... for aligned weights (default)
+        "i8_prefill": bool(getattr(engine.model, "i8_prefill", False)),        # prefill on 8-bit activations
         **best,
     }
 

@@ -4,7 +4,7 @@
                                      [--variants "rpt=1,wg=64,sg=0;rpt=2,wg=128,sg=1"]
                                      [--no-int8] [--variants8 "lanes=16,wg=256,sg=1;lanes=8,wg=256,sg=1"]
     python -m cera_web.bench_kernels --gemm [TOKENS] [--types Q4_1] [--shapes 2048x2048] [--tiles "64,64,1;32,32,4"]
-                                     [--tiles8 "tr=128,tt=64,rr=8,rt=8,kb=2;tr=64,tt=64,rr=8,rt=8,kb=2"] [--no-int8]
+                                     [--no-int8]
 
 For each weight type and shape NxK (N rows of K weights, as in the model: 14336x4096 is an FFN gate/up matrix), the
 T = 1 matrix-vector product of shaders/matmul.wgsl (the decode case) is timed on the native backend (wgpu-py), and
@@ -26,8 +26,9 @@ before the f32 kernel's (results with "kernel": "matvec_q8"; --variants8 compare
 Q4_1 and Q8_0 are timed in the aligned layout the engine keeps them in ("layout": "aligned") and in the file's.
 
 --gemm times the prefill GEMM instead (GFLOP/s = 2 N K T / time; default Llama-3.2-1B's shapes, Q4_1 and Q8_0, 512
-tokens): the float32 tiled kernel ("gemm") and, where the device has dot4I8Packed, the int8 one ("gemm8": the GEMM
-alone, the quantization of its input apart, and both together).
+tokens): the float32 tiled kernel ("gemm") and, where the device has dot4I8Packed, the int8 one ("gemm8": matmul_i8,
+in the aligned layout and the file's where the type has both; the GEMM alone, the quantization of its input apart,
+and both together; CERA_WEB_I8_KB=N sets its K step).
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ import argparse
 import asyncio
 import json
 import math
+import os
 import statistics
 import struct
 import sys
@@ -235,16 +237,14 @@ class Bench:
         return {"type": fmt.name, "shape": f"{N}x{K}", "N": N, "K": K, "T": T, "tile": list(tile),
                 "dispatches": n, "us": round(per * 1e6, 3), "gflops": round(2 * N * K * T / per / 1e9, 1)}
 
-    async def gemm8(self, fmt: GGMLType, N: int, K: int, T: int, tile: dict | None = None,
-                    aligned: bool = False) -> dict:
-        """The int8 prefill GEMM (matmul_tiled_q8.wgsl; aligned: matmul_i8.wgsl on the aligned layout, the engine's
-        default for Q4_1 / Q8_0) on T tokens quantized by quantize_rows.wgsl (RMSNorm fused, as in the model):
-        GFLOP/s of the GEMM alone and with the quantization (timed apart, one per product)."""
+    async def gemm8(self, fmt: GGMLType, N: int, K: int, T: int, aligned: bool = False) -> dict:
+        """The int8 prefill GEMM (matmul_i8.wgsl; aligned: on the aligned layout, the engine's for Q4_1 / Q8_0) on T
+        tokens quantized by quantize_rows.wgsl (RMSNorm fused, as in the model): GFLOP/s of the GEMM alone and with
+        the quantization (timed apart, one per product)."""
         dev = self.dev
         nbytes = N * row_bytes(fmt, K)
         self.ensure_pool(nbytes)
         weights = self.copies(-(-nbytes // 16) * 16)
-        tile = {"kb": kernels.I8_KB} if aligned else dict(tile) if tile else kernels.tiled_q8_tile(N, K, T)
         x = dev.create_buffer(4 * K * T)
         dev.write_buffer(x, np.random.default_rng(1).standard_normal(K * T).astype(np.float32))
         gain = dev.create_buffer(4 * K)
@@ -255,20 +255,16 @@ class Bench:
         qpipe = dev.pipeline(kernels.quantize_rows(K, norm=True, eps=1e-5), "quantize_rows")
         quantize = (qpipe, dev.bind(qpipe, [x, xq, step, gain]), (T, 1, 1))
         dev.submit([dev.record([quantize])])                  # the GEMM reads valid blocks
-        if aligned:
-            pipe = dev.pipeline(kernels.matmul_i8(fmt, K, N), f"matmul_i8 {fmt.name}")
-            groups = kernels.matmul_i8_groups(N, T)
-        else:
-            pipe = dev.pipeline(kernels.matmul_tiled_q8(fmt, K, N, tile=tile), f"matmul_tiled_q8 {fmt.name}")
-            groups = kernels.tiled_q8_groups(N, T, tile)
+        pipe = dev.pipeline(kernels.matmul_i8(fmt, K, N, aligned=aligned), f"matmul_i8 {fmt.name}")
+        groups = kernels.matmul_i8_groups(N, T)
         y = dev.create_buffer(4 * N * T)
         binds = [dev.bind(pipe, [w, xq, y, step]) for w in weights]
         per, n = await self.per_dispatch(lambda n: [(pipe, binds[i % len(binds)], groups) for i in range(n)])
         q_per, _ = await self.per_dispatch(lambda n: [quantize] * n)
         flop = 2 * N * K * T
-        return {"type": fmt.name, "shape": f"{N}x{K}", "N": N, "K": K, "T": T, "tile": tile, "dispatches": n,
-                "kernel": "matmul_i8" if aligned else "matmul_tiled_q8", "layout": LAYOUT[aligned],
-                "us": round(per * 1e6, 3), "gflops": round(flop / per / 1e9, 3),
+        return {"type": fmt.name, "shape": f"{N}x{K}", "N": N, "K": K, "T": T, "kernel": "matmul_i8",
+                "layout": LAYOUT[aligned], "kb": int(os.environ.get("CERA_WEB_I8_KB") or kernels.I8_KB),
+                "dispatches": n, "us": round(per * 1e6, 3), "gflops": round(flop / per / 1e9, 3),
                 "quantize_us": round(q_per * 1e6, 3), "gflops_with_quantize": round(flop / (per + q_per) / 1e9, 3)}
 
     async def read(self, nbytes: int, per_thread: int = 4) -> dict:
@@ -289,10 +285,10 @@ LAYOUT = {True: "aligned", False: "file"}     # "layout" of a result: the weight
 
 
 async def run(types, shapes, lanes_list=None, *, repeats=None, target_ms=None, rotate_mib=None, serial=None,
-              device=None, variants=None, gemm_tokens=0, tiles=None, tiles8=None, int8=True, variants8=None) -> dict:
+              device=None, variants=None, gemm_tokens=0, tiles=None, int8=True, variants8=None) -> dict:
     """Matrix-vector bandwidth per type and shape; with gemm_tokens, the prefill GEMM's GFLOP/s over that many tokens
     instead (tiles: the tiles to compare, default the one the engine picks), and beside it in "gemm8" the int8 GEMM
-    for types that have one when the device has dot4I8Packed and int8 (tiles8: its tiles, default the engine's)."""
+    (matmul_i8) for types that have one when the device has dot4I8Packed and int8."""
     from .gpu.native import NativeDevice
     dev = device or NativeDevice.create()
     cpu = dev.is_cpu
@@ -311,14 +307,14 @@ async def run(types, shapes, lanes_list=None, *, repeats=None, target_ms=None, r
                     out["gemm"].append(r)
                     print(f"{fmt.name:5s} {N}x{K} T {gemm_tokens} tile {r['tile']}: {r['gflops']:9.1f} GFLOP/s "
                           f"({r['us']:.1f} us)", file=sys.stderr)
-                if not (int8 and getattr(dev, "int8_dot", False) and fmt in kernels.Q8_FORMATS):
+                layouts = [a for a in (True, False) if kernels.i8_format(fmt, a) is not None]
+                if not (int8 and getattr(dev, "int8_dot", False) and layouts):
                     continue
                 out.setdefault("gemm8", [])
-                variants = [(None, True)] if fmt in kernels.ALIGNED_FORMATS else []    # the engine's default first
-                for tile, aligned in variants + [(t, False) for t in tiles8 or [None]]:
-                    r = await bench.gemm8(fmt, N, K, gemm_tokens, tile, aligned)
+                for aligned in layouts:             # the engine's layout first
+                    r = await bench.gemm8(fmt, N, K, gemm_tokens, aligned)
                     out["gemm8"].append(r)
-                    print(f"{fmt.name:5s} {N}x{K} T {gemm_tokens} {r['kernel']} tile {r['tile']}: {r['gflops']:9.1f} GFLOP/s "
+                    print(f"{fmt.name:5s} {N}x{K} T {gemm_tokens} matmul_i8 {r['layout']}: {r['gflops']:9.1f} GFLOP/s "
                           f"({r['us']:.1f} us; with quantize {r['gflops_with_quantize']:.1f})", file=sys.stderr)
         return out
     if bench.rotate_bytes >= 64 << 20:   # the read kernel over the whole pool: the adapter's large-transfer ceiling
@@ -373,7 +369,7 @@ def main(argv=None):
     p.add_argument("--variants", help="semicolon-separated matrix-vector shapes to compare, each "
                                       "rpt=N,wg=N,sg=0|1 (default: the one the engine picks on this device)")
     p.add_argument("--int8", action=argparse.BooleanOptionalAction, default=True,
-                   help="also time the 8-bit-activation kernels (matvec_q8; with --gemm matmul_tiled_q8) for their "
+                   help="also time the 8-bit-activation kernels (matvec_q8; with --gemm matmul_i8) for their "
                         "types (default: on, where the adapter's WGSL has dot4I8Packed); results carry \"kernel\": "
                         "\"matvec_q8\" (--gemm: under \"gemm8\")")
     p.add_argument("--variants8", help="semicolon-separated matvec_q8 shapes to compare, each lanes=N,wg=N,sg=0|1 "
@@ -382,20 +378,7 @@ def main(argv=None):
                    help="time the prefill GEMM over TOKENS tokens (default 512) instead: GFLOP/s per shape")
     p.add_argument("--tiles", help="with --gemm: semicolon-separated tiles to compare, e.g. '64,64,1;32,32,4' "
                                    "(default: the engine's choice per shape)")
-    p.add_argument("--tiles8", help="with --gemm: semicolon-separated int8 GEMM tiles to compare, each "
-                                    "tr=N,tt=N,rr=N,rt=N,kb=N,dot=0|1 (keys left out: the largest tile's; default: "
-                                    "the engine's choice per shape)")
     args = p.parse_args(argv)
-    tiles8 = None
-    if args.tiles8:
-        tiles8 = []
-        for text in args.tiles8.split(";"):
-            try:
-                tile = {**kernels.GEMM8_TILES[0], **kernels.parse_q8_tile(text, "--tiles8")}
-                kernels.check_q8_tile(tile, False)
-            except ValueError as e:
-                raise SystemExit(f"--tiles8: {e}") from None
-            tiles8.append(tile)
     shapes = args.shapes or (GEMM_SHAPES if args.gemm else "4096x4096,14336x4096")
     types = args.types or ("Q4_1,Q8_0" if args.gemm else None)
     tiles = [tuple(int(v) for v in t.split(",")) for t in args.tiles.split(";")] if args.tiles else None
@@ -433,7 +416,7 @@ def main(argv=None):
             raise SystemExit(f"--lanes wants powers of two up to 64, got {v}")
     result = asyncio.run(run(parse_types(types), parse_shapes(shapes), lanes, repeats=args.repeats,
                              target_ms=args.target_ms, rotate_mib=args.rotate_mib, serial=args.serial,
-                             variants=variants, gemm_tokens=args.gemm, tiles=tiles, tiles8=tiles8, int8=args.int8,
+                             variants=variants, gemm_tokens=args.gemm, tiles=tiles, int8=args.int8,
                              variants8=variants8))
     print(json.dumps(result))
 

@@ -187,19 +187,25 @@ def matmul_tiled(fmt, K: int, N: int, *, norm=False, eps=0.0, accum=False, glu=F
                  KT=tiled_step(tile, glu))
 
 
-# --- int8 activations (prefill): quantize_rows.wgsl + matmul_tiled_q8.wgsl with dot4I8Packed ---
+# --- int8 activations (prefill): quantize_rows.wgsl + matmul_i8.wgsl with dot4I8Packed ---
 
-# GGML type -> (shaders/formats_i8 file, shared format pieces, NH scales a 32-block, HAS_MIN)
+# GGML type -> (shaders/formats_i8 file, shared format pieces) of the types matmul_i8 reads in the file's layout;
+# ALIGNED_I8_FORMATS: those it reads in the aligned layout
 Q8_FORMATS = {
-    GGMLType.Q4_1: ("q4_1", (), 1, True),
-    GGMLType.Q8_0: ("q8_0", ("bytes",), 1, False),
-    GGMLType.Q4_K: ("q4_k", ("kscales",), 1, True),
-    GGMLType.Q6_K: ("q6_k", ("bytes",), 2, False),
-    GGMLType.Q4_0: ("q4_0", ("bytes",), 1, False),
-    GGMLType.Q5_0: ("q5_0", ("bytes",), 1, False),
+    GGMLType.Q4_1: ("q4_1", ()),
+    GGMLType.Q8_0: ("q8_0", ("bytes",)),
+    GGMLType.Q4_K: ("q4_k", ("kscales",)),
+    GGMLType.Q6_K: ("q6_k", ("bytes",)),
+    GGMLType.Q4_0: ("q4_0", ("bytes",)),
+    GGMLType.Q5_0: ("q5_0", ("bytes",)),
+}
+ALIGNED_I8_FORMATS = {
+    GGMLType.Q4_1: ("q4_1a", ()),
+    GGMLType.Q8_0: ("q8_0a", ()),
 }
 Q8_BLOCK_BYTES = 40          # an activation block of quantize_rows: d, s (f32) and 32 int8
 QUANTIZE_WG = 64
+I8_KB = 2     # 32-blocks a K step of matmul_i8 (H200 session 7 call 4: 2 and 4 within noise of each other, 8 slower)
 
 
 def quantize_rows(K: int, *, norm=False, eps=0.0) -> str:
@@ -209,136 +215,50 @@ def quantize_rows(K: int, *, norm=False, eps=0.0) -> str:
     return build("quantize_rows", K=K, NORM=norm, EPS=float(eps), WG=QUANTIZE_WG)
 
 
-# The int8 GEMM's tile: rows tr, tokens tt a workgroup; rows rr, tokens rt a thread; kb 32-blocks a K step; dot 1:
-# dot4I8Packed, 0: f32 multiply-adds on unpacked bytes (the same sums; for backends that emulate dot4I8Packed).
-# CERA_WEB_GEMM8="tr=128,tt=64,rr=8,rt=8,kb=2,dot=0" overrides any of them for every product (benchmarks).
-GEMM8_TILES = [  # the choices of tiled_q8_tile, largest first
-    {"tr": 128, "tt": 64, "rr": 8, "rt": 8, "kb": 2, "dot": 1},
-    {"tr": 64, "tt": 64, "rr": 8, "rt": 8, "kb": 2, "dot": 1},
-    {"tr": 64, "tt": 64, "rr": 4, "rt": 4, "kb": 2, "dot": 1},
-    {"tr": 32, "tt": 32, "rr": 4, "rt": 4, "kb": 4, "dot": 1},
-]
-GEMM8_GLU_TILES = [
-    {"tr": 64, "tt": 64, "rr": 4, "rt": 8, "kb": 2, "dot": 1},
-    {"tr": 64, "tt": 64, "rr": 4, "rt": 4, "kb": 2, "dot": 1},
-    {"tr": 32, "tt": 32, "rr": 4, "rt": 4, "kb": 2, "dot": 1},
-]
-GEMM8_FILL = 256             # workgroups that fill a large GPU (about 2 per SM on an H200); smaller tiles below that
-
-
-def tiled_q8_tile(N: int, K: int, T: int, glu: bool = False) -> dict:
-    """Tile of matmul_tiled_q8 for N rows of K and passes of up to T tokens: the largest of GEMM8_TILES (or
-    GEMM8_GLU_TILES: twice the accumulators) with at least GEMM8_FILL workgroups, else the smallest; then
-    CERA_WEB_GEMM8's overrides."""
-    import os
-    tiles = GEMM8_GLU_TILES if glu else GEMM8_TILES
-    tile = next((t for t in tiles if -(-N // t["tr"]) * -(-T // t["tt"]) >= GEMM8_FILL), tiles[-1])
-    tile = dict(tile)
-    forced = os.environ.get("CERA_WEB_GEMM8")
-    if forced:
-        tile.update(parse_q8_tile(forced, "CERA_WEB_GEMM8"))
-        check_q8_tile(tile, glu)
-    return tile
-
-
-def parse_q8_tile(text: str, what: str) -> dict:
-    """{"tr": 64, ...} from "tr=64,..." (keys of GEMM8_TILES' entries)."""
-    out = {}
-    for item in filter(None, text.split(",")):
-        key, _, value = item.partition("=")
-        if key.strip() not in GEMM8_TILES[0] or not value.strip().isdigit():
-            raise ValueError(f"{what}: {item!r} is not one of tr=N, tt=N, rr=N, rt=N, kb=N, dot=0|1")
-        out[key.strip()] = int(value)
-    return out
-
-
-def q8_tile_bytes(tile: dict, glu: bool, nh: int = 2, has_min: bool = True) -> int:
-    """Workgroup memory of matmul_tiled_q8 for a tile (the largest over formats by default)."""
-    halves = 2 if glu else 1
-    tr4, tt4, kb = tile["tr"] // 4, tile["tt"] // 4, tile["kb"]
-    return 16 * (halves * kb * tr4 * (8 + nh + (1 if has_min else 0)) + kb * tt4 * (8 + 1 + (1 if has_min else 0)))
-
-
-def check_q8_tile(tile: dict, glu: bool):
-    tr, tt, rr, rt, kb = (tile[k] for k in ("tr", "tt", "rr", "rt", "kb"))
-    wg = (tr // max(rr, 1)) * (tt // max(rt, 1))
-    if (rr not in (4, 8) or rt not in (4, 8) or tr % (4 * rr) or tt % (4 * rt) or kb < 1 or not 32 <= wg <= 256
-            or q8_tile_bytes(tile, glu) > 16384 or tile.get("dot", 1) not in (0, 1)):
-        raise ValueError(f"int8 GEMM tile {tile}: rr, rt must be 4 or 8, tr a multiple of 4 rr, tt of 4 rt, "
-                         f"32..256 threads, at most 16 KiB of workgroup memory, dot 0 or 1")
-
-
-I8_KB = 2     # 32-blocks a K step of matmul_i8 (H200 call 4: 2 and 4 within noise of each other, 8 slower)
-
-
 def i8_prefill_enabled(dev) -> bool:
-    """Whether prefill products of weights in the aligned layout run on 8-bit activations (quantize_rows +
-    matmul_i8.wgsl): GPUs whose WGSL has dot4I8Packed, unless CERA_WEB_I8_PREFILL=0 (CPU adapters keep matmul.wgsl,
-    as for every prefill product, unless CERA_WEB_I8_PREFILL=1 forces it there too: tests)."""
+    """Whether prefill products run on 8-bit activations (quantize_rows + matmul_i8.wgsl) for the types that have
+    it (Q8_FORMATS, ALIGNED_I8_FORMATS): by default on GPUs whose WGSL has dot4I8Packed (H200: the GEMMs at 25-34
+    TFLOP/s against the float32 tiles' 16-18, 1B prefill +49%: docs/bench/h200-s7-call4-*). CERA_WEB_I8_PREFILL=0
+    (or CERA_WEB_INT8=0, every int8 path) switches it off; CPU adapters keep matmul.wgsl, as for every prefill product,
+    unless CERA_WEB_I8_PREFILL=1 (or CERA_WEB_INT8=1) forces it there too: tests."""
     import os
     flag = os.environ.get("CERA_WEB_I8_PREFILL", "")
     if flag not in ("", "0", "1"):
         raise ValueError(f"CERA_WEB_I8_PREFILL={flag!r}: use 0 (float32 prefill products), 1 (also on CPU adapters) "
                          f"or leave it unset")
-    if flag == "0" or not getattr(dev, "int8_dot", False):
+    every = os.environ.get("CERA_WEB_INT8", "")
+    if flag == "0" or every == "0" or not getattr(dev, "int8_dot", False):
         return False
-    return flag == "1" or not dev.is_cpu
+    return flag == "1" or every == "1" or not dev.is_cpu
 
 
-def matmul_i8(fmt, K: int, N: int, *, accum=False, glu=False, ystride=None, yoff=0, gelu=False,
+def i8_format(fmt, aligned: bool = False):
+    """(formats_i8 file, pieces) of matmul_i8 for type fmt in the given layout, or None where it has none."""
+    return (ALIGNED_I8_FORMATS if aligned else Q8_FORMATS).get(fmt)
+
+
+def matmul_i8(fmt, K: int, N: int, *, accum=False, glu=False, ystride=None, yoff=0, gelu=False, aligned=False,
               kb: int | None = None) -> str:
-    """See matmul_i8.wgsl: the prefill product of aligned-layout weights (ALIGNED_FORMATS) on quantize_rows' blocks;
-    dispatch matmul_i8_groups(N, T). kb: blocks a K step (default I8_KB; CERA_WEB_I8_KB=N for benchmarks)."""
+    """See matmul_i8.wgsl: the prefill product on quantize_rows' blocks (K a multiple of the type's block), weights in
+    the file's layout or the aligned one; dispatch matmul_i8_groups(N, T). kb: blocks a K step (default I8_KB;
+    CERA_WEB_I8_KB=N for benchmarks)."""
     import os
     kb = kb or int(os.environ.get("CERA_WEB_I8_KB") or I8_KB)
-    if fmt not in ALIGNED_FORMATS or K % 32 or not 1 <= kb <= 16:
-        raise ValueError(f"matmul_i8: {GGMLType(fmt).name} rows of {K}, {kb} blocks a step (an aligned type, K a "
-                         f"multiple of 32, 1 to 16 blocks)")
-    text = build("matmul_i8", K=K, N=N, WROWS=2 * N if glu else N, ACCUM=accum, GLU=glu, GELU=gelu,
-                 YSTRIDE=N if ystride is None else ystride, YOFF=yoff, Q8=fmt == GGMLType.Q8_0, KB=kb)
-    head, _, rest = text.partition("\n")
-    return "\n".join([head, REQUIRES_I8, rest])
+    found = i8_format(fmt, aligned)
+    if found is None or K % GGML_BLOCK[fmt][0] or not 1 <= kb <= 16:
+        raise ValueError(f"matmul_i8: {GGMLType(fmt).name} rows of {K}, {kb} blocks a step (a type of Q8_FORMATS, K "
+                         f"a multiple of its block, 1 to 16 blocks)")
+    name, pieces = found
+    text = build("matmul_i8", K=K, N=N, ACCUM=accum, GLU=glu, GELU=gelu, YSTRIDE=N if ystride is None else ystride,
+                 YOFF=yoff, KB=kb, **_wrows(aligned, N, glu))
+    head, _, rest = text.partition("\n")     # WebGPU recommends the directive where the language feature is used
+    return "\n".join([head, REQUIRES_I8, rest, *(_read(f"formats/{p}.wgsl") for p in pieces),
+                      _read(f"formats_i8/{name}.wgsl")])
 
 
 def matmul_i8_groups(N: int, T: int) -> tuple[int, int, int]:
     """Dispatch of matmul_i8: a workgroup per 64 rows x 64 tokens."""
     return (-(-N // 64), -(-T // 64), 1)
-
-
-def tiled_q8_groups(N: int, T: int, tile: dict) -> tuple[int, int, int]:
-    """Dispatch of matmul_tiled_q8: one workgroup per tile."""
-    return (-(-N // tile["tr"]), -(-T // tile["tt"]), 1)
-
-
-def matmul_tiled_q8(fmt, K: int, N: int, *, accum=False, glu=False, ystride=None, yoff=0, tile=None,
-                    gelu=False) -> str:
-    """See matmul_tiled_q8.wgsl: the prefill product on quantize_rows' blocks (K a multiple of 32; of 256 for
-    k-quants); tile from tiled_q8_tile, dispatched with tiled_q8_groups(N, T, tile)."""
-    if fmt not in Q8_FORMATS:
-        raise UnsupportedModelError(f"tensor type {GGMLType(fmt).name} has no int8 GEMM")
-    name, pieces, nh, has_min = Q8_FORMATS[fmt]
-    tile = tile or tiled_q8_tile(N, K, 64, glu)
-    check_q8_tile(tile, glu)
-    text = build("matmul_tiled_q8", K=K, N=N, ACCUM=accum, GLU=glu, GELU=gelu,
-                 YSTRIDE=N if ystride is None else ystride, YOFF=yoff, TR=tile["tr"], TT=tile["tt"],
-                 RR=tile["rr"], RT=tile["rt"], KB=tile["kb"], NH=nh, HAS_MIN=has_min, DOT4=bool(tile.get("dot", 1)))
-    head, _, rest = text.partition("\n")     # WebGPU recommends the directive where the language feature is used
-    return "\n".join([head, "requires packed_4x8_integer_dot_product;", rest,
-                      *(_read(f"formats/{p}.wgsl") for p in pieces), _read(f"formats_i8/{name}.wgsl")])
-
-
-def int8_prefill_enabled(dev) -> bool:
-    """Whether prefill products use quantize_rows + matmul_tiled_q8: only when asked (CERA_WEB_INT8_PREFILL=1; also
-    CERA_WEB_INT8=1, which forces every int8 path, for tests) on a device with WGSL's packed_4x8_integer_dot_product.
-    Off by default because it is slower where measured: on the H200 through wgpu-native 4.4-5.5 TFLOP/s against the
-    float32 tiles' 13-18 (1B prefill 8,560 -> 1,885 tok/s; naga emulates dot4I8Packed there, wgpu-native cannot
-    enable Vulkan's integer dot product; docs/bench/h200-s4-call1-*). A browser whose WebGPU compiles it to the
-    hardware instruction may gain; that is unmeasured."""
-    import os
-    if os.environ.get("CERA_WEB_INT8_PREFILL", "") not in ("", "0", "1"):
-        raise ValueError("CERA_WEB_INT8_PREFILL: use 1 (on) or 0 / unset (off)")
-    asked = os.environ.get("CERA_WEB_INT8_PREFILL") == "1" or os.environ.get("CERA_WEB_INT8") == "1"
-    return asked and os.environ.get("CERA_WEB_INT8") != "0" and bool(getattr(dev, "int8_dot", False))
 
 
 def aligned_enabled() -> bool:

@@ -1,26 +1,28 @@
-// Prefill product on 8-bit activations for weights in the aligned layout (Q4_1, Q8_0; quants.aligned_layout), with
-// WGSL's packed int8 dot product:
-//   Y[t, YOFF + n] (+)= sum_b ( d[n, b] dx[t, b] sum_j w[n, b, j] q[t, b, j] + m[n, b] s[t, b] )
+// Prefill product on 8-bit activations with WGSL's packed int8 dot product:
+//   Y[t, YOFF + n] (+)= sum_b ( dx[t, b] (d0[n, b] sum_{j<16} w[n, b, j] q[t, b, j] + d1[n, b] sum_{j>=16} ...)
+//                               + m[n, b] s[t, b] )
 //   GLU: Y[t, YOFF + n] = act(a) * u, a and u those sums for rows n and N + n (act: SiLU, or GELU-tanh with GELU)
-// where a weight is d w + m (w: Q4_1's nibble 0..15 with its offset m, or Q8_0's int8 with m = 0) and the token's
-// blocks of 32 are dx q, s = dx sum q (quantize_rows.wgsl, the RMSNorm fused there).
-// A workgroup computes 64 rows x 64 tokens with 256 threads, each 4 rows x 4 tokens: per 32-block, 4 + 4 vec4<i32>
-// integer sums (rows in the lanes, one vec4 a token, and GLU's up rows), 128 dot4I8Packed (256 with GLU) from 8 + 8
-// vec4 reads of workgroup memory, then one f32 multiply-add a sum by the two scales. K goes KB blocks a step: the
-// step's weights (nibbles widened to int8 words) and activations are staged in workgroup memory, word-major with 4
-// rows (4 tokens) a vec4. Everything a thread holds is a named vector: no private arrays (which NVIDIA's compiler
-// can leave in local memory, docs/DESIGN.md).
+// where weight j of 32-block b of a row is d_h w + m (h = j / 16: Q6_K has a scale per 16 weights, other formats
+// d0 = d1; m: the offset of Q4_1 / Q4_K, else 0; w an int8) and the token's blocks of 32 are dx q with
+// s = dx sum q (quantize_rows.wgsl, the RMSNorm fused there). The format file gives wblock(row, b): the block's int8
+// words, (d0, d1) and m: formats_i8/*.wgsl for the file's layouts, formats_i8/*a.wgsl for the aligned layout.
+// A workgroup computes 64 rows x 64 tokens with 256 threads, each 4 rows x 4 tokens: per 32-block, per half block
+// 4 vec4<i32> integer sums (rows in the lanes, one vec4 a token; 4 more for GLU's up rows), 128 dot4I8Packed (256
+// with GLU) from 8 + 8 vec4 reads of workgroup memory, then f32 multiply-adds by the scales. K goes KB blocks a step:
+// the step's weight words and activation words are staged in workgroup memory, word-major with 4 rows (4 tokens) a
+// vec4. Everything a thread holds is a named vector: no private arrays (which NVIDIA's compiler can leave in local
+// memory, docs/DESIGN.md).
 //
-// Constants: K (a multiple of 32), N, WROWS (rows of W: N, 2N with
-//   GLU), ACCUM, GLU, GELU, YSTRIDE, YOFF, Q8 (Q8_0 true, Q4_1 false), KB; kernels.matmul_i8.
+// Constants: K (a multiple of 32; of 256 for k-quants), N, ACCUM, GLU, GELU, YSTRIDE, YOFF, KB, and the format's
+//   (WROWS, the rows of W, for the aligned layout); kernels.matmul_i8.
 // Bindings:
-//   0 W: array<vec4<u32>>   the weights in the aligned layout (WROWS rows of K)
+//   0 W: array<WORD>        the packed weights, N rows (2N with GLU); WORD: the format's (u32, or vec4<u32>)
 //   1 XQ: array<u32>        [n_tokens, K / 32, 10] blocks {dx: f32, s: f32, 8 words of 4 int8} (quantize_rows.wgsl)
 //   2 Y: array<f32>         [n_tokens, YSTRIDE]
 //   3 step: uniform Step
 // Dispatch: (ceil(N / 64), ceil(n_tokens_max / 64), 1) workgroups of 256 (kernels.matmul_i8_groups); token tiles past
 // the pass's end return at once.
-@group(0) @binding(0) var<storage, read> W: array<vec4<u32>>;
+@group(0) @binding(0) var<storage, read> W: array<WORD>;
 @group(0) @binding(1) var<storage, read> XQ: array<u32>;
 @group(0) @binding(2) var<storage, read_write> Y: array<f32>;
 @group(0) @binding(3) var<uniform> step: Step;
@@ -29,14 +31,31 @@ const NB: u32 = K / 32u;                          // blocks a row
 const HALVES: u32 = select(1u, 2u, GLU);
 const W_ITEMS: u32 = HALVES * 64u * KB;           // weight blocks a step
 const X_ITEMS: u32 = 64u * KB;                    // activation blocks a step
-const SC4: u32 = select(WROWS * (K / 32u), WROWS * (K / 16u), Q8);   // the first scale word, in vec4s
+
+// One 32-weight block of a row: weight 4w + i is byte i of q0[w] (w < 4) or q1[w - 4] (int8), times d.x (weights
+// 0 .. 16) or d.y (16 .. 32), plus m.
+struct WBlock {
+    q0: vec4<u32>,
+    q1: vec4<u32>,
+    d: vec2<f32>,
+    m: f32,
+}
 
 var<workgroup> ws: array<vec4<u32>, HALVES * KB * 8u * 16u>;   // [half][block][word][rows / 4]
-var<workgroup> wd: array<vec4<f32>, HALVES * KB * 16u>;        // d  [half][block][rows / 4]
-var<workgroup> wm: array<vec4<f32>, HALVES * KB * 16u>;        // m
+var<workgroup> wd: array<vec4<f32>, HALVES * KB * 32u>;        // (d0, d1) [half][block][2][rows / 4]
+var<workgroup> wm: array<vec4<f32>, HALVES * KB * 16u>;        // m [half][block][rows / 4]
 var<workgroup> xs: array<vec4<u32>, KB * 8u * 16u>;            // [block][word][tokens / 4]
 var<workgroup> xd: array<vec4<f32>, KB * 16u>;                 // dx [block][tokens / 4]
 var<workgroup> xm: array<vec4<f32>, KB * 16u>;                 // s
+
+// Bytes v (each < 2 bias) minus bias, as two's complement bytes (bias 8, 16 or 32; formats whose integers are
+// unsigned with an implied offset): v ^ bias is the value in log2(bias) + 1 bits; its sign bit is spread over the
+// byte's high bits (times 256 / bias - 2, no carries).
+fn sub_bias(v: vec4<u32>, bias: u32) -> vec4<u32> {
+    let b4 = vec4<u32>(bias * 0x01010101u);
+    let t = v ^ b4;
+    return t | ((t & b4) * (256u / bias - 2u));
+}
 
 // Weight item i of the step at block b0 into workgroup memory: rows fastest, then blocks, then gate/up.
 fn stage_w(row0: u32, b0: u32, i: u32) {
@@ -44,35 +63,23 @@ fn stage_w(row0: u32, b0: u32, i: u32) {
     let hb = i / 64u;                              // half * KB + block of the step
     let n = row0 + r;
     let b = b0 + hb % KB;
-    var lo = vec4<u32>(0u);
-    var hi = vec4<u32>(0u);
-    var dm = vec2<f32>(0.0);
+    var w = WBlock(vec4<u32>(0u), vec4<u32>(0u), vec2<f32>(0.0), 0.0);
     if (n < N && b < NB) {
-        let blk = (n + (hb / KB) * N) * NB + b;
-        if (Q8) {
-            lo = W[2u * blk];
-            hi = W[2u * blk + 1u];
-            let h = blk / 2u;
-            dm = vec2<f32>(unpack2x16float(W[SC4 + h / 4u][h % 4u])[blk % 2u], 0.0);
-        } else {
-            let q = W[blk];
-            lo = q & vec4<u32>(0x0F0F0F0Fu);                    // weights 0 .. 16: the low nibbles
-            hi = (q >> vec4<u32>(4u)) & vec4<u32>(0x0F0F0F0Fu);  // weights 16 .. 32
-            dm = unpack2x16float(W[SC4 + blk / 4u][blk % 4u]);
-        }
+        w = wblock(n + (hb / KB) * N, b);
     }
     let c = r % 4u;
     let at = hb * 128u + r / 4u;                   // word w of the block at at + 16 w
-    ws[at][c] = lo.x;
-    ws[at + 16u][c] = lo.y;
-    ws[at + 32u][c] = lo.z;
-    ws[at + 48u][c] = lo.w;
-    ws[at + 64u][c] = hi.x;
-    ws[at + 80u][c] = hi.y;
-    ws[at + 96u][c] = hi.z;
-    ws[at + 112u][c] = hi.w;
-    wd[hb * 16u + r / 4u][c] = dm.x;
-    wm[hb * 16u + r / 4u][c] = dm.y;
+    ws[at][c] = w.q0.x;
+    ws[at + 16u][c] = w.q0.y;
+    ws[at + 32u][c] = w.q0.z;
+    ws[at + 48u][c] = w.q0.w;
+    ws[at + 64u][c] = w.q1.x;
+    ws[at + 80u][c] = w.q1.y;
+    ws[at + 96u][c] = w.q1.z;
+    ws[at + 112u][c] = w.q1.w;
+    wd[hb * 32u + r / 4u][c] = w.d.x;
+    wd[hb * 32u + 16u + r / 4u][c] = w.d.y;
+    wm[hb * 16u + r / 4u][c] = w.m;
 }
 
 // Activation item i of the step at block b0: tokens fastest, then blocks.
@@ -135,32 +142,38 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         for (var i = tid; i < X_ITEMS; i += 256u) { stage_x(tok0, b0, i, n_tokens); }
         workgroupBarrier();
         for (var kb = 0u; kb < KB; kb++) {
-            var s0 = vec4<i32>(0); var s1 = vec4<i32>(0); var s2 = vec4<i32>(0); var s3 = vec4<i32>(0);
-            var v0 = vec4<i32>(0); var v1 = vec4<i32>(0); var v2 = vec4<i32>(0); var v3 = vec4<i32>(0);
-            for (var w = 0u; w < 8u; w++) {
-                let x = xs[kb * 128u + 16u * w + tg];
-                let a = ws[kb * 128u + 16u * w + rg];
-                s0 += dots(a, x.x); s1 += dots(a, x.y); s2 += dots(a, x.z); s3 += dots(a, x.w);
-                if (GLU) {
-                    let u = ws[(KB + kb) * 128u + 16u * w + rg];
-                    v0 += dots(u, x.x); v1 += dots(u, x.y); v2 += dots(u, x.z); v3 += dots(u, x.w);
-                }
-            }
             let dx = xd[kb * 16u + tg];
             let sx = xm[kb * 16u + tg];
-            let d = wd[kb * 16u + rg];
+            for (var h = 0u; h < 2u; h++) {            // half blocks: words 4h .. 4h + 4, scale d_h
+                var s0 = vec4<i32>(0); var s1 = vec4<i32>(0); var s2 = vec4<i32>(0); var s3 = vec4<i32>(0);
+                var v0 = vec4<i32>(0); var v1 = vec4<i32>(0); var v2 = vec4<i32>(0); var v3 = vec4<i32>(0);
+                for (var w = 4u * h; w < 4u * h + 4u; w++) {
+                    let x = xs[kb * 128u + 16u * w + tg];
+                    let a = ws[kb * 128u + 16u * w + rg];
+                    s0 += dots(a, x.x); s1 += dots(a, x.y); s2 += dots(a, x.z); s3 += dots(a, x.w);
+                    if (GLU) {
+                        let u = ws[(KB + kb) * 128u + 16u * w + rg];
+                        v0 += dots(u, x.x); v1 += dots(u, x.y); v2 += dots(u, x.z); v3 += dots(u, x.w);
+                    }
+                }
+                let d = wd[kb * 32u + 16u * h + rg];           // 4 rows' scales of this half
+                a0 += vec4<f32>(s0) * d * dx.x;
+                a1 += vec4<f32>(s1) * d * dx.y;
+                a2 += vec4<f32>(s2) * d * dx.z;
+                a3 += vec4<f32>(s3) * d * dx.w;
+                if (GLU) {
+                    let du = wd[(KB + kb) * 32u + 16u * h + rg];
+                    u0 += vec4<f32>(v0) * du * dx.x;
+                    u1 += vec4<f32>(v1) * du * dx.y;
+                    u2 += vec4<f32>(v2) * du * dx.z;
+                    u3 += vec4<f32>(v3) * du * dx.w;
+                }
+            }
             let m = wm[kb * 16u + rg];
-            a0 += vec4<f32>(s0) * d * dx.x + m * sx.x;
-            a1 += vec4<f32>(s1) * d * dx.y + m * sx.y;
-            a2 += vec4<f32>(s2) * d * dx.z + m * sx.z;
-            a3 += vec4<f32>(s3) * d * dx.w + m * sx.w;
+            a0 += m * sx.x; a1 += m * sx.y; a2 += m * sx.z; a3 += m * sx.w;
             if (GLU) {
-                let du = wd[(KB + kb) * 16u + rg];
                 let mu = wm[(KB + kb) * 16u + rg];
-                u0 += vec4<f32>(v0) * du * dx.x + mu * sx.x;
-                u1 += vec4<f32>(v1) * du * dx.y + mu * sx.y;
-                u2 += vec4<f32>(v2) * du * dx.z + mu * sx.z;
-                u3 += vec4<f32>(v3) * du * dx.w + mu * sx.w;
+                u0 += mu * sx.x; u1 += mu * sx.y; u2 += mu * sx.z; u3 += mu * sx.w;
             }
         }
         workgroupBarrier();

@@ -1,4 +1,4 @@
-// 8-bit activation blocks for the int8 GEMM (matmul_tiled_q8.wgsl), like llama.cpp's Q8 activations:
+// 8-bit activation blocks for the int8 GEMM (matmul_i8.wgsl), like llama.cpp's Q8 activations:
 //   v = xin[t] (X[t], or rmsnorm(X[t]) * G with NORM), cut into blocks of 32; for each block
 //   d = max|v| / 127, q_j = round(v_j / d) (WGSL round: ties to even; q = 0 for an all-zero block), s = d * sum_j q_j
 //   (s serves formats whose weights have an offset: sum_j (a q_w + m) d q_j = a d sum q_w q_j + m s).

@@ -187,7 +187,7 @@ def test_matmul_i8(dev, fmt, T, N, K, glu, gelu, accum):
     y0 = rng.standard_normal((T, stride)).astype(np.float32)
     Q, Y = quantize_gpu(dev, x, g, eps), f32_buffer(dev, y0)
     gx, gy, _ = kernels.matmul_i8_groups(N, T)
-    run(dev, kernels.matmul_i8(fmt, K, N, accum=accum, glu=glu, gelu=gelu, ystride=stride, yoff=yoff),
+    run(dev, kernels.matmul_i8(fmt, K, N, accum=accum, glu=glu, gelu=gelu, ystride=stride, yoff=yoff, aligned=True),
         [upload(dev, aligned(raw, fmt)), Q, Y, step_buffer(dev, T)], (gx, gy + 1, 1))
     got = read(dev, Y, T * stride).reshape(T, stride)
     d, _, q = read_blocks(dev, Q, T, K)

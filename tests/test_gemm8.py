@@ -1,5 +1,6 @@
-"""The int8-activation prefill path (issue 13): quantize_rows.wgsl and matmul_tiled_q8.wgsl against numpy, on the
-native backend (wgpu; lavapipe on CI, where dot4I8Packed works through naga).
+"""The int8-activation prefill path (issue 13): quantize_rows.wgsl and matmul_i8.wgsl (the file layouts of every type it
+reads; tests/test_aligned.py: the aligned layout) against numpy, on the native backend (wgpu; lavapipe on CI, where
+dot4I8Packed works through naga).
 
 - quantize_rows against a numpy emulation of the same 8-bit blocks (RMSNorm fused);
 - the int8 GEMM of each format against numpy fed the very blocks the GPU wrote (so only summation order differs:
@@ -90,9 +91,8 @@ def test_quantize_rows(dev, norm):
     np.testing.assert_allclose(s, d * q.sum(-1), rtol=1e-6, atol=1e-6 * np.abs(d * 127 * 32).max())
 
 
-def gemm_case(dev, fmt, T, N, K, *, norm=True, glu=False, gelu=False, accum=False, yoff=0, stride=None, tile=None,
-              seed=0):
-    """Run quantize_rows + matmul_tiled_q8 and return (got, exact, f32): the GPU's Y, numpy on the GPU's own blocks,
+def gemm_case(dev, fmt, T, N, K, *, norm=True, glu=False, gelu=False, accum=False, yoff=0, stride=None, seed=0):
+    """Run quantize_rows + matmul_i8 and return (got, exact, f32): the GPU's Y, numpy on the GPU's own blocks,
     and numpy on the float32 (normalised) activations."""
     rng = np.random.default_rng(seed + int(fmt))
     rows = 2 * N if glu else N
@@ -104,10 +104,8 @@ def gemm_case(dev, fmt, T, N, K, *, norm=True, glu=False, gelu=False, accum=Fals
     y0 = rng.standard_normal((T, stride)).astype(np.float32)
     Q = quantize_gpu(dev, x, g, eps)
     Y = f32_buffer(dev, y0)
-    tile = tile or kernels.tiled_q8_tile(N, K, T, glu)
-    gx, gy, _ = kernels.tiled_q8_groups(N, T, tile)
-    run(dev, kernels.matmul_tiled_q8(fmt, K, N, accum=accum, glu=glu, gelu=gelu, ystride=stride, yoff=yoff,
-                                     tile=tile),
+    gx, gy, _ = kernels.matmul_i8_groups(N, T)
+    run(dev, kernels.matmul_i8(fmt, K, N, accum=accum, glu=glu, gelu=gelu, ystride=stride, yoff=yoff),
         [upload(dev, raw), Q, Y, step_buffer(dev, T)], (gx, gy + 1, 1))     # a token tile past the pass's end
     d, _, q = read_blocks(dev, Q, T, K)
     xq = (d[..., None] * q).reshape(T, K)
@@ -146,37 +144,14 @@ def test_gemm8_formats(dev, fmt):
     assert np.abs(got - f32).max() <= F32_TOL * np.abs(f32).max()
 
 
-G8, G8_GLU = kernels.GEMM8_TILES, kernels.GEMM8_GLU_TILES
-# (tile, glu, gelu): every tile of the pickers in the mode it is picked for, GELU once, and the f32 form of the sums
-TILE_CASES = ([(t, False, False) for t in G8] + [(t, True, False) for t in G8_GLU] + [(G8_GLU[0], True, True)]
-              + [({**G8[1], "dot": 0}, False, False), ({**G8_GLU[0], "dot": 0}, True, True)])
-
-
-@pytest.mark.parametrize("tile,glu,gelu", TILE_CASES,
-                         ids=["{tr}x{tt}_{rr}x{rt}_kb{kb}_dot{dot}".format(**t) + ("_glu" if glu else "")
-                              + ("_gelu" if gelu else "") for t, glu, gelu in TILE_CASES])
-def test_gemm8_tiles(dev, tile, glu, gelu):
-    """Each tile of the pickers (plain or GLU, as picked) and the f32 multiply-add form of the sums (dot 0), SiLU and
-    GELU gates, without NORM; rows and tokens past the tile's edge, 11 blocks a row (a last K step part empty)."""
-    fmt = GGMLType.Q4_1 if glu else GGMLType.Q8_0     # with an offset, without
-    got, exact, _ = gemm_case(dev, fmt, T=70, N=tile["tr"] + 5, K=352, norm=False, glu=glu, gelu=gelu, tile=tile,
-                              seed=1)
+@pytest.mark.parametrize("fmt,glu,gelu", [(GGMLType.Q4_1, True, False), (GGMLType.Q6_K, True, True),
+                                           (GGMLType.Q8_0, False, False)], ids=["q4_1_glu", "q6_k_gelu", "q8_0"])
+def test_gemm8_glu_and_edges(dev, fmt, glu, gelu):
+    """SiLU and GELU gates over stacked gate/up rows, without NORM; rows and tokens past the 64 x 64 tile's edge, 11
+    blocks a row (a K step half empty; 16 for Q6_K's super-blocks)."""
+    K = 512 if fmt == GGMLType.Q6_K else 352
+    got, exact, _ = gemm_case(dev, fmt, T=70, N=69, K=K, norm=False, glu=glu, gelu=gelu, seed=1)
     np.testing.assert_allclose(got, exact, rtol=1e-5, atol=2e-5 * np.abs(exact).max())
-
-
-def test_tile_override(monkeypatch):
-    assert kernels.tiled_q8_tile(2048, 2048, 512) == kernels.GEMM8_TILES[1]       # 256 workgroups
-    assert kernels.tiled_q8_tile(576, 576, 512) == kernels.GEMM8_TILES[-1]
-    assert kernels.tiled_q8_tile(8192, 2048, 512, glu=True) == kernels.GEMM8_GLU_TILES[0]
-    monkeypatch.setenv("CERA_WEB_GEMM8", "tr=64,tt=64,rr=4,rt=4,kb=1")
-    assert kernels.tiled_q8_tile(2048, 2048, 512) == {"tr": 64, "tt": 64, "rr": 4, "rt": 4, "kb": 1, "dot": 1}
-    monkeypatch.setenv("CERA_WEB_GEMM8", "dot=0")
-    assert kernels.tiled_q8_tile(2048, 2048, 512) == {**kernels.GEMM8_TILES[1], "dot": 0}
-    assert "const DOT4: bool = false;" in kernels.matmul_tiled_q8(GGMLType.Q4_1, 256, 64,
-                                                                  tile=kernels.tiled_q8_tile(64, 256, 16))
-    monkeypatch.setenv("CERA_WEB_GEMM8", "tr=64,rr=3")
-    with pytest.raises(ValueError, match="rr, rt must be 4 or 8"):
-        kernels.tiled_q8_tile(2048, 2048, 512)
 
 
 # --- the whole model: SmolLM2-135M prefill with every projection on 8-bit activations ---------------------------
@@ -199,10 +174,11 @@ def test_smollm2_prefill_logits_int8(smollm2_gguf, monkeypatch):
     fixture = json.loads((Path(__file__).parent / "fixtures" / "smollm2_reference.json").read_text())
     prompts = {p["name"]: p for p in fixture["prompts"]}
     monkeypatch.setenv("CERA_WEB_INT8", "1")
+    monkeypatch.setenv("CERA_WEB_ALIGNED", "0")      # the file's Q4_1 / Q8_0 (test_matvec_q8: the aligned layout)
     eng = asyncio.run(Engine.load(smollm2_gguf, context_size=128, chunk=16))
     try:
         model = eng.model
-        assert model.int8_prefill and model.xq is not None
+        assert model.i8_prefill and model.xq is not None
         # top-1/top-2 margins 1.9 and 2.5: far above the int8 error, so the top token must stay
         for name, label in [("chat_capital", "prompt_mid"), ("raw_capital", "step_0")]:
             p = prompts[name]
@@ -236,7 +212,7 @@ def test_mixed_types_split_int8(tmp_path, monkeypatch):
     engine = asyncio.run(Engine.load(path, device=dev, context_size=40))
     try:
         model = engine.model
-        assert model.int8_prefill and {"blk.0.attn_q.weight", "blk.0.ffn_gate.weight"} <= set(model.split_tensors())
+        assert model.i8_prefill and {"blk.0.attn_q.weight", "blk.0.ffn_gate.weight"} <= set(model.split_tensors())
         ids = engine.tokenizer.encode("the cat sat on the mat; in the end, it is the cat that wins")
         model.prefill(ids, 0, with_head=True)
         got = np.frombuffer(asyncio.run(dev.read(model.logits, 0, 4 * V)), np.float32)
@@ -259,15 +235,12 @@ def test_bench_kernels_gemm_reports_int8_beside_f32(dev):
     import asyncio
 
     from cera_web import bench_kernels
-    tile = {"tr": 32, "tt": 32, "rr": 4, "rt": 4, "kb": 2, "dot": 0}
-    out = asyncio.run(bench_kernels.run([GGMLType.Q4_1, GGMLType.F16], [(64, 256)], device=dev, repeats=1,
-                                        target_ms=1, rotate_mib=1, gemm_tokens=16, tiles8=[tile, None]))
-    assert [r["type"] for r in out["gemm"]] == ["Q4_1", "F16"]
-    assert [r["type"] for r in out["gemm8"]] == ["Q4_1", "Q4_1"]       # F16 has no int8 GEMM
-    assert out["gemm8"][0]["tile"] == tile and out["gemm8"][1]["tile"] == kernels.tiled_q8_tile(64, 256, 16)
+    out = asyncio.run(bench_kernels.run([GGMLType.Q4_1, GGMLType.Q4_K, GGMLType.F16], [(64, 256)], device=dev,
+                                        repeats=1, target_ms=1, rotate_mib=1, gemm_tokens=16))
+    assert [r["type"] for r in out["gemm"]] == ["Q4_1", "Q4_K", "F16"]
+    # F16 has no int8 GEMM; Q4_1 in both layouts, the engine's (aligned) first
+    assert [(r["type"], r["layout"]) for r in out["gemm8"]] == [("Q4_1", "aligned"), ("Q4_1", "file"), ("Q4_K", "file")]
     assert all(r["gflops"] > 0 and r["gflops_with_quantize"] > 0 and r["quantize_us"] > 0 for r in out["gemm8"])
-    with pytest.raises(SystemExit, match="tiles8"):
-        bench_kernels.main(["--gemm", "--tiles8", "tr=64,rr=5"])
 
 
 COMPILE_JS = """async (sources) => {
@@ -295,15 +268,15 @@ COMPILE_JS = """async (sources) => {
 
 @pytest.mark.browser
 def test_int8_kernels_compile_in_the_browser(page, server_url):
-    """Chromium's WGSL compiler (Tint, stricter than naga in places) accepts every int8 kernel the engine can build:
-    each format, the GLU tiles, both forms of the sums, quantize_rows with and without the norm."""
+    """Chromium's WGSL compiler (Tint, stricter than naga in places) accepts every int8 GEMM the engine can build:
+    each format in each of its layouts, GLU with both gates, quantize_rows with and without the norm."""
     sources = [kernels.quantize_rows(576, norm=True, eps=1e-5), kernels.quantize_rows(2048)]
     for fmt in FMTS:
-        sources.append(kernels.matmul_tiled_q8(fmt, 512, 100, accum=True, yoff=3, ystride=110,
-                                               tile=kernels.GEMM8_TILES[0]))
-    for dot in (1, 0):
-        sources.append(kernels.matmul_tiled_q8(GGMLType.Q6_K, 512, 100, glu=True, gelu=bool(dot),
-                                               tile={**kernels.GEMM8_GLU_TILES[0], "dot": dot}))
+        for aligned in (False, True):
+            if kernels.i8_format(fmt, aligned) is not None:
+                sources.append(kernels.matmul_i8(fmt, 512, 100, accum=True, yoff=3, ystride=110, aligned=aligned))
+    for gelu in (False, True):
+        sources.append(kernels.matmul_i8(GGMLType.Q6_K, 512, 100, glu=True, gelu=gelu))
     page.goto(server_url + "/models/index.json")
     out = page.evaluate(COMPILE_JS, sources)
     assert out["feature"]
@@ -348,19 +321,18 @@ RUN_JS = """async ([qsrc, gsrc, x, g, w, T, K, N, groups]) => {
 
 @pytest.mark.browser
 def test_int8_prefill_runs_in_the_browser(page, server_url):
-    """quantize_rows + the Q4_K int8 GEMM (dot4I8Packed, GLU) on Chromium's WebGPU (SwiftShader here) equal numpy on
+    """quantize_rows + the Q4_K int8 GEMM (matmul_i8: dot4I8Packed, GLU) on Chromium's WebGPU (SwiftShader here) equal numpy on
     the blocks the browser wrote, as on lavapipe."""
     T, K, N = 21, 512, 40
     rng = np.random.default_rng(5)
     raw, w = random_blocks(GGMLType.Q4_K, 2 * N, K, rng)
     x = rng.standard_normal((T, K)).astype(np.float32)
     g = rng.uniform(0.5, 1.5, K).astype(np.float32)
-    tile = {**kernels.GEMM8_GLU_TILES[-1], "dot": 1}
     page.goto(server_url + "/models/index.json")
     blocks, y = page.evaluate(RUN_JS, [kernels.quantize_rows(K, norm=True, eps=1e-6),
-                                       kernels.matmul_tiled_q8(GGMLType.Q4_K, K, N, glu=True, tile=tile),
+                                       kernels.matmul_i8(GGMLType.Q4_K, K, N, glu=True),
                                        x.ravel().tolist(), g.tolist(), raw.ravel().tolist(), T, K, N,
-                                       list(kernels.tiled_q8_groups(N, T, tile))])
+                                       list(kernels.matmul_i8_groups(N, T))])
     raw_q = np.array(blocks, np.uint32).reshape(T, K // 32, 10)
     d = raw_q[..., 0].view(np.float32)
     q = raw_q[..., 2:].copy().view(np.int8).reshape(T, K // 32, 32).astype(np.float64)

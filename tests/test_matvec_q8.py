@@ -261,6 +261,7 @@ def int8_engine(smollm2_gguf):
     from cera_web.engine import Engine
     mp = pytest.MonkeyPatch()
     mp.setenv("CERA_WEB_INT8", "1")
+    mp.setenv("CERA_WEB_I8_PREFILL", "0")     # the decode products alone (test_smollm2_int8_prefill_...: prefill)
     try:
         eng = asyncio.run(Engine.load(smollm2_gguf, context_size=64, chunk=16))
     finally:
@@ -349,14 +350,15 @@ def test_linear_picks_the_kernel():
         def add(self, wgsl, buffers, groups, label=""):
             self.kernels.append(wgsl.split("\n")[0].split(": ")[1].split(" ")[0])
 
-    def picked(fmt, K, T, int8=True, cpu=False, **kw):
-        m = SimpleNamespace(int8=int8, int8_prefill=False, wg_memory=16384, ones=None, step=None,
-                            spec=SimpleNamespace(eps=1e-5),
+    def picked(fmt, K, T, int8=True, cpu=False, i8_prefill=False, **kw):
+        m = SimpleNamespace(int8=int8, i8_prefill=i8_prefill, wg_memory=16384, ones=None, step=None, xq=None,
+                            spec=SimpleNamespace(eps=1e-5, lm_head="output.weight"),
                             dev=SimpleNamespace(is_cpu=cpu, subgroup_size=32),
                             gguf=SimpleNamespace(tensor=lambda name: SimpleNamespace(type=fmt)),
                             aligned=lambda name: fmt in kernels.ALIGNED_FORMATS,
                             shape=lambda name: (64, K), pieces=lambda name: [(None, 0, 64)])
         m.q8_shape = lambda fmt, k, rows, aligned=False: Transformer.q8_shape(m, fmt, k, rows, aligned)
+        m.linear_i8 = lambda *a, **k: Transformer.linear_i8(m, *a, **k)
         rec = Rec()
         Transformer.linear(m, rec, T, "w", None, None, **kw)
         return rec.kernels[0]
@@ -369,6 +371,8 @@ def test_linear_picks_the_kernel():
     assert picked(GGMLType.Q8_0, 14336, 1) == "matmul"                      # past 16 KiB of workgroup memory
     assert picked(GGMLType.Q4_1, 2048, 16) == "matmul_tiled"                # prefill
     assert picked(GGMLType.Q4_1, 2048, 16, cpu=True) == "matmul"            # prefill on a CPU adapter
+    assert picked(GGMLType.Q4_K, 2048, 16, i8_prefill=True) == "quantize_rows"   # then matmul_i8
+    assert picked(GGMLType.F16, 2048, 16, i8_prefill=True) == "matmul_tiled"     # no int8 GEMM for the type
 
 
 def test_mixed_types_model_with_int8(tmp_path, monkeypatch):

@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import kernels
+from ..gguf import GGML_BLOCK
 from ..errors import UnsupportedModelError
 from .base import GPUModel, Recorder
 from .spec import KV_WIDTH, ModelSpec, not_implemented
@@ -158,13 +159,11 @@ class Transformer(GPUModel):
             self.att = buf(4 * T * q_dim, label="att")                   # [T, heads * head_dim]
         if any(la.post_norms for la in s.layers):
             self.out = buf(4 * T * s.hidden, label="block out")          # [T, hidden] before the post-norm
-        # prefill products on 8-bit activations (kernels.int8_prefill_enabled, opt-in): one buffer of blocks, reused
-        # by each product
-        self.int8_prefill = kernels.int8_prefill_enabled(dev) and T > 1
-        # and on 8-bit activations by default for weights in the aligned layout (matmul_i8.wgsl)
-        self.i8_prefill = kernels.i8_prefill_enabled(dev) and kernels.aligned_enabled() and T > 1
+        # prefill products on 8-bit activations (kernels.i8_prefill_enabled: GPUs with dot4I8Packed): one buffer of
+        # activation blocks, reused by each product
+        self.i8_prefill = kernels.i8_prefill_enabled(dev) and T > 1
         self.xq = buf(kernels.Q8_BLOCK_BYTES * T * max(s.hidden, s.ffn, q_dim) // 32, label="xq") \
-            if self.int8_prefill or self.i8_prefill else None
+            if self.i8_prefill else None
         if conv:
             self.bcx = buf(4 * T * 3 * s.hidden, label="bcx")            # [T, B | C | x] in_proj output
             self.conv_out = buf(4 * T * s.hidden, label="conv out")      # [T, hidden] C * conv(B * x)
@@ -229,7 +228,9 @@ class Transformer(GPUModel):
         gain: a norm weight buffer (the input is RMS-normalised first); weight/rows: a stacked weight buffer and its
         row count; kw: accum / glu / last_only / ystride / yoff (see matmul.wgsl), xsplit: x holds a split decode
         attention's partial results (matvec_q8 only; AttentionBlock checks that it applies).
-        On GPUs prefill passes (T > 1) use the tiled matrix-matrix kernel; decode, the LM head and CPU adapters
+        On GPUs prefill passes (T > 1) use a tiled matrix-matrix kernel: on 8-bit activations (quantize_rows +
+        matmul_i8) where kernels.i8_prefill_enabled says so and the type has it, else matmul_tiled; decode, the LM head
+        and CPU adapters
         (where the tiles' barriers and padding to 32 tokens cost more than they save on short prompts) use the
         matrix-vector one: with 8-bit activations (matvec_q8) for one-token passes and the LM head where
         kernels.int8_enabled says so and the type and K allow it, else matmul.wgsl."""
@@ -242,13 +243,10 @@ class Transformer(GPUModel):
         xsplit = kw.pop("xsplit", (1, 32))
         # 8-bit activations for prefill products; not the LM head (its logits are read, e.g. chunk_logits)
         aligned = self.aligned(name)
-        if T > 1 and not kw.get("last_only") and name != self.spec.lm_head and k % 32 == 0:
-            if self.i8_prefill and aligned:
-                self.linear_i8(rec, T, name, fmt, k, parts, x, y, gain, ystride, yoff, **kw)
-                return
-            if self.int8_prefill and fmt in kernels.Q8_FORMATS and not aligned:
-                self.linear_q8(rec, T, name, fmt, k, parts, x, y, gain, ystride, yoff, **kw)
-                return
+        if (self.i8_prefill and T > 1 and not kw.get("last_only") and name != self.spec.lm_head
+                and kernels.i8_format(fmt, aligned) is not None and k % GGML_BLOCK[fmt][0] == 0):
+            self.linear_i8(rec, T, name, fmt, k, parts, x, y, gain, ystride, yoff, aligned=aligned, **kw)
+            return
         for buf, r0, rows_here in parts:
             label = name if len(parts) == 1 else f"{name}[{r0}:{r0 + rows_here}]"
             buffers = [buf, x, y, self.step, gain or self.ones]
@@ -281,25 +279,14 @@ class Transformer(GPUModel):
                                        aligned)
 
     def linear_i8(self, rec, T, name, fmt, k, parts, x, y, gain, ystride, yoff, **kw):
-        """linear() of a prefill pass for weights in the aligned layout: x (normalised with gain) quantized once into
-        self.xq, then matmul_i8 for each row range of the weight."""
+        """linear() of a prefill pass on 8-bit activations: x (normalised with gain) quantized once into self.xq
+        (quantize_rows), then matmul_i8 for each row range of the weight."""
         rec.add(kernels.quantize_rows(k, norm=gain is not None, eps=self.spec.eps),
                 [x, self.xq, self.step, gain or self.ones], (T, 1, 1), f"{name} quantize")
         for buf, r0, rows_here in parts:
             label = name if len(parts) == 1 else f"{name}[{r0}:{r0 + rows_here}]"
             rec.add(kernels.matmul_i8(fmt, k, rows_here, ystride=ystride, yoff=yoff + r0, **kw),
                     [buf, self.xq, y, self.step], kernels.matmul_i8_groups(rows_here, T), label)
-
-    def linear_q8(self, rec, T, name, fmt, k, parts, x, y, gain, ystride, yoff, **kw):
-        """linear() on 8-bit activations: x (normalised with gain) quantized once into self.xq, then the int8 GEMM
-        for each row range of the weight."""
-        rec.add(kernels.quantize_rows(k, norm=gain is not None, eps=self.spec.eps),
-                [x, self.xq, self.step, gain or self.ones], (T, 1, 1), f"{name} quantize")
-        for buf, r0, rows_here in parts:
-            label = name if len(parts) == 1 else f"{name}[{r0}:{r0 + rows_here}]"
-            tile = kernels.tiled_q8_tile(rows_here, k, T, kw.get("glu", False))
-            rec.add(kernels.matmul_tiled_q8(fmt, k, rows_here, tile=tile, ystride=ystride, yoff=yoff + r0, **kw),
-                    [buf, self.xq, y, self.step], kernels.tiled_q8_groups(rows_here, T, tile), label)
 
     # -- plans ---------------------------------------------------------------------------------------------------
     def record_body(self, T):

@@ -1,6 +1,7 @@
-// Q4_0 weights as int8 blocks for matmul_tiled_q8.wgsl: an 18-byte block {d: f16, qs: 16 bytes} holds weight
+// Q4_0 weights as int8 blocks for matmul_i8.wgsl: an 18-byte block {d: f16, qs: 16 bytes} holds weight
 // j = d * (q_j - 8), q_j the low nibble of qs[j] (j < 16) or the high nibble of qs[j - 16]; the int8 words are those
 // nibbles minus 8 (sub_bias). Blocks start on 2-byte boundaries (read_u32_even, bytes.wgsl).
+alias WORD = u32;                 // W is array<u32>
 const ROW_BYTES: u32 = K / 32u * 18u;
 
 fn wblock(row: u32, b: u32) -> WBlock {

@@ -1,6 +1,7 @@
-// Q4_1 weights as int8 blocks for matmul_tiled_q8.wgsl: a 20-byte block {d: f16, m: f16, qs: 16 bytes} holds weight
+// Q4_1 weights as int8 blocks for matmul_i8.wgsl: a 20-byte block {d: f16, m: f16, qs: 16 bytes} holds weight
 // j = d * q_j + m, q_j the low nibble of qs[j] (j < 16) or the high nibble of qs[j - 16]: word w of the block's int8
 // weights is qs word w's low nibbles (w < 4) or qs word w - 4's high nibbles. Blocks are word aligned.
+alias WORD = u32;                 // W is array<u32>
 const ROW_WORDS: u32 = K / 32u * 5u;
 
 fn wblock(row: u32, b: u32) -> WBlock {

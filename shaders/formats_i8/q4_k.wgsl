@@ -1,7 +1,8 @@
-// Q4_K weights as int8 blocks for matmul_tiled_q8.wgsl: a 144-byte super-block (36 words: d | dmin, 12 bytes of 6-bit
+// Q4_K weights as int8 blocks for matmul_i8.wgsl: a 144-byte super-block (36 words: d | dmin, 12 bytes of 6-bit
 // scales and mins, 128 bytes qs) holds 8 sub-blocks of 32; weight l of sub-block s = 2j + h is
 // d * sc[s] * q - dmin * mn[s], q nibble h of qs[32j + l]. So 32-block b is sub-block b % 8 of super-block b / 8,
 // its int8 words nibble h of qs words 8j .. 8j + 8, its scale d * sc[s] and offset -dmin * mn[s]. Needs kscales.wgsl.
+alias WORD = u32;                 // W is array<u32>
 const ROW_WORDS: u32 = K / 256u * 36u;
 
 fn wblock(row: u32, b: u32) -> WBlock {

@@ -1,6 +1,7 @@
-// Q5_0 weights as int8 blocks for matmul_tiled_q8.wgsl: a 22-byte block {d: f16, qh: u32, qs: 16 bytes} holds weight
+// Q5_0 weights as int8 blocks for matmul_i8.wgsl: a 22-byte block {d: f16, qh: u32, qs: 16 bytes} holds weight
 // j = d * (q_j - 16), q_j = nibble j | (bit j of qh) << 4 (nibble j: the low nibble of qs[j] for j < 16, the high
 // nibble of qs[j - 16] otherwise); the int8 words are q_j - 16 (sub_bias). Blocks start on 2-byte boundaries.
+alias WORD = u32;                 // W is array<u32>
 const ROW_BYTES: u32 = K / 32u * 22u;
 
 // Bits 0..3 of h as bit 4 of bytes 0..3.

@@ -1,8 +1,9 @@
-// Q6_K weights as int8 blocks for matmul_tiled_q8.wgsl (NH = 2: a scale per 16 weights): a 210-byte super-block
+// Q6_K weights as int8 blocks for matmul_i8.wgsl (NH = 2: a scale per 16 weights): a 210-byte super-block
 // {ql: 128 bytes, qh: 64, sc: 16 x int8, d: f16} holds weight n*128 + k*32 + l (n < 2, k < 4, l < 32)
 // d * sc[n*8 + 2k + l/16] * (q - 32), q = (nibble k/2 of ql[n*64 + (k%2)*32 + l]) | ((qh[n*32 + l] >> 2k) & 3) << 4.
 // So 32-block b is (n, k) = ((b % 8) / 4, b % 4) of super-block b / 8; its int8 words are q - 32 (sub_bias), its two
 // scales d * sc[n*8 + 2k] and d * sc[n*8 + 2k + 1]. Super-blocks start on 2-byte boundaries (bytes.wgsl).
+alias WORD = u32;                 // W is array<u32>
 const ROW_BYTES: u32 = K / 256u * 210u;
 
 fn q6_words(ql: u32, qh: u32, k: u32) -> vec4<u32> {

@@ -1,5 +1,6 @@
-// Q8_0 weights as int8 blocks for matmul_tiled_q8.wgsl: a 34-byte block {d: f16, qs: 32 x int8} holds weight
+// Q8_0 weights as int8 blocks for matmul_i8.wgsl: a 34-byte block {d: f16, qs: 32 x int8} holds weight
 // j = d * qs[j]; the int8 words are qs as they are. Blocks start on 2-byte boundaries (read_u32_even, bytes.wgsl).
+alias WORD = u32;                 // W is array<u32>
 const ROW_BYTES: u32 = K / 32u * 34u;
 
 fn wblock(row: u32, b: u32) -> WBlock {
