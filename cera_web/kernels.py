@@ -206,6 +206,7 @@ ALIGNED_I8_FORMATS = {
 Q8_BLOCK_BYTES = 40          # an activation block of quantize_rows: d, s (f32) and 32 int8
 QUANTIZE_WG = 64
 I8_KB = 2     # 32-blocks a K step of matmul_i8 (H200 session 7 call 4: 2 and 4 within noise of each other, 8 slower)
+I8_FILL = 256     # workgroups that fill the H200 (about two per SM) with matmul_i8's 64 x 64 tiles
 
 
 def quantize_rows(K: int, *, norm=False, eps=0.0) -> str:
@@ -237,28 +238,42 @@ def i8_format(fmt, aligned: bool = False):
     return (ALIGNED_I8_FORMATS if aligned else Q8_FORMATS).get(fmt)
 
 
+def matmul_i8_rows(N: int, T: int) -> int:
+    """Rows of matmul_i8's workgroup tile (64 or 32) for N rows and passes of up to T tokens: 32 where 64-row tiles
+    would give fewer than I8_FILL workgroups (SmolLM2's 576-row products), else 64; CERA_WEB_I8_TR=64|32 forces one
+    (benchmarks)."""
+    import os
+    forced = os.environ.get("CERA_WEB_I8_TR", "")
+    if forced:
+        if forced not in ("32", "64"):
+            raise ValueError(f"CERA_WEB_I8_TR={forced}: 64 or 32")
+        return int(forced)
+    return 64 if -(-N // 64) * -(-T // 64) >= I8_FILL else 32
+
+
+
 def matmul_i8(fmt, K: int, N: int, *, accum=False, glu=False, ystride=None, yoff=0, gelu=False, aligned=False,
-              kb: int | None = None) -> str:
+              kb: int | None = None, rows: int = 64) -> str:
     """See matmul_i8.wgsl: the prefill product on quantize_rows' blocks (K a multiple of the type's block), weights in
-    the file's layout or the aligned one; dispatch matmul_i8_groups(N, T). kb: blocks a K step (default I8_KB;
-    CERA_WEB_I8_KB=N for benchmarks)."""
+    the file's layout or the aligned one; rows: the workgroup tile's (64 or 32: matmul_i8_rows); dispatch
+    matmul_i8_groups(N, T, rows). kb: blocks a K step (default I8_KB; CERA_WEB_I8_KB=N for benchmarks)."""
     import os
     kb = kb or int(os.environ.get("CERA_WEB_I8_KB") or I8_KB)
     found = i8_format(fmt, aligned)
-    if found is None or K % GGML_BLOCK[fmt][0] or not 1 <= kb <= 16:
-        raise ValueError(f"matmul_i8: {GGMLType(fmt).name} rows of {K}, {kb} blocks a step (a type of Q8_FORMATS, K "
-                         f"a multiple of its block, 1 to 16 blocks)")
+    if found is None or K % GGML_BLOCK[fmt][0] or not 1 <= kb <= 16 or rows not in (32, 64):
+        raise ValueError(f"matmul_i8: {GGMLType(fmt).name} rows of {K}, {kb} blocks a step, tiles of {rows} rows (a "
+                         f"type of Q8_FORMATS, K a multiple of its block, 1 to 16 blocks, 64 or 32 rows)")
     name, pieces = found
     text = build("matmul_i8", K=K, N=N, ACCUM=accum, GLU=glu, GELU=gelu, YSTRIDE=N if ystride is None else ystride,
-                 YOFF=yoff, KB=kb, **_wrows(aligned, N, glu))
+                 YOFF=yoff, TR=rows, KB=kb, **_wrows(aligned, N, glu))
     head, _, rest = text.partition("\n")     # WebGPU recommends the directive where the language feature is used
     return "\n".join([head, REQUIRES_I8, rest, *(_read(f"formats/{p}.wgsl") for p in pieces),
                       _read(f"formats_i8/{name}.wgsl")])
 
 
-def matmul_i8_groups(N: int, T: int) -> tuple[int, int, int]:
-    """Dispatch of matmul_i8: a workgroup per 64 rows x 64 tokens."""
-    return (-(-N // 64), -(-T // 64), 1)
+def matmul_i8_groups(N: int, T: int, rows: int = 64) -> tuple[int, int, int]:
+    """Dispatch of matmul_i8: a workgroup per tile of rows x 64 tokens."""
+    return (-(-N // rows), -(-T // 64), 1)
 
 
 def aligned_enabled() -> bool:

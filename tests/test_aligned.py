@@ -185,11 +185,16 @@ def test_matmul_i8(dev, fmt, T, N, K, glu, gelu, accum):
     g = rng.uniform(0.5, 1.5, K).astype(np.float32)
     yoff, stride, eps = 3, N + 7, 1e-6
     y0 = rng.standard_normal((T, stride)).astype(np.float32)
-    Q, Y = quantize_gpu(dev, x, g, eps), f32_buffer(dev, y0)
-    gx, gy, _ = kernels.matmul_i8_groups(N, T)
-    run(dev, kernels.matmul_i8(fmt, K, N, accum=accum, glu=glu, gelu=gelu, ystride=stride, yoff=yoff, aligned=True),
-        [upload(dev, aligned(raw, fmt)), Q, Y, step_buffer(dev, T)], (gx, gy + 1, 1))
-    got = read(dev, Y, T * stride).reshape(T, stride)
+    Q, W = quantize_gpu(dev, x, g, eps), upload(dev, aligned(raw, fmt))
+    got = []
+    for tr in (64, 32):          # both workgroup tiles (kernels.matmul_i8_rows)
+        Y = f32_buffer(dev, y0)
+        gx, gy, _ = kernels.matmul_i8_groups(N, T, tr)
+        run(dev, kernels.matmul_i8(fmt, K, N, accum=accum, glu=glu, gelu=gelu, ystride=stride, yoff=yoff,
+                                   aligned=True, rows=tr), [W, Q, Y, step_buffer(dev, T)], (gx, gy + 1, 1))
+        got.append(read(dev, Y, T * stride).reshape(T, stride))
+    assert np.array_equal(got[0], got[1])       # the same sums in the same order
+    got = got[0]
     d, _, q = read_blocks(dev, Q, T, K)
     xf = x.astype(np.float64)
     xf = xf / np.sqrt((xf ** 2).mean(-1, keepdims=True) + eps) * g

@@ -91,7 +91,8 @@ def test_quantize_rows(dev, norm):
     np.testing.assert_allclose(s, d * q.sum(-1), rtol=1e-6, atol=1e-6 * np.abs(d * 127 * 32).max())
 
 
-def gemm_case(dev, fmt, T, N, K, *, norm=True, glu=False, gelu=False, accum=False, yoff=0, stride=None, seed=0):
+def gemm_case(dev, fmt, T, N, K, *, norm=True, glu=False, gelu=False, accum=False, yoff=0, stride=None, seed=0,
+              tr=64):
     """Run quantize_rows + matmul_i8 and return (got, exact, f32): the GPU's Y, numpy on the GPU's own blocks,
     and numpy on the float32 (normalised) activations."""
     rng = np.random.default_rng(seed + int(fmt))
@@ -104,8 +105,8 @@ def gemm_case(dev, fmt, T, N, K, *, norm=True, glu=False, gelu=False, accum=Fals
     y0 = rng.standard_normal((T, stride)).astype(np.float32)
     Q = quantize_gpu(dev, x, g, eps)
     Y = f32_buffer(dev, y0)
-    gx, gy, _ = kernels.matmul_i8_groups(N, T)
-    run(dev, kernels.matmul_i8(fmt, K, N, accum=accum, glu=glu, gelu=gelu, ystride=stride, yoff=yoff),
+    gx, gy, _ = kernels.matmul_i8_groups(N, T, tr)
+    run(dev, kernels.matmul_i8(fmt, K, N, accum=accum, glu=glu, gelu=gelu, ystride=stride, yoff=yoff, rows=tr),
         [upload(dev, raw), Q, Y, step_buffer(dev, T)], (gx, gy + 1, 1))     # a token tile past the pass's end
     d, _, q = read_blocks(dev, Q, T, K)
     xq = (d[..., None] * q).reshape(T, K)
@@ -150,7 +151,8 @@ def test_gemm8_glu_and_edges(dev, fmt, glu, gelu):
     """SiLU and GELU gates over stacked gate/up rows, without NORM; rows and tokens past the 64 x 64 tile's edge, 11
     blocks a row (a K step half empty; 16 for Q6_K's super-blocks)."""
     K = 512 if fmt == GGMLType.Q6_K else 352
-    got, exact, _ = gemm_case(dev, fmt, T=70, N=69, K=K, norm=False, glu=glu, gelu=gelu, seed=1)
+    got, exact, _ = gemm_case(dev, fmt, T=70, N=69, K=K, norm=False, glu=glu, gelu=gelu, seed=1,
+                              tr=32 if glu else 64)
     np.testing.assert_allclose(got, exact, rtol=1e-5, atol=2e-5 * np.abs(exact).max())
 
 
@@ -231,6 +233,16 @@ def test_mixed_types_split_int8(tmp_path, monkeypatch):
 MIXED_TOL = 2e-2
 
 
+def test_matmul_i8_rows(monkeypatch):
+    """64-row tiles where they give 256 workgroups, else 32 (SmolLM2's 576-row products); CERA_WEB_I8_TR forces."""
+    assert kernels.matmul_i8_rows(2048, 512) == 64 and kernels.matmul_i8_rows(576, 512) == 32
+    monkeypatch.setenv("CERA_WEB_I8_TR", "32")
+    assert kernels.matmul_i8_rows(2048, 512) == 32
+    monkeypatch.setenv("CERA_WEB_I8_TR", "48")
+    with pytest.raises(ValueError, match="CERA_WEB_I8_TR"):
+        kernels.matmul_i8_rows(2048, 512)
+
+
 def test_bench_kernels_gemm_reports_int8_beside_f32(dev):
     import asyncio
 
@@ -276,7 +288,7 @@ def test_int8_kernels_compile_in_the_browser(page, server_url):
             if kernels.i8_format(fmt, aligned) is not None:
                 sources.append(kernels.matmul_i8(fmt, 512, 100, accum=True, yoff=3, ystride=110, aligned=aligned))
     for gelu in (False, True):
-        sources.append(kernels.matmul_i8(GGMLType.Q6_K, 512, 100, glu=True, gelu=gelu))
+        sources.append(kernels.matmul_i8(GGMLType.Q6_K, 512, 100, glu=True, gelu=gelu, rows=32 if gelu else 64))
     page.goto(server_url + "/models/index.json")
     out = page.evaluate(COMPILE_JS, sources)
     assert out["feature"]

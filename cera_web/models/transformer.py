@@ -285,8 +285,9 @@ class Transformer(GPUModel):
                 [x, self.xq, self.step, gain or self.ones], (T, 1, 1), f"{name} quantize")
         for buf, r0, rows_here in parts:
             label = name if len(parts) == 1 else f"{name}[{r0}:{r0 + rows_here}]"
-            rec.add(kernels.matmul_i8(fmt, k, rows_here, ystride=ystride, yoff=yoff + r0, **kw),
-                    [buf, self.xq, y, self.step], kernels.matmul_i8_groups(rows_here, T), label)
+            tr = kernels.matmul_i8_rows(rows_here, T)
+            rec.add(kernels.matmul_i8(fmt, k, rows_here, ystride=ystride, yoff=yoff + r0, rows=tr, **kw),
+                    [buf, self.xq, y, self.step], kernels.matmul_i8_groups(rows_here, T, tr), label)
 
     # -- plans ---------------------------------------------------------------------------------------------------
     def record_body(self, T):
