@@ -367,19 +367,9 @@ class Engine:
                 n = 1
             new = await self._decode_batch(pos, n, result, matcher)
             lps = await self._read_logprobs(n, params)
-            inputs = [prev] + new[:-1]              # step i's input, now in the cache (K/V rows, conv state)
+            stop, used, pos = self._take(stream, new, lps, pos)
+            self._cache += ([prev] + new[:-1])[:used]      # step i's input, now in the cache (K/V rows, conv state)
             prev = new[-1]
-            used = n                                # steps whose input stays part of the sequence
-            for i, tok in enumerate(new):
-                pos += 1
-                if self._cancel:
-                    stop, used = "cancelled", i      # tokens read after the request are dropped
-                    break
-                stop = stream.accept(tok, pos, lps[i])
-                if stop:
-                    used = i + 1
-                    break   # tokens after a stop are discarded; their cache rows are overwritten later
-            self._cache += inputs[:used]
             if used < n and not self.model.keep_state(used - 1):   # a running state is taken back to step used - 1
                 self._cache = []
         result.decode_ms = (time.perf_counter() - t1) * 1000
@@ -467,6 +457,19 @@ class Engine:
             dev.discard(sampling)
         return stop
 
+    def _take(self, stream, new, lps, pos):
+        """Give a batch's tokens (drawn for positions pos + 1 ...) to the stream until it stops or a cancel comes:
+        (why it stopped, or "", the steps whose input stays part of the sequence, the position reached). Tokens read
+        after a cancel are dropped; tokens after a stop are discarded (their cache rows are overwritten later)."""
+        for i, tok in enumerate(new):
+            pos += 1
+            if self._cancel:
+                return "cancelled", i, pos
+            stop = stream.accept(tok, pos, lps[i])
+            if stop:
+                return stop, i + 1, pos
+        return "", len(new), pos
+
     async def _decode_pipelined(self, pos: int, prev: int, params, result, stream) -> str:
         """Decode without a grammar: batches of steps (sized by the pacer), each batch's tokens read back at once, and
         the next batch submitted before the current one's tokens are awaited, so the GPU does not wait for the
@@ -509,18 +512,9 @@ class Engine:
             last = now
             new = [int(t) for t in memoryview(raw[0]).cast("I")]
             lps = sampler.parse_logprobs(raw[1], params.top_logprobs) if params.logprobs else [None] * n
-            inputs = [prev] + new[:-1]        # step i's input, now in the cache (K/V rows, conv state)
-            prev, used = new[-1], n
-            for i, tok in enumerate(new):
-                pos += 1
-                if self._cancel:
-                    stop, used = "cancelled", i        # tokens read after the request are dropped
-                    break
-                stop = stream.accept(tok, pos, lps[i])
-                if stop:
-                    used = i + 1
-                    break
-            self._cache += inputs[:used]
+            stop, used, pos = self._take(stream, new, lps, pos)
+            self._cache += ([prev] + new[:-1])[:used]
+            prev = new[-1]
             if stop and (used < n or flight) and not model.keep_state(b + used - 1 if used else -1):
                 self._cache = []
         for pending, *_ in flight:            # a batch past the stop: its read is collected (and dropped)
