@@ -36,15 +36,17 @@ FORMATS = {
 
 # GGML types that live on the GPU in the aligned layout (cera_web/quants.py aligned_layout: every block's integers, then
 # every block's scales), which shaders/repack.wgsl makes at upload: their format files for the float32 kernels and
-# for matvec_q8. Their integers are 16-byte aligned, so matvec_q8 reads a block in one or two 16-byte loads (the
-# file's 20- and 34-byte blocks cost word loads, shifted ones for Q8_0).
+# for matvec_q8. Their integers are word (Q6_K) or 16-byte (Q4_1, Q8_0: one or two 16-byte loads a block) aligned;
+# the file's 20-, 34- and 210-byte blocks cost word loads, shifted ones for Q8_0 and Q6_K.
 ALIGNED_FORMATS = {
     GGMLType.Q4_1: ("q4_1a", ()),
     GGMLType.Q8_0: ("q8_0a", ("bytes",)),
+    GGMLType.Q6_K: ("q6_ka", ()),
 }
 ALIGNED_INT8_FORMATS = {
     GGMLType.Q4_1: ("i8_q4_1a", ()),
     GGMLType.Q8_0: ("i8_q8_0a", ()),
+    GGMLType.Q6_K: ("i8_q6_ka", ()),
 }
 
 
@@ -202,6 +204,7 @@ Q8_FORMATS = {
 ALIGNED_I8_FORMATS = {
     GGMLType.Q4_1: ("q4_1a", ()),
     GGMLType.Q8_0: ("q8_0a", ()),
+    GGMLType.Q6_K: ("q6_ka", ()),
 }
 Q8_BLOCK_BYTES = 40          # an activation block of quantize_rows: d, s (f32) and 32 int8
 QUANTIZE_WG = 64
@@ -294,15 +297,19 @@ def _wrows(aligned: bool, N: int, glu: bool) -> dict:
 def repack(fmt) -> str:
     """See repack.wgsl: file blocks of an ALIGNED_FORMATS type into the aligned layout. Dispatch with
     spread(repack_groups(fmt, blocks))."""
+    from .quants import ALIGNED_TYPES
     if fmt not in ALIGNED_FORMATS:
         raise ValueError(f"repack: {GGMLType(fmt).name} has no aligned layout")
-    return build("repack", Q8=fmt == GGMLType.Q8_0)
+    regions = list(ALIGNED_TYPES[fmt]) + [(0, 4)] * (3 - len(ALIGNED_TYPES[fmt]))     # unused ones: never read
+    return build("repack", B=GGML_BLOCK[fmt][1], NR=len(ALIGNED_TYPES[fmt]),
+                 **{f"{k}{i}": v for i, (o, z) in enumerate(regions) for k, v in (("O", o), ("Z", z))})
 
 
 def repack_groups(fmt, blocks: int) -> int:
-    """Workgroups of repack.wgsl for a slab of ``blocks`` blocks (one thread a Q4_1 block, a pair of Q8_0 ones)."""
-    per = 2 if fmt == GGMLType.Q8_0 else 1
-    return max(1, -(-blocks // (per * 256)))
+    """Workgroups of repack.wgsl for a slab of ``blocks`` blocks (one thread an output word)."""
+    from .quants import ALIGNED_TYPES
+    words = sum(-(-blocks * z // 4) for _, z in ALIGNED_TYPES[fmt])
+    return max(1, -(-words // 256))
 
 
 def block_elems(fmt) -> int:

@@ -334,20 +334,26 @@ def quantize_q4_1(x) -> np.ndarray:
 
 
 # -- the GPU's aligned layout -------------------------------------------------------------------------------------
-# Q4_1 and Q8_0 blocks are 20 and 34 bytes, so a block's integers never start on a 16-byte boundary and a GPU kernel
-# reads them a word (or a shifted pair of words) at a time. On the GPU these two types are stored apart: the integers
-# of every block of the buffer first (16 bytes a Q4_1 block, 32 a Q8_0 block, in row order), then the scales (Q4_1:
-# its (d, m) word a block, Q8_0: its f16 d, two a word). Same bytes in all (the scales' tail padded to a word), one
-# 16-byte load a quarter or half block, and every block's integers 16-byte aligned. shaders/repack.wgsl makes this
-# layout on the GPU at upload; this function is its specification (and the tests').
-ALIGNED_TYPES = {GGMLType.Q4_1: (4, 16), GGMLType.Q8_0: (2, 32)}      # type -> (scale bytes, integer bytes) a block
+# Q4_1, Q8_0 and Q6_K blocks are 20, 34 and 210 bytes, so a block's integers never (Q4_1, Q8_0) or only every other
+# block (Q6_K) start on a word or 16-byte boundary, and a GPU kernel reads them a word (or a shifted pair of words) at
+# a time. On the GPU these types are stored in regions instead: for each region of ALIGNED_TYPES (a byte range of the
+# block: integers, scales, d) that range of every block of the buffer, in row order, one region after the other
+# (Q4_1: the 16 bytes of nibbles, then the (d, m) words; Q8_0: the 32 int8, then the f16 d's, two a word; Q6_K: the
+# 192 bytes of 6-bit values, then the 16 int8 scales, then the f16 d's). Same bytes in all (the end padded to a
+# word); every block's integers 16-byte aligned (one or two 16-byte loads a Q4_1 / Q8_0 block). shaders/repack.wgsl
+# makes this layout on the GPU at upload; this function is its specification (and the tests').
+ALIGNED_TYPES = {           # type -> its regions, (offset in the block, bytes)
+    GGMLType.Q4_1: ((4, 16), (0, 4)),
+    GGMLType.Q8_0: ((2, 32), (0, 2)),
+    GGMLType.Q6_K: ((0, 192), (192, 16), (208, 2)),
+}
 
 
 def aligned_layout(raw, ggml_type) -> np.ndarray:
     """A buffer of whole blocks of an ALIGNED_TYPES type (any number of rows, in row order) in the aligned layout:
-    uint8, the integers of every block, then the scales, padded with zeros to a multiple of 4 bytes."""
-    scale_bytes, int_bytes = ALIGNED_TYPES[GGMLType(ggml_type)]
+    uint8, its regions one after the other, padded with zeros to a multiple of 4 bytes."""
+    regions = ALIGNED_TYPES[GGMLType(ggml_type)]
     data = np.frombuffer(raw, dtype=np.uint8) if not isinstance(raw, np.ndarray) else raw.reshape(-1)
-    blocks = data.reshape(-1, scale_bytes + int_bytes)
-    out = np.concatenate([blocks[:, scale_bytes:].reshape(-1), blocks[:, :scale_bytes].reshape(-1)])
+    blocks = data.reshape(-1, GGML_BLOCK[GGMLType(ggml_type)][1])
+    out = np.concatenate([blocks[:, o:o + n].reshape(-1) for o, n in regions])
     return np.concatenate([out, np.zeros(-out.size % 4, np.uint8)])

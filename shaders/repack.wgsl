@@ -1,15 +1,15 @@
-// Repack file blocks into the aligned layout (cera_web/quants.py aligned_layout, read by formats/q4_1a.wgsl,
-// q8_0a.wgsl and their i8_ forms), a slab of blocks at a time, at upload:
-//   Q4_1 (Q8 false): block i = I0 + k of the buffer, 20 bytes {d, m: f16; qs: 16 bytes} at S words 5k .. 5k+5
-//     -> W[4i .. 4i+4] = qs, W[IW + i] = (d, m), IW = 4 * BLOCKS
-//   Q8_0 (Q8 true): blocks i, i + 1 (i = I0 + 2k, I0 even), 68 bytes {d_a, qs_a (32), d_b, qs_b (32)} at S words
-//     17k .. 17k+17 -> W[8i .. 8i+16] = qs_a, qs_b (qs_a shifted out of two words each), W[IW + i/2] = (d_a, d_b),
-//     IW = 8 * BLOCKS; a slab's odd last block has no partner (its d_b is 0).
+// Repack file blocks into the aligned layout (cera_web/quants.py aligned_layout, read by formats/*a.wgsl and their
+// int8 forms), a slab of blocks at a time, at upload: for each region r < NR of the type (bytes OR .. OR + ZR of
+// every block), the slab's blocks' bytes of that region go, one after another, to the region's place in W:
+//   W[region r's first word + first * ZR / 4 + w] = bytes 4w .. 4w + 4 of (block j of the slab, bytes OR ..) in order
+// where a region's first word is BLOCKS * (Z0 + .. + Z(r-1)) / 4 (every offset a whole word: ZR is a multiple of 4,
+// or 2 with an even first block). A word past the slab's last byte of a region is filled with zeros.
+// Constants: B (bytes a block), NR (1 to 3), O0, Z0, O1, Z1, O2, Z2; kernels.repack.
 // Bindings:
 //   0 S: array<u32>      the slab's blocks as in the file (padded to a word)
 //   1 W: array<u32>      the whole buffer in the aligned layout
-//   2 P: uniform Slab    {first block I0 of the slab, its block count, the buffer's block count BLOCKS}
-// Dispatch: spread(repack_groups(fmt, count)) workgroups of 256: one thread a Q4_1 block, a pair of Q8_0 blocks.
+//   2 P: uniform Slab    {first block of the slab (even), its block count, the buffer's block count BLOCKS}
+// Dispatch: spread(repack_groups(fmt, count)) workgroups of 256: one thread an output word.
 struct Slab {
     first: u32,
     count: u32,
@@ -21,36 +21,37 @@ struct Slab {
 @group(0) @binding(1) var<storage, read_write> W: array<u32>;
 @group(0) @binding(2) var<uniform> P: Slab;
 
+// Word w of the slab's part of a region (bytes o .. o + z of each block) into W[at + w].
+fn put(w: u32, at: u32, o: u32, z: u32) {
+    var v = 0u;
+    for (var t = 0u; t < 4u; t++) {
+        let b = 4u * w + t;
+        if (b / z < P.count) {
+            let src = (b / z) * B + o + b % z;
+            v |= ((S[src / 4u] >> (8u * (src % 4u))) & 0xFFu) << (8u * t);
+        }
+    }
+    W[at + w] = v;
+}
+
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) tid: u32) {
-    let k = flat_group(wid, nwg) * 256u + tid;
-    if (!Q8) {
-        if (k >= P.count) {
-            return;
-        }
-        let i = P.first + k;
-        W[4u * i] = S[5u * k + 1u];
-        W[4u * i + 1u] = S[5u * k + 2u];
-        W[4u * i + 2u] = S[5u * k + 3u];
-        W[4u * i + 3u] = S[5u * k + 4u];
-        W[4u * P.blocks + i] = S[5u * k];
+    var k = flat_group(wid, nwg) * 256u + tid;
+    let w0 = (P.count * Z0 + 3u) / 4u;
+    if (k < w0) {
+        put(k, P.first * Z0 / 4u, O0, Z0);
         return;
     }
-    if (2u * k >= P.count) {
+    k -= w0;
+    let w1 = (P.count * Z1 + 3u) / 4u;
+    if (NR > 1u && k < w1) {
+        put(k, P.blocks * Z0 / 4u + P.first * Z1 / 4u, O1, Z1);
         return;
     }
-    let i = P.first + 2u * k;
-    let s = 17u * k;
-    for (var j = 0u; j < 8u; j++) {               // qs_a: bytes 2 .. 34 of the pair
-        W[8u * i + j] = (S[s + j] >> 16u) | (S[s + j + 1u] << 16u);
+    k -= w1;
+    let w2 = (P.count * Z2 + 3u) / 4u;
+    if (NR > 2u && k < w2) {
+        put(k, P.blocks * (Z0 + Z1) / 4u + P.first * Z2 / 4u, O2, Z2);
     }
-    var scales = S[s] & 0xFFFFu;
-    if (2u * k + 1u < P.count) {
-        for (var j = 0u; j < 8u; j++) {           // qs_b: bytes 36 .. 68, word aligned
-            W[8u * i + 8u + j] = S[s + 9u + j];
-        }
-        scales |= S[s + 8u] & 0xFFFF0000u;
-    }
-    W[8u * P.blocks + i / 2u] = scales;
 }

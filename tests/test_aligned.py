@@ -11,13 +11,30 @@ from test_kernels import quantize, rmsnorm_ref
 
 pytestmark = pytest.mark.gpu
 
-TYPES = [GGMLType.Q4_1, GGMLType.Q8_0]
+TYPES = [GGMLType.Q4_1, GGMLType.Q8_0, GGMLType.Q6_K]
 
 
 @pytest.fixture(scope="module")
 def dev():
     from cera_web.gpu.native import NativeDevice
     return NativeDevice.create()
+
+
+def weights(fmt, rows, K, rng):
+    """Packed rows [rows, K] of fmt (quantized random data; random valid Q6_K super-blocks) and their dequantization.
+    K: a multiple of 32 for Q4_1 / Q8_0; Q6_K takes the next multiple of 256 (see kdim)."""
+    if fmt == GGMLType.Q6_K:         # random bytes, d small enough for weights of order 0.1-1 (int8 scales x q)
+        blocks = rng.integers(0, 256, (rows * K // 256, 210), np.uint8)
+        blocks[:, 208:210] = (rng.uniform(0.2, 1.0, len(blocks)) * 2e-4).astype("<f2").view(np.uint8).reshape(-1, 2)
+        raw = blocks.reshape(rows, -1)
+        return raw, quants.dequantize(raw, fmt, (rows, K)).astype(np.float64)
+    return quantize(fmt, rng.standard_normal((rows, K)).astype(np.float32))
+
+
+def kdim(fmt, K):
+    """K rounded up to the type's block (256 for Q6_K's super-blocks)."""
+    e = GGML_BLOCK[fmt][0]
+    return -(-K // e) * e
 
 
 def aligned(raw, fmt):
@@ -44,10 +61,10 @@ def test_repack_on_upload(dev, fmt, segments, monkeypatch):
     """GPUModel._weight_buffer's repacking (slabs through a staging buffer, segments from several places of the file,
     an odd last Q8_0 block) gives quants.aligned_layout of the segments' bytes."""
     from cera_web.models import base
-    monkeypatch.setattr(base, "REPACK_BLOCKS", 4)          # many slabs, segments across slab edges
+    monkeypatch.setattr(base, "REPACK_BYTES", 4 * GGML_BLOCK[fmt][1] + 3)     # slabs of 4 blocks: segments cross them
     block = GGML_BLOCK[fmt][1]
     rng = np.random.default_rng(len(segments))
-    data = rng.integers(0, 256, 4096 * 8, np.uint8).tobytes()
+    data = rng.integers(0, 256, (sum(segments) + 12 * len(segments)) * block, np.uint8).tobytes()
 
     class Source:
         def read(self, offset, n):
@@ -63,8 +80,8 @@ def test_repack_on_upload(dev, fmt, segments, monkeypatch):
     for count in segments:
         spans.append((at, count * block))
         at += count * block + 12 * block          # gaps between the segments in the "file"
-    if fmt == GGMLType.Q8_0 and any(c % 2 for c in segments[:-1]):
-        pytest.skip("Q8_0 segments other than the last are whole words: an even count of blocks")
+    if GGML_BLOCK[fmt][1] % 4 and any(c % 2 for c in segments[:-1]):
+        pytest.skip("segments other than the last are whole words: an even count of 34- or 210-byte blocks")
     m = Model()
     buf = m._weight_buffer(fmt, spans, "w")
     want = aligned(b"".join(data[o:o + n] for o, n in spans), fmt)
@@ -77,10 +94,10 @@ def test_repack_on_upload(dev, fmt, segments, monkeypatch):
 def test_matmul_aligned(dev, fmt, T, lanes, norm_glu):
     """matmul.wgsl on the aligned layout computes exactly what it computes on the file's layout (the same weights,
     the same order of operations)."""
-    K, N, eps = 160, 37, 1e-5
+    K, N, eps = kdim(fmt, 160), 37, 1e-5
     rng = np.random.default_rng(T + lanes)
     rows = 2 * N if norm_glu else N
-    raw, wq = quantize(fmt, rng.standard_normal((rows, K)).astype(np.float32))
+    raw, wq = weights(fmt, rows, K, rng)
     x = (rng.standard_normal((T, K)) * 2).astype(np.float32)
     g = rng.standard_normal(K).astype(np.float32)
     X, G = f32_buffer(dev, x), f32_buffer(dev, g)
@@ -101,10 +118,10 @@ def test_matmul_aligned(dev, fmt, T, lanes, norm_glu):
 @pytest.mark.parametrize("fmt", TYPES, ids=lambda f: f.name)
 @pytest.mark.parametrize("glu,tile", [(False, (64, 64, 1)), (True, (32, 32, 4)), (True, (64, 32, 2))])
 def test_matmul_tiled_aligned(dev, fmt, glu, tile):
-    K, N, T, eps, stride, yoff = 128, 45, 37, 1e-5, 100, 3
+    K, N, T, eps, stride, yoff = kdim(fmt, 128), 45, 37, 1e-5, 100, 3
     rng = np.random.default_rng(int(glu) + tile[2])
     rows = 2 * N if glu else N
-    raw, wq = quantize(fmt, rng.standard_normal((rows, K)).astype(np.float32))
+    raw, wq = weights(fmt, rows, K, rng)
     x = (rng.standard_normal((T, K)) * 2).astype(np.float32)
     g = rng.standard_normal(K).astype(np.float32)
     y0 = rng.standard_normal((T, stride)).astype(np.float32)
@@ -124,8 +141,8 @@ def test_matmul_tiled_aligned(dev, fmt, glu, tile):
 
 @pytest.mark.parametrize("fmt", TYPES, ids=lambda f: f.name)
 def test_embed_aligned(dev, fmt):
-    V, K = 51, 96
-    raw, table = quantize(fmt, np.random.default_rng(2).standard_normal((V, K)).astype(np.float32))
+    V, K = 51, kdim(fmt, 96)
+    raw, table = weights(fmt, V, K, np.random.default_rng(2))
     ids = np.array([3, 0, 50, 7, 7, 1000], np.uint32)
     Y = dev.create_buffer(len(ids) * K * 4)
     run(dev, kernels.embed(fmt, K, V, aligned=True), [upload(dev, aligned(raw, fmt)), upload(dev, ids), Y,
@@ -145,7 +162,7 @@ def test_matvec_q8_aligned(dev, fmt, shape):
         pytest.skip("this adapter's WGSL has no packed_4x8_integer_dot_product")
     if shape["sg"] and (dev.subgroup_size or 0) < shape["lanes"]:
         pytest.skip(f"subgroups of {dev.subgroup_size} < {shape['lanes']} lanes")
-    K, N = 352, 37
+    K, N = kdim(fmt, 352), 37
     rng = np.random.default_rng(int(fmt) + shape["wg"])
     raw, wq = random_rows(fmt, 2 * N, K, rng)
     W = upload(dev, aligned(raw, fmt))
@@ -179,6 +196,7 @@ def test_matmul_i8(dev, fmt, T, N, K, glu, gelu, accum):
     from test_gemm8 import F32_TOL, quantize_gpu, random_blocks, read_blocks
     if not dev.int8_dot:
         pytest.skip("this adapter's WGSL has no packed_4x8_integer_dot_product")
+    K = kdim(fmt, K)
     rng = np.random.default_rng(T + N + K)
     raw, w = random_blocks(fmt, 2 * N if glu else N, K, rng)
     x = rng.standard_normal((T, K)).astype(np.float32)

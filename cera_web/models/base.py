@@ -17,7 +17,7 @@ from ..gguf import GGML_BLOCK, GGMLType
 GPU_TYPES = set(kernels.FORMATS)
 LOG_SIZE = 256      # token log entries (steps that can run between two readbacks)
 SPLIT_ROWS = 16     # a tensor split across buffers is split at multiples of this many rows (see GPUModel.pieces)
-REPACK_BLOCKS = 1 << 18     # blocks a slab of the aligned layout's repacking (GPUModel._repack): 8.9 MB of Q8_0
+REPACK_BYTES = 8 << 20      # bytes of file blocks a slab of the aligned layout's repacking (GPUModel._repack)
 
 
 def smallest_piece(info) -> int:
@@ -191,13 +191,15 @@ class GPUModel:
 
     def _repack(self, fmt, buf, segments):
         """Upload ``segments`` (whole blocks of fmt, each a multiple of 4 bytes unless it is the last) into buf in the
-        aligned layout: slab by slab (REPACK_BLOCKS blocks, an even number, so Q8_0's pairs of scales stay in one
-        slab) through a staging buffer, each repacked by shaders/repack.wgsl. Staging and the slab's parameters are
-        made on first use and dropped by build()."""
+        aligned layout: slab by slab (up to REPACK_BYTES of blocks, an even number of them, so two-byte scales pair
+        up into words within a slab and every slab starts on a word of the file) through a staging buffer, each
+        repacked by shaders/repack.wgsl. Staging and the slab's parameters are made on first use and dropped by
+        build()."""
         block = GGML_BLOCK[fmt][1]
         blocks = sum(n for _, n in segments) // block
+        slab = REPACK_BYTES // block // 2 * 2
         if self._staging is None:
-            self._staging = self.dev.create_buffer(REPACK_BLOCKS * 34 + 4, label="repack staging")
+            self._staging = self.dev.create_buffer(REPACK_BYTES + 4, label="repack staging")
             self._slab = self.dev.create_buffer(16, kind="uniform", label="repack slab")
         pipe = self.dev.pipeline(kernels.repack(fmt), "repack")
         group = self.dev.bind(pipe, [self._staging, buf, self._slab])
@@ -206,8 +208,8 @@ class GPUModel:
         for offset, n in segments:
             spans.append((first, offset, n // block))
             first += n // block
-        for i0 in range(0, blocks, REPACK_BLOCKS):
-            i1 = min(blocks, i0 + REPACK_BLOCKS)
+        for i0 in range(0, blocks, slab):
+            i1 = min(blocks, i0 + slab)
             for s0, offset, count in spans:        # the slab's bytes, from each segment it overlaps
                 a, b = max(i0, s0), min(i1, s0 + count)
                 if a < b:
