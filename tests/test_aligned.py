@@ -83,7 +83,7 @@ def test_repack_on_upload(dev, fmt, segments, monkeypatch):
     if GGML_BLOCK[fmt][1] % 4 and any(c % 2 for c in segments[:-1]):
         pytest.skip("segments other than the last are whole words: an even count of 34- or 210-byte blocks")
     m = Model()
-    buf = m._weight_buffer(fmt, spans, "w")
+    buf = m._weight_buffer(fmt, spans, "w", True)
     want = aligned(b"".join(data[o:o + n] for o, n in spans), fmt)
     got = read(dev, buf, want.size, np.uint8)
     assert np.array_equal(got, want)
@@ -232,3 +232,20 @@ def test_matmul_i8(dev, fmt, T, N, K, glu, gelu, accum):
     scale = np.abs(f32).max()
     assert np.abs(got - exact).max() <= 2e-5 * scale, np.abs(got - exact).max() / scale
     assert np.abs(got - f32).max() <= F32_TOL * scale, np.abs(got - f32).max() / scale
+
+
+def test_which_weights_are_aligned(monkeypatch):
+    """Q4_1 and Q8_0 matrices; Q6_K only as the LM head (or the embedding tied to it); none with CERA_WEB_ALIGNED=0."""
+    from types import SimpleNamespace
+    from cera_web.models.base import GPUModel
+    types = {"blk.0.ffn_down.weight": GGMLType.Q6_K, "token_embd.weight": GGMLType.Q6_K,
+             "blk.0.attn_q.weight": GGMLType.Q4_1, "blk.0.ffn_up.weight": GGMLType.Q8_0,
+             "blk.0.ffn_gate.weight": GGMLType.Q4_K, "output.weight": GGMLType.Q6_K}
+    m = SimpleNamespace(gguf=SimpleNamespace(tensor=lambda n: SimpleNamespace(type=types[n])),
+                        spec=SimpleNamespace(lm_head="token_embd.weight"))
+    got = {n for n in types if GPUModel.aligned(m, n)}
+    assert got == {"token_embd.weight", "blk.0.attn_q.weight", "blk.0.ffn_up.weight"}
+    m.spec.lm_head = "output.weight"
+    assert GPUModel.aligned(m, "output.weight")
+    monkeypatch.setenv("CERA_WEB_ALIGNED", "0")
+    assert not any(GPUModel.aligned(m, n) for n in types)
