@@ -30,7 +30,7 @@ FORMATS = {
     GGMLType.Q3_K: ("q3_k", ("bytes",)),
     GGMLType.Q4_K: ("q4_k", ("kscales",)),
     GGMLType.Q5_K: ("q5_k", ("kscales",)),
-    GGMLType.Q6_K: ("q6_k", ("bytes",)),
+    GGMLType.Q6_K: ("q6_k", ("bytes", "q6")),
 }
 
 
@@ -41,12 +41,12 @@ FORMATS = {
 ALIGNED_FORMATS = {
     GGMLType.Q4_1: ("q4_1a", ()),
     GGMLType.Q8_0: ("q8_0a", ("bytes",)),
-    GGMLType.Q6_K: ("q6_ka", ()),
+    GGMLType.Q6_K: ("q6_ka", ("q6",)),
 }
 ALIGNED_INT8_FORMATS = {
     GGMLType.Q4_1: ("i8_q4_1a", ()),
     GGMLType.Q8_0: ("i8_q8_0a", ()),
-    GGMLType.Q6_K: ("i8_q6_ka", ()),
+    GGMLType.Q6_K: ("i8_q6_ka", ("i8_q6",)),
 }
 
 
@@ -373,7 +373,7 @@ INT8_FORMATS = {
     GGMLType.Q4_1: ("i8_q4_1", ()),
     GGMLType.Q4_K: ("i8_q4_k", ("kscales", "i8_kquant")),
     GGMLType.Q5_K: ("i8_q5_k", ("kscales", "i8_kquant")),
-    GGMLType.Q6_K: ("i8_q6_k", ("bytes",)),
+    GGMLType.Q6_K: ("i8_q6_k", ("bytes", "i8_q6")),
     GGMLType.Q4_0: ("i8_q4_0", ("bytes",)),
     GGMLType.Q5_0: ("i8_q5_0", ("bytes",)),
 }

@@ -5,19 +5,9 @@
 //   bytes 208..209  d (f16)
 // Weight n*128 + k*32 + l of a super-block (n < 2, k < 4, l < 32) is d * sc[n*8 + 2k + l/16] * (q - 32), with
 // q = (nibble k/2 of ql[n*64 + (k%2)*32 + l]) | ((qh[n*32 + l] >> 2k) & 3) << 4.
-// Super-blocks start on 2-byte boundaries: read_u32 and read_u32_even (bytes.wgsl) shift. Provides w8(row, oct).
+// Super-blocks start on 2-byte boundaries: read_u32 and read_u32_even (bytes.wgsl) shift. Provides w8(row, oct);
+// needs q6.wgsl (q6_quad, q6_i8).
 const ROW_BYTES: u32 = K / 256u * 210u;
-
-// Four 6-bit values minus 32: low nibbles of the bytes of l, bits 0..1 of the bytes of h on top.
-fn q6_quad(l: u32, h: u32) -> vec4<f32> {
-    let v = (l & 0x0F0F0F0Fu) | ((h & 0x03030303u) << 4u);
-    return vec4<f32>(vec4<u32>(v, v >> 8u, v >> 16u, v >> 24u) & vec4<u32>(63u)) - 32.0;
-}
-
-// Signed byte i (0..3) of word w, as f32.
-fn q6_i8(w: u32, i: u32) -> f32 {
-    return f32(bitcast<i32>(w << (24u - 8u * i)) >> 24u);
-}
 
 fn w8(row: u32, oct: u32) -> array<vec4<f32>, 2> {
     let base = row * ROW_BYTES + (oct / 32u) * 210u;

@@ -1,24 +1,13 @@
 // Q6_K weights in the aligned layout (cera_web/quants.py aligned_layout, made at upload by repack.wgsl): the buffer
 // holds WROWS rows of K/256 super-blocks; super-block i = row * K/256 + s has its 192 bytes of 6-bit values (ql then
 // qh, as in the file) at words 48i .. 48i + 48, its 16 int8 scales at words SCW + 4i .. + 4 and its f16 d in half
-// i % 2 of word DW + i / 2. Weights as in q6_k.wgsl. Provides w8(row, oct).
+// i % 2 of word DW + i / 2. Weights as in q6_k.wgsl. Provides w8(row, oct); needs q6.wgsl.
 const NBK: u32 = K / 256u;
 const SCW: u32 = WROWS * NBK * 48u;
 const DW: u32 = SCW + WROWS * NBK * 4u;
 
 fn q6a_d(i: u32) -> f32 {
     return unpack2x16float(W[DW + i / 2u])[i % 2u];
-}
-
-// Four 6-bit values minus 32: low nibbles of the bytes of l, bits 0..1 of the bytes of h on top.
-fn q6_quad(l: u32, h: u32) -> vec4<f32> {
-    let v = (l & 0x0F0F0F0Fu) | ((h & 0x03030303u) << 4u);
-    return vec4<f32>(vec4<u32>(v, v >> 8u, v >> 16u, v >> 24u) & vec4<u32>(63u)) - 32.0;
-}
-
-// Signed byte i (0..3) of word w, as f32.
-fn q6_i8(w: u32, i: u32) -> f32 {
-    return f32(bitcast<i32>(w << (24u - 8u * i)) >> 24u);
 }
 
 fn w8(row: u32, oct: u32) -> array<vec4<f32>, 2> {
