@@ -193,7 +193,7 @@ def test_matmul_i8(dev, fmt, T, N, K, glu, gelu, accum):
     dot4I8Packed) against numpy fed the very blocks quantize_rows wrote (only the summation order differs), and
     against the float32 product (the accuracy cost of 8-bit activations, within test_gemm8's F32_TOL); rows, tokens
     and K past the tiles, a token tile past the pass's end, GLU (SiLU, GELU), ACCUM into a wider output."""
-    from test_gemm8 import F32_TOL, quantize_gpu, random_blocks, read_blocks
+    from test_gemm8 import F32_TOL, product, quantize_gpu, random_blocks, read_blocks
     if not dev.int8_dot:
         pytest.skip("this adapter's WGSL has no packed_4x8_integer_dot_product")
     K = kdim(fmt, K)
@@ -217,18 +217,8 @@ def test_matmul_i8(dev, fmt, T, N, K, glu, gelu, accum):
     xf = x.astype(np.float64)
     xf = xf / np.sqrt((xf ** 2).mean(-1, keepdims=True) + eps) * g
 
-    def product(xin):
-        want = y0.astype(np.float64).copy()
-        if glu:
-            a, b = xin @ w[:N].T, xin @ w[N:].T
-            act = a * 0.5 * (1 + np.tanh(np.sqrt(2 / np.pi) * (a + 0.044715 * a ** 3))) if gelu else \
-                a * np.exp(-np.logaddexp(0, -a))
-            want[:, yoff:yoff + N] = act * b
-        else:
-            want[:, yoff:yoff + N] = (want[:, yoff:yoff + N] if accum else 0) + xin @ w.T
-        return want
-
-    exact, f32 = product((d[..., None] * q).reshape(T, K)), product(xf)
+    exact = product((d[..., None] * q).reshape(T, K), w, y0, N, yoff, glu, gelu, accum)
+    f32 = product(xf, w, y0, N, yoff, glu, gelu, accum)
     scale = np.abs(f32).max()
     assert np.abs(got - exact).max() <= 2e-5 * scale, np.abs(got - exact).max() / scale
     assert np.abs(got - f32).max() <= F32_TOL * scale, np.abs(got - f32).max() / scale
