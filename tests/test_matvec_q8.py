@@ -312,10 +312,12 @@ def test_smollm2_int8_prefill_against_transformers(smollm2_gguf, monkeypatch):
     from pathlib import Path
     from cera_web.engine import Engine
     monkeypatch.setenv("CERA_WEB_I8_PREFILL", "1")
+    monkeypatch.delenv("CERA_WEB_INT8", raising=False)      # conftest's 0 turns every int8 path off; decode: float32
     eng = asyncio.run(Engine.load(smollm2_gguf, context_size=64, chunk=16))
     try:
-        if not eng.model.i8_prefill:
+        if not eng.dev.int8_dot:
             pytest.skip("this adapter's WGSL has no packed_4x8_integer_dot_product")
+        assert eng.model.i8_prefill and not eng.model.int8
         model = eng.model
         labels = model.plan_prefill.recorder.labels
         assert sum("quantize" in label for label in labels) == 30 * 4 and len(labels) > 30 * 8
