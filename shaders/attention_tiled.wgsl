@@ -11,16 +11,20 @@
 // The tile's keys and values sit in workgroup memory (the next tile's are fetched into registers meanwhile), the
 // rows' queries too; scores pass through workgroup memory once as weights exp(s - m).
 // Workgroup memory: 30 KiB (kernels.attention_tiled_fits checks the device's limit; attention.wgsl serves others).
+// Split (SPLIT > 1, for passes with too few workgroups to fill the GPU): workgroup z of a row block takes the key
+// tiles z, z + SPLIT, ... of its range and writes its unnormalised sums and each row's (m, l) as parts, which
+// attention_combine.wgsl merges into O.
 //
 // Constants: HEADS, KV_HEADS, HD (64), SCALE (f32), WINDOW (0: global attention), KVT (the cache's element type:
-//   f32, or f16 with the shader-f16 feature; read as f32).
+//   f32, or f16 with the shader-f16 feature; read as f32), SPLIT, TMAX (the pass's most tokens: the parts' rows).
 // Bindings:
 //   0 Q:   array<vec4<f32>>     [n_tokens, HEADS * HD / 4]
 //   1 Kc:  array<vec4<KVT>>     [context, KV_HEADS * HD / 4]   (rows < step.pos0 + step.n_tokens are filled)
 //   2 Vc:  array<vec4<KVT>>     [context, KV_HEADS * HD / 4]
-//   3 O:   array<vec4<f32>>     [n_tokens, HEADS * HD / 4]
+//   3 O:   array<vec4<f32>>     [n_tokens, HEADS * HD / 4]; with SPLIT > 1 the parts: [SPLIT, TMAX, HEADS * HD / 4]
+//                               sums, then [SPLIT, TMAX, HEADS] (m, l, 0, 0)
 //   4 step: uniform Step
-// Dispatch: (KV_HEADS, ceil(n_tokens_max * G / 32)) workgroups of 128 threads (kernels.attention_tiled_groups);
+// Dispatch: (KV_HEADS, ceil(n_tokens_max * G / 32), SPLIT) workgroups of 128 threads (kernels.attention_tiled_groups);
 // workgroups take the rows from the end (the most keys first); rows of tokens past step.n_tokens write nothing.
 @group(0) @binding(0) var<storage, read> Q: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read> Kc: array<vec4<KVT>>;
@@ -85,6 +89,7 @@ fn put_weights(r: u32, v: vec4<f32>, m: f32, ok: vec4<bool>, c: u32) {
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) tid: u32) {
     let g = wid.x;
+    let z = wid.z;                          // this workgroup's share of the key tiles (SPLIT > 1)
     let row0 = (nwg.y - 1u - wid.y) * BR;   // the last rows (the most keys) first
     if (row0 / G >= step.n_tokens) {
         return;
@@ -109,20 +114,21 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let n_min = step.pos0 + min(row0 / G, last) + 1u;
     let k_start = select(0u, (n_min - WINDOW) / BC * BC, WINDOW > 0u && n_min > WINDOW);
 
-    var k0n = load_k(k_start, tid, g, n_max); var k1n = load_k(k_start, tid + WG, g, n_max);
-    var k2n = load_k(k_start, tid + 2u * WG, g, n_max); var k3n = load_k(k_start, tid + 3u * WG, g, n_max);
-    var v0n = load_v(k_start, tid, g, n_max); var v1n = load_v(k_start, tid + WG, g, n_max);
-    var v2n = load_v(k_start, tid + 2u * WG, g, n_max); var v3n = load_v(k_start, tid + 3u * WG, g, n_max);
+    let k_first = k_start + z * BC;
+    var k0n = load_k(k_first, tid, g, n_max); var k1n = load_k(k_first, tid + WG, g, n_max);
+    var k2n = load_k(k_first, tid + 2u * WG, g, n_max); var k3n = load_k(k_first, tid + 3u * WG, g, n_max);
+    var v0n = load_v(k_first, tid, g, n_max); var v1n = load_v(k_first, tid + WG, g, n_max);
+    var v2n = load_v(k_first, tid + 2u * WG, g, n_max); var v3n = load_v(k_first, tid + 3u * WG, g, n_max);
     var ma = -3.0e38; var mb = -3.0e38;     // running maxima
     var la = 0.0; var lb = 0.0;             // running sums
     var a0 = vec4<f32>(0.0); var a1 = vec4<f32>(0.0);   // row ra: output vec4s c, c + 8
     var b0 = vec4<f32>(0.0); var b1 = vec4<f32>(0.0);   // row ra + 1
-    for (var k0 = k_start; k0 < n_max; k0 += BC) {
+    for (var k0 = k_first; k0 < n_max; k0 += SPLIT * BC) {
         workgroupBarrier();                 // the previous tile's values and weights are read
         put_kv(tid, k0n, v0n); put_kv(tid + WG, k1n, v1n);
         put_kv(tid + 2u * WG, k2n, v2n); put_kv(tid + 3u * WG, k3n, v3n);
         workgroupBarrier();
-        let kn = k0 + BC;
+        let kn = k0 + SPLIT * BC;
         if (kn < n_max) {
             k0n = load_k(kn, tid, g, n_max); k1n = load_k(kn, tid + WG, g, n_max);
             k2n = load_k(kn, tid + 2u * WG, g, n_max); k3n = load_k(kn, tid + 3u * WG, g, n_max);
@@ -174,14 +180,26 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         ma = mna;
         mb = mnb;
     }
-    if (ta < step.n_tokens) {
-        let o = (ta * HEADS + g * G + (row0 + ra) % G) * D4;
-        O[o + c] = a0 / la;
-        O[o + c + 8u] = a1 / la;
+    put_row(ta, g * G + (row0 + ra) % G, z, c, a0, a1, ma, la);
+    put_row(tb, g * G + (row0 + ra + 1u) % G, z, c, b0, b1, mb, lb);
+}
+
+// Output vec4s c, c + 8 of token t's head h from sums (o0, o1), max m and sum l: normalised into O, or (SPLIT > 1)
+// as split z's part, with (m, l) written once a row.
+fn put_row(t: u32, h: u32, z: u32, c: u32, o0: vec4<f32>, o1: vec4<f32>, m: f32, l: f32) {
+    if (t >= step.n_tokens) {
+        return;
     }
-    if (tb < step.n_tokens) {
-        let o = (tb * HEADS + g * G + (row0 + ra + 1u) % G) * D4;
-        O[o + c] = b0 / lb;
-        O[o + c + 8u] = b1 / lb;
+    if (SPLIT == 1u) {
+        let o = (t * HEADS + h) * D4;
+        O[o + c] = o0 / l;
+        O[o + c + 8u] = o1 / l;
+        return;
+    }
+    let o = ((z * TMAX + t) * HEADS + h) * D4;
+    O[o + c] = o0;
+    O[o + c + 8u] = o1;
+    if (c == 0u) {
+        O[SPLIT * TMAX * HEADS * D4 + (z * TMAX + t) * HEADS + h] = vec4<f32>(m, l, 0.0, 0.0);
     }
 }

@@ -5,34 +5,43 @@
 // where weight j of 32-block b of a row is d_h w + m (h = j / 16: Q6_K has a scale per 16 weights, other formats
 // d0 = d1; m: the offset of Q4_1 / Q4_K, else 0; w an int8) and the token's blocks of 32 are dx q with
 // s = dx sum q (quantize_rows.wgsl, the RMSNorm fused there). The format file gives wblock(row, b): the block's int8
-// words, (d0, d1) and m: formats_i8/*.wgsl for the file's layouts, formats_i8/*a.wgsl for the aligned layout.
-// A workgroup computes TR rows (64 or 32) x 64 tokens with TR * 4 threads, each 4 rows x 4 tokens: per 32-block, per half block
+// words, (d0, d1) and m, and the constants SCALES and OFFSET: formats_i8/*.wgsl for the file's layouts,
+// formats_i8/*a.wgsl for the aligned layout.
+// A workgroup computes TR rows (64 or 32) x 64 tokens with TR * 4 threads, each 4 rows x 4 tokens: per 32-block
 // 4 vec4<i32> integer sums (rows in the lanes, one vec4 a token; 4 more for GLU's up rows), 128 dot4I8Packed (256
-// with GLU) from 8 + 8 vec4 reads of workgroup memory, then f32 multiply-adds by the scales. K goes KB blocks a step:
-// the step's weight words and activation words are staged in workgroup memory, word-major with 4 rows (4 tokens) a
-// vec4. Everything a thread holds is a named vector: no private arrays (which NVIDIA's compiler can leave in local
+// with GLU) from 8 + 8 vec4 reads of workgroup memory, then f32 multiply-adds by the scales: once a block, or once a
+// half block for formats with a scale per 16 weights (the format's SCALES = 2: Q6_K); the offset term only for
+// formats that have one (OFFSET). K goes KB blocks a step: the step's weight words and activation words are staged
+// in workgroup memory, word-major with 4 rows (4 tokens) a vec4, a thread staging at most one weight block and one
+// activation block (so HALVES KB <= 4 and 64 KB <= 4 TR), read from global memory during the previous step's
+// products. Everything a thread holds is a named vector: no private arrays (which NVIDIA's compiler can leave in local
 // memory, docs/DESIGN.md).
 //
-// Constants: K (a multiple of 32; of 256 for k-quants), N, ACCUM, GLU, GELU, YSTRIDE, YOFF, TR, KB, and the format's
-//   (WROWS, the rows of W, for the aligned layout); kernels.matmul_i8.
+// Constants: K (a multiple of 32; of 256 for k-quants), N, ACCUM, GLU, GELU, YSTRIDE, YOFF, TR, KB, KS, TMAX and the
+//   format's (WROWS, the rows of W, for the aligned layout); kernels.matmul_i8.
+// Split K (KS > 1, no GLU, for products with too few tiles to fill the GPU): workgroup z takes blocks
+// [z NBS, (z + 1) NBS) of every row and writes its partial sums as part z of Y, [KS, TMAX, YSTRIDE];
+// sum_parts.wgsl adds the parts into the output.
 // Bindings:
 //   0 W: array<WORD>        the packed weights, N rows (2N with GLU); WORD: the format's (u32, or vec4<u32>)
 //   1 XQ: array<u32>        [n_tokens, K / 32, 10] blocks {dx: f32, s: f32, 8 words of 4 int8} (quantize_rows.wgsl)
-//   2 Y: array<f32>         [n_tokens, YSTRIDE]
+//   2 Y: array<f32>         [n_tokens, YSTRIDE]; with KS > 1 the parts [KS, TMAX, YSTRIDE]
 //   3 step: uniform Step
-// Dispatch: (ceil(N / TR), ceil(n_tokens_max / 64), 1) workgroups of TR * 4 (kernels.matmul_i8_groups); token tiles past
-// the pass's end return at once.
+// Dispatch: (ceil(N / TR), ceil(n_tokens_max / 64), KS) workgroups of TR * 4 (kernels.matmul_i8_groups); token tiles
+// past the pass's end return at once.
 @group(0) @binding(0) var<storage, read> W: array<WORD>;
 @group(0) @binding(1) var<storage, read> XQ: array<u32>;
 @group(0) @binding(2) var<storage, read_write> Y: array<f32>;
 @group(0) @binding(3) var<uniform> step: Step;
 
 const NB: u32 = K / 32u;                          // blocks a row
+const NBS: u32 = (NB + KS - 1u) / KS;             // blocks a K split
 const HALVES: u32 = select(1u, 2u, GLU);
 const R4: u32 = TR / 4u;                          // row vec4s of the tile: threads along the rows
 const WG: u32 = R4 * 16u;                         // threads: R4 x 16 token vec4s
 const W_ITEMS: u32 = HALVES * TR * KB;            // weight blocks a step
 const X_ITEMS: u32 = 64u * KB;                    // activation blocks a step
+const SW: u32 = 8u / SCALES;                      // words a scale covers (the format's SCALES: 1 or 2 a block)
 
 // One 32-weight block of a row: weight 4w + i is byte i of q0[w] (w < 4) or q1[w - 4] (int8), times d.x (weights
 // 0 .. 16) or d.y (16 .. 32), plus m.
@@ -59,16 +68,21 @@ fn sub_bias(v: vec4<u32>, bias: u32) -> vec4<u32> {
     return t | ((t & b4) * (256u / bias - 2u));
 }
 
-// Weight item i of the step at block b0 into workgroup memory: rows fastest, then blocks, then gate/up.
-fn stage_w(row0: u32, b0: u32, i: u32) {
-    let r = i % TR;
+// Weight item i of the step at block b0 (rows fastest, then blocks, then gate/up; i < W_ITEMS), zeros past the
+// ends (blocks from bend on).
+fn load_w(row0: u32, b0: u32, i: u32, bend: u32) -> WBlock {
     let hb = i / TR;                               // half * KB + block of the step
-    let n = row0 + r;
+    let n = row0 + i % TR;
     let b = b0 + hb % KB;
-    var w = WBlock(vec4<u32>(0u), vec4<u32>(0u), vec2<f32>(0.0), 0.0);
-    if (n < N && b < NB) {
-        w = wblock(n + (hb / KB) * N, b);
+    if (i >= W_ITEMS || n >= N || b >= bend) {
+        return WBlock(vec4<u32>(0u), vec4<u32>(0u), vec2<f32>(0.0), 0.0);
     }
+    return wblock(n + (hb / KB) * N, b);
+}
+
+fn put_w(i: u32, w: WBlock) {
+    let r = i % TR;
+    let hb = i / TR;
     let c = r % 4u;
     let at = hb * 8u * R4 + r / 4u;                // word w of the block at at + R4 w
     ws[at][c] = w.q0.x;
@@ -84,22 +98,41 @@ fn stage_w(row0: u32, b0: u32, i: u32) {
     wm[hb * R4 + r / 4u][c] = w.m;
 }
 
-// Activation item i of the step at block b0: tokens fastest, then blocks.
-fn stage_x(tok0: u32, b0: u32, i: u32, n_tokens: u32) {
+// Activation item i of the step at block b0 (tokens fastest, then blocks; i < X_ITEMS): its 8 words and (dx, s),
+// zeros past the ends.
+struct XBlock {
+    q0: vec4<u32>,
+    q1: vec4<u32>,
+    ds: vec2<f32>,
+}
+
+fn load_x(tok0: u32, b0: u32, i: u32, n_tokens: u32, bend: u32) -> XBlock {
+    let t = tok0 + i % 64u;
+    let b = b0 + i / 64u;
+    if (i >= X_ITEMS || t >= n_tokens || b >= bend) {
+        return XBlock(vec4<u32>(0u), vec4<u32>(0u), vec2<f32>(0.0));
+    }
+    let o = (t * NB + b) * 10u;
+    return XBlock(vec4<u32>(XQ[o + 2u], XQ[o + 3u], XQ[o + 4u], XQ[o + 5u]),
+                  vec4<u32>(XQ[o + 6u], XQ[o + 7u], XQ[o + 8u], XQ[o + 9u]),
+                  vec2<f32>(bitcast<f32>(XQ[o]), bitcast<f32>(XQ[o + 1u])));
+}
+
+fn put_x(i: u32, x: XBlock) {
     let t = i % 64u;
     let kb = i / 64u;
     let c = t % 4u;
-    let at = kb * 128u + t / 4u;
-    var o = 0u;
-    let live = tok0 + t < n_tokens && b0 + kb < NB;
-    if (live) {
-        o = ((tok0 + t) * NB + b0 + kb) * 10u;
-    }
-    for (var w = 0u; w < 8u; w++) {
-        xs[at + 16u * w][c] = select(0u, XQ[o + 2u + w], live);
-    }
-    xd[kb * 16u + t / 4u][c] = select(0.0, bitcast<f32>(XQ[o]), live);
-    xm[kb * 16u + t / 4u][c] = select(0.0, bitcast<f32>(XQ[o + 1u]), live);
+    let at = kb * 128u + t / 4u;                   // word w at at + 16 w
+    xs[at][c] = x.q0.x;
+    xs[at + 16u][c] = x.q0.y;
+    xs[at + 32u][c] = x.q0.z;
+    xs[at + 48u][c] = x.q0.w;
+    xs[at + 64u][c] = x.q1.x;
+    xs[at + 80u][c] = x.q1.y;
+    xs[at + 96u][c] = x.q1.z;
+    xs[at + 112u][c] = x.q1.w;
+    xd[kb * 16u + t / 4u][c] = x.ds.x;
+    xm[kb * 16u + t / 4u][c] = x.ds.y;
 }
 
 // The integer sums of one row vec4 (a: 4 rows' words) with one token vec4 (x: 4 tokens' words), token by token.
@@ -107,7 +140,7 @@ fn dots(a: vec4<u32>, x: u32) -> vec4<i32> {
     return vec4<i32>(dot4I8Packed(a.x, x), dot4I8Packed(a.y, x), dot4I8Packed(a.z, x), dot4I8Packed(a.w, x));
 }
 
-fn store(t: u32, n: u32, a: vec4<f32>, u: vec4<f32>, n_tokens: u32) {
+fn store(t: u32, n: u32, a: vec4<f32>, u: vec4<f32>, n_tokens: u32, z: u32) {
     if (t >= n_tokens) {
         return;
     }
@@ -117,7 +150,7 @@ fn store(t: u32, n: u32, a: vec4<f32>, u: vec4<f32>, n_tokens: u32) {
             if (GLU) {
                 v = gate_act(v) * u[c];
             }
-            let y = t * YSTRIDE + YOFF + n + c;
+            let y = (z * TMAX + t) * YSTRIDE + YOFF + n + c;      // z: the K split's part (KS > 1)
             if (ACCUM) {
                 Y[y] += v;
             } else {
@@ -139,17 +172,24 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let tg = tid / R4;           // tokens 4 tg .. 4 tg + 4
     var a0 = vec4<f32>(0.0); var a1 = vec4<f32>(0.0); var a2 = vec4<f32>(0.0); var a3 = vec4<f32>(0.0);
     var u0 = vec4<f32>(0.0); var u1 = vec4<f32>(0.0); var u2 = vec4<f32>(0.0); var u3 = vec4<f32>(0.0);
-    for (var b0 = 0u; b0 < NB; b0 += KB) {
-        for (var i = tid; i < W_ITEMS; i += WG) { stage_w(row0, b0, i); }
-        for (var i = tid; i < X_ITEMS; i += WG) { stage_x(tok0, b0, i, n_tokens); }
+    let z = wid.z;                                    // blocks [z NBS, (z + 1) NBS) of the row (KS > 1)
+    let bstart = z * NBS;
+    let bend = min(bstart + NBS, NB);
+    var wn = load_w(row0, bstart, tid, bend);        // a thread's items of the first step
+    var xn = load_x(tok0, bstart, tid, n_tokens, bend);
+    for (var b0 = bstart; b0 < bend; b0 += KB) {
+        if (tid < W_ITEMS) { put_w(tid, wn); }
+        if (tid < X_ITEMS) { put_x(tid, xn); }
         workgroupBarrier();
+        wn = load_w(row0, b0 + KB, tid, bend);       // the next step's, read while this step's products run
+        xn = load_x(tok0, b0 + KB, tid, n_tokens, bend);
         for (var kb = 0u; kb < KB; kb++) {
             let dx = xd[kb * 16u + tg];
             let sx = xm[kb * 16u + tg];
-            for (var h = 0u; h < 2u; h++) {            // half blocks: words 4h .. 4h + 4, scale d_h
+            for (var h = 0u; h < SCALES; h++) {        // words SW h .. SW h + SW, scale d_h
                 var s0 = vec4<i32>(0); var s1 = vec4<i32>(0); var s2 = vec4<i32>(0); var s3 = vec4<i32>(0);
                 var v0 = vec4<i32>(0); var v1 = vec4<i32>(0); var v2 = vec4<i32>(0); var v3 = vec4<i32>(0);
-                for (var w = 4u * h; w < 4u * h + 4u; w++) {
+                for (var w = SW * h; w < SW * h + SW; w++) {
                     let x = xs[kb * 128u + 16u * w + tg];
                     let a = ws[(kb * 8u + w) * R4 + rg];
                     s0 += dots(a, x.x); s1 += dots(a, x.y); s2 += dots(a, x.z); s3 += dots(a, x.w);
@@ -171,19 +211,21 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                     u3 += vec4<f32>(v3) * du * dx.w;
                 }
             }
-            let m = wm[kb * R4 + rg];
-            a0 += m * sx.x; a1 += m * sx.y; a2 += m * sx.z; a3 += m * sx.w;
-            if (GLU) {
-                let mu = wm[(KB + kb) * R4 + rg];
-                u0 += mu * sx.x; u1 += mu * sx.y; u2 += mu * sx.z; u3 += mu * sx.w;
+            if (OFFSET) {
+                let m = wm[kb * R4 + rg];
+                a0 += m * sx.x; a1 += m * sx.y; a2 += m * sx.z; a3 += m * sx.w;
+                if (GLU) {
+                    let mu = wm[(KB + kb) * R4 + rg];
+                    u0 += mu * sx.x; u1 += mu * sx.y; u2 += mu * sx.z; u3 += mu * sx.w;
+                }
             }
         }
         workgroupBarrier();
     }
     let n = row0 + 4u * rg;
     let t = tok0 + 4u * tg;
-    store(t, n, a0, u0, n_tokens);
-    store(t + 1u, n, a1, u1, n_tokens);
-    store(t + 2u, n, a2, u2, n_tokens);
-    store(t + 3u, n, a3, u3, n_tokens);
+    store(t, n, a0, u0, n_tokens, z);
+    store(t + 1u, n, a1, u1, n_tokens, z);
+    store(t + 2u, n, a2, u2, n_tokens, z);
+    store(t + 3u, n, a3, u3, n_tokens, z);
 }

@@ -121,3 +121,30 @@ def test_upload_progress_counts_every_byte_once(smollm2_gguf):
     ups = [(d, t) for s, d, t in seen if s == "upload"]
     assert ups and all(b[0] >= a[0] for a, b in zip(ups, ups[1:]))          # never goes back
     assert ups[-1][0] == ups[-1][1] and ups[0][1] == ups[-1][1]               # ends at 100% of a total fixed up front
+
+
+def test_split_tiled_prefill_attention_matches_transformers(smollm2_gguf, monkeypatch):
+    """The GPU's prefill attention (attention_tiled.wgsl, forced here on lavapipe) with its key tiles split over 4
+    workgroups a row block and merged by attention_combine.wgsl: prefill logits still within LOGIT_TOL of
+    transformers, over several chunks (later chunks attend to earlier ones' keys)."""
+    from cera_web import kernels
+    from cera_web.engine import Engine
+    monkeypatch.setenv("CERA_WEB_ATTN_TILED", "1")
+    monkeypatch.setenv("CERA_WEB_ATTN_SPLIT", "4")
+    eng = run(Engine.load(smollm2_gguf, context_size=256, chunk=32))
+    try:
+        model = eng.model
+        assert model._prefill_parts is not None and model._prefill_parts.size >= 4 * 32 * 9 * 68 * 4
+        assert kernels.attention_prefill_split(9, 3, 32) == 4
+        p = PROMPTS["chat_multiturn"]
+        seq = p["prompt_ids"] + p["greedy_ids"]
+        rec = p["logits"][-1]
+        ids = seq[:rec["position"] + 1]
+        assert len(ids) > 2 * model.chunk
+        for start in range(0, len(ids), model.chunk):
+            model.prefill(ids[start:start + model.chunk], start, with_head=start + model.chunk >= len(ids))
+        logits = np.frombuffer(run(eng.dev.read(model.logits, 0, 4 * model.vocab)), np.float32)
+        np.testing.assert_allclose(logits[rec["top_ids"]], rec["top_values"], atol=LOGIT_TOL, err_msg=rec["label"])
+        np.testing.assert_allclose(logits[FIXTURE["probe_ids"]], rec["probe_values"], atol=LOGIT_TOL)
+    finally:
+        eng.close()

@@ -292,8 +292,10 @@ def test_attention(dev, H, KV, D, pos0, T, T_max):
 @pytest.mark.parametrize("H,KV,pos0,T,T_max,W", [(9, 3, 0, 5, 5, 0), (9, 3, 37, 21, 24, 0), (4, 1, 300, 3, 3, 0),
                                                  (2, 2, 0, 70, 70, 0), (8, 2, 13, 45, 50, 0), (9, 3, 100, 64, 64, 16),
                                                  (4, 1, 600, 9, 12, 512), (6, 3, 3, 40, 40, 100), (3, 3, 511, 17, 17, 40)])
-def test_attention_tiled(dev, H, KV, pos0, T, T_max, W):
-    """attention_tiled.wgsl equals attention in float64 numpy (and so attention.wgsl) on every edge of its tiles."""
+@pytest.mark.parametrize("split", [1, 3], ids=["whole", "split3"])
+def test_attention_tiled(dev, H, KV, pos0, T, T_max, W, split):
+    """attention_tiled.wgsl equals attention in float64 numpy (and so attention.wgsl) on every edge of its tiles;
+    split: the key tiles shared by 3 workgroups a row block (some with none), merged by attention_combine.wgsl."""
     from test_kernels_gemma import attention_ref
     D = 64
     ctx = pos0 + T + 4
@@ -305,8 +307,13 @@ def test_attention_tiled(dev, H, KV, pos0, T, T_max, W):
     v[pos0 + T:] = np.nan
     O = upload(dev, np.full_like(q, 7.0))
     scale = 1 / math.sqrt(D)
-    run(dev, kernels.attention_tiled(H, KV, D, scale, window=W), [upload(dev, a) for a in (q, k, v)] +
-        [O, step_buffer(dev, T, pos0)], kernels.attention_tiled_groups(H, KV, T_max))
+    step = step_buffer(dev, T, pos0)
+    parts = upload(dev, np.full(split * T_max * H * (D + 4), 7.0, np.float32)) if split > 1 else O
+    run(dev, kernels.attention_tiled(H, KV, D, scale, window=W, split=split, tmax=T_max),
+        [upload(dev, a) for a in (q, k, v)] + [parts, step], kernels.attention_tiled_groups(H, KV, T_max, split))
+    if split > 1:
+        run(dev, kernels.attention_combine(H, D, split, T_max), [parts, O, step],
+            kernels.attention_combine_groups(H, D, T_max))
     want = np.full(q.shape, 7.0)
     want[:T] = attention_ref(q, k, v, pos0, T, scale, W)
     np.testing.assert_allclose(read(dev, O, q.size).reshape(q.shape), want, rtol=1e-4, atol=1e-4)
@@ -320,6 +327,16 @@ def test_attention_tiled_selection(monkeypatch):
     assert not kernels.attention_tiled_fits(128, 49152) and not kernels.attention_tiled_fits(256, 49152)
     monkeypatch.setenv("CERA_WEB_ATTN_TILED", "0")
     assert not kernels.attention_tiled_fits(64, 49152)
+    # split where a pass has too few workgroups: SmolLM2 (9 heads on 3) at 512 tokens has 144, so 4 splits; 1B (32
+    # on 8) has 512, none; a 16-token pass of SmolLM2 would have 6, but 8 splits at most
+    assert kernels.attention_prefill_split(9, 3, 512) == 4
+    assert kernels.attention_prefill_split(32, 8, 512) == 1
+    assert kernels.attention_prefill_split(9, 3, 16) == 8
+    monkeypatch.setenv("CERA_WEB_ATTN_SPLIT", "2")
+    assert kernels.attention_prefill_split(32, 8, 512) == 2
+    monkeypatch.setenv("CERA_WEB_ATTN_SPLIT", "3")
+    with pytest.raises(ValueError, match="CERA_WEB_ATTN_SPLIT"):
+        kernels.attention_prefill_split(32, 8, 512)
     with pytest.raises(ValueError):
         kernels.attention_tiled(8, 2, 128, 0.1)
 

@@ -301,7 +301,7 @@ def test_decode_attention_over_a_half_cache(dev16, QH, KVH, D, pos, W):
 @pytest.mark.browser
 def test_tiled_attention_runs_in_chromium(page, server_url):
     """Chromium's WGSL compiler (Tint) accepts attention_tiled.wgsl (f32 and, where the adapter has shader-f16, f16
-    caches; with and without a window) with the adapter's workgroup memory, and the kernel run there equals numpy
+    caches; with and without a window; split, and attention_combine.wgsl) with the adapter's workgroup memory, and the kernel run there equals numpy
     (the page itself keeps attention.wgsl on SwiftShader, a CPU adapter; real GPUs take this one)."""
     H, KV, D, pos0, T, W = 9, 3, 64, 5, 40, 0
     ctx = pos0 + T
@@ -311,6 +311,7 @@ def test_tiled_attention_runs_in_chromium(page, server_url):
     v = rng.standard_normal((ctx, KV, D)).astype(np.float32)
     scale = 1 / math.sqrt(D)
     texts = [kernels.attention_tiled(H, KV, D, scale, w, kv16) for w in (0, 16) for kv16 in (False, True)]
+    texts += [kernels.attention_tiled(H, KV, D, scale, 0, False, 4, 512), kernels.attention_combine(H, D, 4, 512)]
     page.goto(server_url + "/")
     result = page.evaluate("""async ([texts, q, k, v, step, groups, outLen]) => {
         const adapter = await navigator.gpu.requestAdapter();
@@ -355,6 +356,6 @@ def test_tiled_attention_runs_in_chromium(page, server_url):
     }""", [texts, q.ravel().tolist(), k.ravel().tolist(), v.ravel().tolist(), [T, pos0, 0, pos0 + T],
            list(kernels.attention_tiled_groups(H, KV, T)), q.size])
     assert result["errors"] == [], result["errors"][:3]
-    assert result["memory"] >= kernels.ATTENTION_TILED_MEMORY and result["compiled"] == (4 if result["f16"] else 2)
+    assert result["memory"] >= kernels.ATTENTION_TILED_MEMORY and result["compiled"] == (6 if result["f16"] else 4)
     got = np.array(result["out"], np.float32).reshape(q.shape)
     np.testing.assert_allclose(got, attention_ref(q, k, v, pos0, T, scale, W), rtol=1e-4, atol=1e-4)

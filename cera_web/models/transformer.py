@@ -79,11 +79,17 @@ class AttentionBlock:
             rec.add(kernels.rope_store(H, KV, D, s.rope_neox, s.qk_norm, s.eps, m.kv16),
                     [m.qkv, self.bias, self.qk_gain, self.freq, m.q, self.k_cache, self.v_cache, m.step],
                     (H + 2 * KV, T, 1), "rope")
-            buffers = [m.q, self.k_cache, self.v_cache, m.att, m.step]
-            if not m.dev.is_cpu and kernels.attention_tiled_fits(D, m.wg_memory):    # register tiles on GPUs
-                rec.add(kernels.attention_tiled(H, KV, D, s.query_scale, self.window, m.kv16), buffers,
-                        kernels.attention_tiled_groups(H, KV, T), "attention")
+            if kernels.attention_tiled_fits(D, m.wg_memory, m.dev.is_cpu):           # register tiles on GPUs
+                split = kernels.attention_prefill_split(H, KV, T) if T > 1 else 1
+                out = m.att if split == 1 else m.prefill_parts(split * T * H * (D + 4) * 4)
+                rec.add(kernels.attention_tiled(H, KV, D, s.query_scale, self.window, m.kv16, split, T),
+                        [m.q, self.k_cache, self.v_cache, out, m.step], kernels.attention_tiled_groups(H, KV, T, split),
+                        "attention")
+                if split > 1:
+                    rec.add(kernels.attention_combine(H, D, split, T), [out, m.att, m.step],
+                            kernels.attention_combine_groups(H, D, T), "attention")
             else:
+                buffers = [m.q, self.k_cache, self.v_cache, m.att, m.step]
                 rec.add(kernels.attention(H, KV, D, s.query_scale, self.window, m.kv16), buffers,
                         kernels.attention_groups(H, KV, D, T), "attention")
         m.residual(rec, T, p + "attn_output.weight", m.att, self.post_gain)
@@ -168,6 +174,7 @@ class Transformer(GPUModel):
             self.bcx = buf(4 * T * 3 * s.hidden, label="bcx")            # [T, B | C | x] in_proj output
             self.conv_out = buf(4 * T * s.hidden, label="conv out")      # [T, hidden] C * conv(B * x)
         self._norms, self._freqs, self._scratch, self._plan_all_logits = {}, {}, None, None
+        self._prefill_parts, self._parts_made = None, []
         self._argmax_pairs = None     # the two-stage argmax's (value, index) per slice, made on first use
         self.int8 = kernels.int8_enabled(dev)      # decode products with 8-bit activations (matvec_q8.wgsl)
         self.wg_memory = int(dev.limits.get("max-compute-workgroup-storage-size", 16384))
@@ -202,6 +209,16 @@ class Transformer(GPUModel):
                 freq = freq / self.vector(s.rope_freqs)
             self._freqs[theta] = self.f32_buffer(freq.astype(np.float32), "rope freq")
         return self._freqs[theta]
+
+    def prefill_parts(self, nbytes: int):
+        """The parts buffer of split prefill attention (kernels.attention_prefill_split) and split-K products
+        (kernels.matmul_i8_split), made on first use at the largest size asked for (one buffer: a pass's dispatches
+        run in order). A larger request makes a larger buffer; the smaller ones stay bound to the dispatches
+        recorded before it."""
+        if self._prefill_parts is None or self._prefill_parts.size < nbytes:
+            self._prefill_parts = self.dev.create_buffer(nbytes, label="prefill parts")
+            self._parts_made.append(self._prefill_parts)
+        return self._prefill_parts
 
     def scratch(self):
         """Gate and up buffers for files whose gate and up weights differ in type (no stacked GLU pass)."""
@@ -286,8 +303,18 @@ class Transformer(GPUModel):
         for buf, r0, rows_here in parts:
             label = name if len(parts) == 1 else f"{name}[{r0}:{r0 + rows_here}]"
             tr = kernels.matmul_i8_rows(rows_here, T)
-            rec.add(kernels.matmul_i8(fmt, k, rows_here, ystride=ystride, yoff=yoff + r0, rows=tr, **kw),
-                    [buf, self.xq, y, self.step], kernels.matmul_i8_groups(rows_here, T, tr), label)
+            split = kernels.matmul_i8_split(rows_here, T, k, tr, kw.get("glu", False))
+            if split == 1:
+                rec.add(kernels.matmul_i8(fmt, k, rows_here, ystride=ystride, yoff=yoff + r0, rows=tr, **kw),
+                        [buf, self.xq, y, self.step], kernels.matmul_i8_groups(rows_here, T, tr), label)
+                continue
+            # too few tiles to fill the GPU: K in parts, added into y by sum_parts
+            part_bytes = 4 * split * T * rows_here
+            rec.add(kernels.matmul_i8(fmt, k, rows_here, rows=tr, ksplit=split, tmax=T, aligned=kw["aligned"]),
+                    [buf, self.xq, self.prefill_parts(part_bytes), self.step],
+                    kernels.matmul_i8_groups(rows_here, T, tr, split), label)
+            rec.add(kernels.sum_parts(rows_here, split, T, ystride=ystride, yoff=yoff + r0, accum=kw.get("accum", False)),
+                    [self.prefill_parts(part_bytes), y, self.step], kernels.sum_parts_groups(rows_here, T), label)
 
     # -- plans ---------------------------------------------------------------------------------------------------
     def record_body(self, T):

@@ -2,6 +2,8 @@
 // j = d * (q_j - 8), q_j the low nibble of qs[j] (j < 16) or the high nibble of qs[j - 16]; the int8 words are those
 // nibbles minus 8 (sub_bias). Blocks start on 2-byte boundaries (read_u32_even, bytes.wgsl).
 alias WORD = u32;                 // W is array<u32>
+const SCALES: u32 = 1u;  // scales a 32-block (d0, d1 differ only with 2)
+const OFFSET: bool = false;  // whether blocks have an offset m
 const ROW_BYTES: u32 = K / 32u * 18u;
 
 fn wblock(row: u32, b: u32) -> WBlock {

@@ -2,6 +2,8 @@
 // j = d * q_j + m, q_j the low nibble of qs[j] (j < 16) or the high nibble of qs[j - 16]: word w of the block's int8
 // weights is qs word w's low nibbles (w < 4) or qs word w - 4's high nibbles. Blocks are word aligned.
 alias WORD = u32;                 // W is array<u32>
+const SCALES: u32 = 1u;  // scales a 32-block (d0, d1 differ only with 2)
+const OFFSET: bool = true;  // whether blocks have an offset m
 const ROW_WORDS: u32 = K / 32u * 5u;
 
 fn wblock(row: u32, b: u32) -> WBlock {

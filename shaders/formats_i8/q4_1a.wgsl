@@ -2,6 +2,8 @@
 // block i = row * K/32 + b has its 16 integer bytes in vec4 i (low nibbles: weights 0 .. 16, high: 16 .. 32) and
 // its (d, m) in word i of the scales, which start at vec4 WROWS K / 32. Weight = d * nibble + m.
 alias WORD = vec4<u32>;
+const SCALES: u32 = 1u;  // scales a 32-block (d0, d1 differ only with 2)
+const OFFSET: bool = true;  // whether blocks have an offset m
 const SC4: u32 = WROWS * (K / 32u);
 
 fn wblock(row: u32, b: u32) -> WBlock {

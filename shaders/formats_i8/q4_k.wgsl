@@ -3,6 +3,8 @@
 // d * sc[s] * q - dmin * mn[s], q nibble h of qs[32j + l]. So 32-block b is sub-block b % 8 of super-block b / 8,
 // its int8 words nibble h of qs words 8j .. 8j + 8, its scale d * sc[s] and offset -dmin * mn[s]. Needs kscales.wgsl.
 alias WORD = u32;                 // W is array<u32>
+const SCALES: u32 = 1u;  // scales a 32-block (d0, d1 differ only with 2)
+const OFFSET: bool = true;  // whether blocks have an offset m
 const ROW_WORDS: u32 = K / 256u * 36u;
 
 fn wblock(row: u32, b: u32) -> WBlock {

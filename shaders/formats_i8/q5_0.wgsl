@@ -2,6 +2,8 @@
 // j = d * (q_j - 16), q_j = nibble j | (bit j of qh) << 4 (nibble j: the low nibble of qs[j] for j < 16, the high
 // nibble of qs[j - 16] otherwise); the int8 words are q_j - 16 (sub_bias). Blocks start on 2-byte boundaries.
 alias WORD = u32;                 // W is array<u32>
+const SCALES: u32 = 1u;  // scales a 32-block (d0, d1 differ only with 2)
+const OFFSET: bool = false;  // whether blocks have an offset m
 const ROW_BYTES: u32 = K / 32u * 22u;
 
 // Bits 0..3 of h as bit 4 of bytes 0..3.

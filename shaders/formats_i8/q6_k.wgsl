@@ -4,6 +4,8 @@
 // So 32-block b is (n, k) = ((b % 8) / 4, b % 4) of super-block b / 8; its int8 words are q - 32 (sub_bias), its two
 // scales d * sc[n*8 + 2k] and d * sc[n*8 + 2k + 1]. Super-blocks start on 2-byte boundaries (bytes.wgsl).
 alias WORD = u32;                 // W is array<u32>
+const SCALES: u32 = 2u;  // scales a 32-block (d0, d1 differ only with 2)
+const OFFSET: bool = false;  // whether blocks have an offset m
 const ROW_BYTES: u32 = K / 256u * 210u;
 
 fn q6_words(ql: u32, qh: u32, k: u32) -> vec4<u32> {

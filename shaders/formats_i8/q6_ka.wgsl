@@ -2,6 +2,8 @@
 // the blocks of formats_i8/q6_k.wgsl (32-block b is (n, k) = ((b % 8) / 4, b % 4) of super-block b / 8, its words
 // q - 32, its two scales d * sc[n*8 + 2k], d * sc[n*8 + 2k + 1]), every word read whole.
 alias WORD = u32;                 // W is array<u32>
+const SCALES: u32 = 2u;  // scales a 32-block (d0, d1 differ only with 2)
+const OFFSET: bool = false;  // whether blocks have an offset m
 const NBK: u32 = K / 256u;
 const SCW: u32 = WROWS * NBK * 48u;
 const DW: u32 = SCW + WROWS * NBK * 4u;

@@ -1,6 +1,8 @@
 // Q8_0 weights as int8 blocks for matmul_i8.wgsl: a 34-byte block {d: f16, qs: 32 x int8} holds weight
 // j = d * qs[j]; the int8 words are qs as they are. Blocks start on 2-byte boundaries (read_u32_even, bytes.wgsl).
 alias WORD = u32;                 // W is array<u32>
+const SCALES: u32 = 1u;  // scales a 32-block (d0, d1 differ only with 2)
+const OFFSET: bool = false;  // whether blocks have an offset m
 const ROW_BYTES: u32 = K / 32u * 34u;
 
 fn wblock(row: u32, b: u32) -> WBlock {

@@ -2,6 +2,8 @@
 // block i = row * K/32 + b has its 32 int8 in vec4s 2i, 2i + 1 and its f16 scale in half i % 2 of word i / 2 of the
 // scales, which start at vec4 WROWS K / 16.
 alias WORD = vec4<u32>;
+const SCALES: u32 = 1u;  // scales a 32-block (d0, d1 differ only with 2)
+const OFFSET: bool = false;  // whether blocks have an offset m
 const SC4: u32 = WROWS * (K / 16u);
 
 fn wblock(row: u32, b: u32) -> WBlock {
