@@ -29,6 +29,10 @@ Q4_1 and Q8_0 are timed in the aligned layout the engine keeps them in ("layout"
 tokens): the float32 tiled kernel ("gemm") and, where the device has dot4I8Packed, the int8 one ("gemm8": matmul_i8,
 in the aligned layout and the file's where the type has both; the GEMM alone, the quantization of its input apart,
 and both together; CERA_WEB_I8_KB=N sets its K step).
+
+--attention HEADS:KV times the prefill attention (attention_tiled.wgsl, heads of 64) of a --gemm TOKENS pass after
+--pos0 cached tokens, with the engine's key split or each of --splits (GFLOP/s = 4 * 64 * heads * keys summed over
+the pass's tokens / time).
 """
 from __future__ import annotations
 
@@ -268,6 +272,38 @@ class Bench:
                 "dispatches": n, "us": round(per * 1e6, 3), "gflops": round(flop / per / 1e9, 3),
                 "quantize_us": round(q_per * 1e6, 3), "gflops_with_quantize": round(flop / (per + q_per) / 1e9, 3)}
 
+    async def attention(self, heads: int, kv_heads: int, T: int, pos0: int = 0, split: int | None = None) -> dict:
+        """Prefill attention (attention_tiled.wgsl, heads of 64; split > 1: its parts merged by
+        attention_combine.wgsl, timed together) of a T-token pass after pos0 cached tokens: GFLOP/s = 4 * 64 * heads
+        * (keys summed over the pass's tokens) / time."""
+        dev, D = self.dev, 64
+        split = split or kernels.attention_prefill_split(heads, kv_heads, T)
+        rng = np.random.default_rng(2)
+        ctx = pos0 + T
+        q = dev.create_buffer(4 * T * heads * D)
+        dev.write_buffer(q, rng.standard_normal(T * heads * D).astype(np.float32))
+        kv = []
+        for _ in range(2):
+            b = dev.create_buffer(4 * ctx * kv_heads * D)
+            dev.write_buffer(b, rng.standard_normal(ctx * kv_heads * D).astype(np.float32))
+            kv.append(b)
+        out = dev.create_buffer(4 * T * heads * D)
+        step = dev.create_buffer(16, kind="uniform")
+        dev.write_buffer(step, struct.pack("<4I", T, pos0, 0, ctx))
+        pipe = dev.pipeline(kernels.attention_tiled(heads, kv_heads, D, 0.125, split=split, tmax=T), "attention_tiled")
+        groups = kernels.attention_tiled_groups(heads, kv_heads, T, split)
+        if split == 1:
+            one = [(pipe, dev.bind(pipe, [q, kv[0], kv[1], out, step]), groups)]
+        else:
+            parts = dev.create_buffer(4 * split * T * heads * (D + 4))
+            cpipe = dev.pipeline(kernels.attention_combine(heads, D, split, T), "attention_combine")
+            one = [(pipe, dev.bind(pipe, [q, kv[0], kv[1], parts, step]), groups),
+                   (cpipe, dev.bind(cpipe, [parts, out, step]), kernels.attention_combine_groups(heads, D, T))]
+        per, n = await self.per_dispatch(lambda n: one * n)
+        flop = 4 * D * heads * sum(pos0 + t + 1 for t in range(T))
+        return {"heads": heads, "kv_heads": kv_heads, "T": T, "pos0": pos0, "split": split, "dispatches": n,
+                "us": round(per * 1e6, 3), "gflops": round(flop / per / 1e9, 1)}
+
     async def read(self, nbytes: int, per_thread: int = 4) -> dict:
         """The plain read kernel over nbytes (rounded up to 16), from rotating copies like the weights."""
         dev = self.dev
@@ -286,7 +322,8 @@ LAYOUT = {True: "aligned", False: "file"}     # "layout" of a result: the weight
 
 
 async def run(types, shapes, lanes_list=None, *, repeats=None, target_ms=None, rotate_mib=None, serial=None,
-              device=None, variants=None, gemm_tokens=0, tiles=None, int8=True, variants8=None) -> dict:
+              device=None, variants=None, gemm_tokens=0, tiles=None, int8=True, variants8=None, attention=None,
+              attention_pos0=0, splits=None) -> dict:
     """Matrix-vector bandwidth per type and shape; with gemm_tokens, the prefill GEMM's GFLOP/s over that many tokens
     instead (tiles: the tiles to compare, default the one the engine picks), and beside it in "gemm8" the int8 GEMM
     (matmul_i8) for types that have one when the device has dot4I8Packed and int8."""
@@ -299,6 +336,15 @@ async def run(types, shapes, lanes_list=None, *, repeats=None, target_ms=None, r
                   serial=(not cpu) if serial is None else serial)
     out = {"adapter": dev.name, "cpu_adapter": cpu, "rotate_mib": round(bench.rotate_bytes / 2**20, 1),
            "int8_dot": bool(dev.int8_dot)}
+    if attention:
+        out["attention"] = []
+        for heads, kv_heads in attention:
+            for split in splits or [None]:
+                r = await bench.attention(heads, kv_heads, gemm_tokens or 512, attention_pos0, split)
+                out["attention"].append(r)
+                print(f"attention {heads}/{kv_heads} heads T {r['T']} after {r['pos0']} split {r['split']}: "
+                      f"{r['us']:9.1f} us, {r['gflops']:8.1f} GFLOP/s", file=sys.stderr)
+        return out
     if gemm_tokens:
         out["gemm"] = []
         for N, K in shapes:
@@ -379,7 +425,20 @@ def main(argv=None):
                    help="time the prefill GEMM over TOKENS tokens (default 512) instead: GFLOP/s per shape")
     p.add_argument("--tiles", help="with --gemm: semicolon-separated tiles to compare, e.g. '64,64,1;32,32,4' "
                                    "(default: the engine's choice per shape)")
+    p.add_argument("--attention", metavar="HEADS:KV,...",
+                   help="time the prefill attention (heads of 64) instead, for these head counts, over --gemm TOKENS "
+                        "tokens (default 512) after --pos0 cached ones, e.g. 9:3,32:8")
+    p.add_argument("--pos0", type=int, default=0, help="with --attention: tokens already in the cache")
+    p.add_argument("--splits", help="with --attention: comma-separated key splits to compare (default: the engine's)")
     args = p.parse_args(argv)
+    attention = None
+    if args.attention:
+        try:
+            attention = [tuple(int(v) for v in item.split(":")) for item in args.attention.split(",")]
+            assert all(len(a) == 2 and a[0] % a[1] == 0 for a in attention)
+        except (ValueError, AssertionError):
+            raise SystemExit(f"--attention: {args.attention!r} is not HEADS:KV,... (HEADS a multiple of KV)")
+    splits = [int(v) for v in args.splits.split(",")] if args.splits else None
     shapes = args.shapes or (GEMM_SHAPES if args.gemm else "4096x4096,14336x4096")
     types = args.types or ("Q4_1,Q8_0" if args.gemm else None)
     tiles = [tuple(int(v) for v in t.split(",")) for t in args.tiles.split(";")] if args.tiles else None
@@ -418,6 +477,7 @@ def main(argv=None):
     result = asyncio.run(run(parse_types(types), parse_shapes(shapes), lanes, repeats=args.repeats,
                              target_ms=args.target_ms, rotate_mib=args.rotate_mib, serial=args.serial,
                              variants=variants, gemm_tokens=args.gemm, tiles=tiles, int8=args.int8,
+                             attention=attention, attention_pos0=args.pos0, splits=splits,
                              variants8=variants8))
     print(json.dumps(result))
 

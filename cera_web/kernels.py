@@ -256,64 +256,29 @@ def matmul_i8_rows(N: int, T: int) -> int:
 
 
 def matmul_i8(fmt, K: int, N: int, *, accum=False, glu=False, ystride=None, yoff=0, gelu=False, aligned=False,
-              kb: int | None = None, rows: int = 64, ksplit: int = 1, tmax: int = 0) -> str:
+              kb: int | None = None, rows: int = 64) -> str:
     """See matmul_i8.wgsl: the prefill product on quantize_rows' blocks (K a multiple of the type's block), weights in
     the file's layout or the aligned one; rows: the workgroup tile's (64 or 32: matmul_i8_rows); dispatch
-    matmul_i8_groups(N, T, rows, ksplit). kb: blocks a K step (default I8_KB; CERA_WEB_I8_KB=N for benchmarks).
-    ksplit > 1: K in that many parts, written [ksplit, tmax, N] for sum_parts (no GLU, ACCUM or offsets)."""
+    matmul_i8_groups(N, T, rows). kb: blocks a K step (default I8_KB; CERA_WEB_I8_KB=N for benchmarks)."""
     import os
     kb = kb or int(os.environ.get("CERA_WEB_I8_KB") or I8_KB)
     found = i8_format(fmt, aligned)
     fits = rows in (32, 64) and kb >= 1 and (2 if glu else 1) * kb <= 4 and 64 * kb <= 4 * rows   # an item a thread
-    split_ok = ksplit == 1 or (ksplit > 1 and tmax >= 1 and not (glu or accum or yoff) and ystride in (None, N))
-    if found is None or K % GGML_BLOCK[fmt][0] or not fits or not split_ok:
-        raise ValueError(f"matmul_i8: {GGMLType(fmt).name} rows of {K}, {kb} blocks a step, tiles of {rows} rows, "
-                         f"{ksplit} K parts (a type of Q8_FORMATS, K a multiple of its block, 64 or 32 rows, at most "
-                         f"one weight and one activation block a thread a step: kb <= 2 with GLU or 32 rows, <= 4 "
-                         f"otherwise; K parts: plain products with tmax)")
+    if found is None or K % GGML_BLOCK[fmt][0] or not fits:
+        raise ValueError(f"matmul_i8: {GGMLType(fmt).name} rows of {K}, {kb} blocks a step, tiles of {rows} rows (a "
+                         f"type of Q8_FORMATS, K a multiple of its block, 64 or 32 rows, at most one weight and one "
+                         f"activation block a thread a step: kb <= 2 with GLU or 32 rows, <= 4 otherwise)")
     name, pieces = found
     text = build("matmul_i8", K=K, N=N, ACCUM=accum, GLU=glu, GELU=gelu, YSTRIDE=N if ystride is None else ystride,
-                 YOFF=yoff, TR=rows, KB=kb, KS=ksplit, TMAX=max(tmax, 1), **_wrows(aligned, N, glu))
+                 YOFF=yoff, TR=rows, KB=kb, **_wrows(aligned, N, glu))
     head, _, rest = text.partition("\n")     # WebGPU recommends the directive where the language feature is used
     return "\n".join([head, REQUIRES_I8, rest, *(_read(f"formats/{p}.wgsl") for p in pieces),
                       _read(f"formats_i8/{name}.wgsl")])
 
 
-def matmul_i8_groups(N: int, T: int, rows: int = 64, ksplit: int = 1) -> tuple[int, int, int]:
-    """Dispatch of matmul_i8: a workgroup per tile of rows x 64 tokens and K part."""
-    return (-(-N // rows), -(-T // 64), ksplit)
-
-
-I8_SPLIT_FILL = 1024   # workgroups below which matmul_i8 splits K (H200: 256-384 tiles ran at 21-23 TFLOP/s, 2,048 at 33)
-I8_SPLIT_BLOCKS = 8    # fewest 32-blocks a K part
-
-
-def matmul_i8_split(N: int, T: int, K: int, rows: int, glu: bool = False) -> int:
-    """K parts of a matmul_i8 product of N rows for passes of up to T tokens: 1, or the fewest of 2, 4, 8 that give
-    I8_SPLIT_FILL workgroups while each part keeps I8_SPLIT_BLOCKS blocks (GLU products are never split: the gate
-    needs whole sums). CERA_WEB_I8_SPLIT=N forces N where the product allows it (benchmarks)."""
-    import os
-    if glu:
-        return 1
-    forced = os.environ.get("CERA_WEB_I8_SPLIT", "")
-    if forced and forced not in ("1", "2", "4", "8"):
-        raise ValueError(f"CERA_WEB_I8_SPLIT={forced}: 1, 2, 4 or 8")
-    groups = -(-N // rows) * -(-T // 64)
-    split = 1
-    while split < 8 and (int(forced) > split if forced else groups * split < I8_SPLIT_FILL) \
-            and K // 32 >= 2 * split * I8_SPLIT_BLOCKS:
-        split *= 2
-    return split
-
-
-def sum_parts(N: int, ksplit: int, tmax: int, *, ystride: int | None = None, yoff: int = 0, accum: bool = False) -> str:
-    """See sum_parts.wgsl: a split matmul_i8's K parts added into its output."""
-    return build("sum_parts", N=N, KS=ksplit, TMAX=tmax, YSTRIDE=N if ystride is None else ystride, YOFF=yoff,
-                 ACCUM=accum)
-
-
-def sum_parts_groups(N: int, T: int) -> tuple[int, int, int]:
-    return (-(-N // 256), T, 1)
+def matmul_i8_groups(N: int, T: int, rows: int = 64) -> tuple[int, int, int]:
+    """Dispatch of matmul_i8: a workgroup per tile of rows x 64 tokens."""
+    return (-(-N // rows), -(-T // 64), 1)
 
 
 def aligned_enabled() -> bool:
@@ -618,14 +583,14 @@ def attention_tiled_groups(heads: int, kv_heads: int, T: int, split: int = 1) ->
     return (kv_heads, -(-T * (heads // kv_heads) // 32), split)
 
 
-ATTN_FILL = 512    # workgroups below which a prefill attention is split (a few per SM of large GPUs)
+ATTN_FILL = 256    # workgroups below which a prefill attention is split (H200: SmolLM2's 144 gain from 2 splits)
 
 
 def attention_prefill_split(heads: int, kv_heads: int, T: int) -> int:
     """Splits of attention_tiled's key tiles for passes of up to T tokens: 1, or the fewest of 2, 4, 8 that give
-    ATTN_FILL workgroups (SmolLM2's 3 KV heads give 144 unsplit at T = 512: about one 128-thread workgroup an SM of
-    an H200, so each walks its keys with nothing to hide its latencies). CERA_WEB_ATTN_SPLIT=N forces N
-    (benchmarks)."""
+    ATTN_FILL workgroups (SmolLM2's 3 KV heads give 144 unsplit at T = 512, about one 128-thread workgroup an SM of
+    an H200: 2 splits took its 512-token attention from 70 to 58 us, 4 to 63; 1B's 512 workgroups lost with any
+    split; docs/bench/h200-s8-call2-*). CERA_WEB_ATTN_SPLIT=N forces N (benchmarks)."""
     import os
     forced = os.environ.get("CERA_WEB_ATTN_SPLIT", "")
     if forced:

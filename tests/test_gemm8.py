@@ -92,9 +92,9 @@ def test_quantize_rows(dev, norm):
 
 
 def gemm_case(dev, fmt, T, N, K, *, norm=True, glu=False, gelu=False, accum=False, yoff=0, stride=None, seed=0,
-              tr=64, ksplit=1):
-    """Run quantize_rows + matmul_i8 (ksplit > 1: in K parts, then sum_parts) and return (got, exact, f32): the
-    GPU's Y, numpy on the GPU's own blocks, and numpy on the float32 (normalised) activations."""
+              tr=64):
+    """Run quantize_rows + matmul_i8 and return (got, exact, f32): the GPU's Y, numpy on the GPU's own blocks,
+    and numpy on the float32 (normalised) activations."""
     rng = np.random.default_rng(seed + int(fmt))
     rows = 2 * N if glu else N
     raw, w = random_blocks(fmt, rows, K, rng)
@@ -106,16 +106,8 @@ def gemm_case(dev, fmt, T, N, K, *, norm=True, glu=False, gelu=False, accum=Fals
     Q = quantize_gpu(dev, x, g, eps)
     Y = f32_buffer(dev, y0)
     gx, gy, _ = kernels.matmul_i8_groups(N, T, tr)
-    step = step_buffer(dev, T)
-    if ksplit == 1:
-        run(dev, kernels.matmul_i8(fmt, K, N, accum=accum, glu=glu, gelu=gelu, ystride=stride, yoff=yoff, rows=tr),
-            [upload(dev, raw), Q, Y, step], (gx, gy + 1, 1))     # a token tile past the pass's end
-    else:
-        P = f32_buffer(dev, np.full(ksplit * (T + 3) * N, np.nan, np.float32))   # parts' rows: tmax = T + 3
-        run(dev, kernels.matmul_i8(fmt, K, N, rows=tr, ksplit=ksplit, tmax=T + 3), [upload(dev, raw), Q, P, step],
-            (gx, gy + 1, ksplit))
-        run(dev, kernels.sum_parts(N, ksplit, T + 3, ystride=stride, yoff=yoff, accum=accum), [P, Y, step],
-            kernels.sum_parts_groups(N, T + 3))
+    run(dev, kernels.matmul_i8(fmt, K, N, accum=accum, glu=glu, gelu=gelu, ystride=stride, yoff=yoff, rows=tr),
+        [upload(dev, raw), Q, Y, step_buffer(dev, T)], (gx, gy + 1, 1))     # a token tile past the pass's end
     d, _, q = read_blocks(dev, Q, T, K)
     xq = (d[..., None] * q).reshape(T, K)
     xf = x.astype(np.float64)
@@ -243,37 +235,6 @@ def test_mixed_types_split_int8(tmp_path, monkeypatch):
 
 # the tiny mixed model's logits with int8 activations vs float32: measured max 0.54% of the largest logit (lavapipe)
 MIXED_TOL = 2e-2
-
-
-@pytest.mark.parametrize("fmt,ksplit,K", [(GGMLType.Q4_1, 2, 352), (GGMLType.Q8_0, 4, 512), (GGMLType.Q4_K, 3, 768),
-                                           (GGMLType.Q6_K, 2, 512)], ids=["q4_1_2", "q8_0_4", "q4_k_3", "q6_k_2"])
-def test_gemm8_split_k(dev, fmt, ksplit, K):
-    """K in parts (workgroups of a row tile over blocks [z NBS, (z + 1) NBS), the last part short or, for Q4_K's
-    24 blocks in 3, whole super-blocks), added into a wider output at a column offset by sum_parts: the unsplit
-    product's numbers."""
-    got, exact, _ = gemm_case(dev, fmt, T=70, N=45, K=K, norm=True, accum=True, yoff=2, stride=50, ksplit=ksplit,
-                              tr=32)
-    np.testing.assert_allclose(got, exact, rtol=1e-5, atol=2e-5 * np.abs(exact).max())
-
-
-def test_matmul_i8_split(monkeypatch):
-    """K parts where a product has fewer than I8_SPLIT_FILL tiles: 1B's 2048-row products at 512 tokens (256 tiles)
-    in 4 parts, SmolLM2's 576 rows (32-row tiles: 144) in up to 8 but no part under 8 blocks (K = 1536: 4 parts of
-    12 blocks, K = 576: 2 of 9, K = 256: none), GLU never; CERA_WEB_I8_SPLIT forces (within the same limits)."""
-    assert kernels.matmul_i8_split(2048, 512, 8192, 64) == 4
-    assert kernels.matmul_i8_split(2048, 512, 2048, 64) == 4
-    assert kernels.matmul_i8_split(16384, 512, 2048, 64) == 1
-    assert kernels.matmul_i8_split(576, 512, 1536, 32) == 4
-    assert kernels.matmul_i8_split(576, 512, 576, 32) == 2
-    assert kernels.matmul_i8_split(576, 512, 256, 32) == 1
-    assert kernels.matmul_i8_split(2048, 512, 8192, 64, glu=True) == 1
-    monkeypatch.setenv("CERA_WEB_I8_SPLIT", "1")
-    assert kernels.matmul_i8_split(2048, 512, 8192, 64) == 1
-    monkeypatch.setenv("CERA_WEB_I8_SPLIT", "8")
-    assert kernels.matmul_i8_split(2048, 512, 8192, 64) == 8
-    monkeypatch.setenv("CERA_WEB_I8_SPLIT", "3")
-    with pytest.raises(ValueError, match="CERA_WEB_I8_SPLIT"):
-        kernels.matmul_i8_split(2048, 512, 8192, 64)
 
 
 def test_matmul_i8_rows(monkeypatch):

@@ -327,9 +327,9 @@ def test_attention_tiled_selection(monkeypatch):
     assert not kernels.attention_tiled_fits(128, 49152) and not kernels.attention_tiled_fits(256, 49152)
     monkeypatch.setenv("CERA_WEB_ATTN_TILED", "0")
     assert not kernels.attention_tiled_fits(64, 49152)
-    # split where a pass has too few workgroups: SmolLM2 (9 heads on 3) at 512 tokens has 144, so 4 splits; 1B (32
+    # split where a pass has too few workgroups: SmolLM2 (9 heads on 3) at 512 tokens has 144, so 2 splits; 1B (32
     # on 8) has 512, none; a 16-token pass of SmolLM2 would have 6, but 8 splits at most
-    assert kernels.attention_prefill_split(9, 3, 512) == 4
+    assert kernels.attention_prefill_split(9, 3, 512) == 2
     assert kernels.attention_prefill_split(32, 8, 512) == 1
     assert kernels.attention_prefill_split(9, 3, 16) == 8
     monkeypatch.setenv("CERA_WEB_ATTN_SPLIT", "2")
@@ -383,3 +383,40 @@ def test_argmax_two_stage(dev, V, top):
     want = min(top)
     assert read(dev, tok, 1, np.uint32)[0] == want
     assert read(dev, log, 16, np.uint32)[5] == want
+
+
+def test_early_submit_keeps_order_and_copies(dev):
+    """Device.submit(early=True) (prefill chunks) sends a long dispatch list in several command buffers: 100
+    dispatches alternating two non-commuting updates of one word give the same value as one command buffer, the
+    copies run after all of them, and it took 2 submissions (32, then the remaining 68) against 1."""
+    op = ("@group(0) @binding(0) var<storage, read_write> Y: array<u32>;\n"
+          "@compute @workgroup_size(1) fn main() {{ Y[0] = Y[0] * {}u + {}u; }}")
+    pipes = [dev.pipeline(op.format(3, 1)), dev.pipeline(op.format(5, 2))]
+    want = 7
+    for i in range(100):
+        want = (want * (3, 5)[i % 2] + (1, 2)[i % 2]) % 2**32
+    got = []
+    for early in (False, True):
+        y = upload(dev, np.array([7], np.uint32))
+        out = upload(dev, np.zeros(1, np.uint32))
+        binds = [dev.bind(p, [y]) for p in pipes]
+        half = [(pipes[i % 2], binds[i % 2], (1, 1, 1)) for i in range(50)]
+        plans = [dev.record(half), dev.record(half)]
+        before = dev.submits
+        dev.submit(plans, [(y, 0, out, 0, 4)], early=early)
+        got.append((int(read(dev, out, 1, np.uint32)[0]), dev.submits - before))
+    assert got == [(want, 1), (want, 2)]
+
+
+def test_bench_kernels_times_prefill_attention(dev):
+    """bench_kernels --attention: the tiled prefill attention per head layout and split, GFLOP/s from the causal
+    key count (T tokens after pos0: 4 * 64 * heads * sum of keys)."""
+    import asyncio
+
+    from cera_web import bench_kernels
+    out = asyncio.run(bench_kernels.run([], [], device=dev, repeats=1, target_ms=1, rotate_mib=1, gemm_tokens=8,
+                                        attention=[(4, 2)], attention_pos0=3, splits=[1, 2]))
+    rows = out["attention"]
+    assert [(r["heads"], r["kv_heads"], r["T"], r["pos0"], r["split"]) for r in rows] == [(4, 2, 8, 3, 1), (4, 2, 8, 3, 2)]
+    flop = 4 * 64 * 4 * sum(3 + t + 1 for t in range(8))
+    assert all(r["us"] > 0 and abs(r["gflops"] - flop / r["us"] / 1e3) <= 0.05 + 1e-3 * r["gflops"] for r in rows)

@@ -57,9 +57,10 @@ class Device:
         """Record a list of (pipeline, bind_group, (x, y, z)) once; returns a plan to pass to :meth:`submit`."""
         raise NotImplementedError
 
-    def submit(self, plans: list, copies: list = ()) -> None:
+    def submit(self, plans: list, copies: list = (), early: bool = False) -> None:
         """Encode the recorded plans (in order, one compute pass) and the buffer copies (src, src_off, dst, dst_off, n)
-        that follow them into one command buffer and submit it."""
+        that follow them into one command buffer and submit it. early: the work is long (a prefill chunk) and the
+        backend may send it in several command buffers, so that the GPU starts before the host has encoded it all."""
         raise NotImplementedError
 
     def encode(self, plans: list, copies: list = (), read: list = ()):

@@ -272,7 +272,8 @@ class BrowserDevice(Device):
         self.calls += 4
         return Plan(self.js.plan(to_js(pipes), to_js(groups), to_js(counts)), len(dispatches))
 
-    def submit(self, plans, copies=()):
+    def submit(self, plans, copies=(), early=False):
+        """One command buffer whatever ``early`` says: the page's encoding is one JS call."""
         from pyodide.ffi import to_js
         self.calls += 3
         self.submits += 1

@@ -272,7 +272,7 @@ class GPUModel:
         plans = [self.plan_decode if one else self.plan_prefill]
         if with_head:
             plans += self._head(self.plan_head_decode if one else self.plan_head_prefill)
-        self.dev.submit(plans)
+        self.dev.submit(plans, early=not one)
 
     def decode(self, pos: int, out_index: int):
         """Submit one decode step: the token in tokens[0] at position pos; its successor goes to log[out_index]."""

@@ -211,12 +211,11 @@ class Transformer(GPUModel):
         return self._freqs[theta]
 
     def prefill_parts(self, nbytes: int):
-        """The parts buffer of split prefill attention (kernels.attention_prefill_split) and split-K products
-        (kernels.matmul_i8_split), made on first use at the largest size asked for (one buffer: a pass's dispatches
-        run in order). A larger request makes a larger buffer; the smaller ones stay bound to the dispatches
-        recorded before it."""
+        """The parts buffer of split prefill attention (kernels.attention_prefill_split), made on first use (every
+        layer asks for the size of its heads: the largest first is not guaranteed, so a larger request makes a
+        larger buffer and the smaller ones stay bound to the dispatches recorded before it)."""
         if self._prefill_parts is None or self._prefill_parts.size < nbytes:
-            self._prefill_parts = self.dev.create_buffer(nbytes, label="prefill parts")
+            self._prefill_parts = self.dev.create_buffer(nbytes, label="prefill attention parts")
             self._parts_made.append(self._prefill_parts)
         return self._prefill_parts
 
@@ -303,18 +302,8 @@ class Transformer(GPUModel):
         for buf, r0, rows_here in parts:
             label = name if len(parts) == 1 else f"{name}[{r0}:{r0 + rows_here}]"
             tr = kernels.matmul_i8_rows(rows_here, T)
-            split = kernels.matmul_i8_split(rows_here, T, k, tr, kw.get("glu", False))
-            if split == 1:
-                rec.add(kernels.matmul_i8(fmt, k, rows_here, ystride=ystride, yoff=yoff + r0, rows=tr, **kw),
-                        [buf, self.xq, y, self.step], kernels.matmul_i8_groups(rows_here, T, tr), label)
-                continue
-            # too few tiles to fill the GPU: K in parts, added into y by sum_parts
-            part_bytes = 4 * split * T * rows_here
-            rec.add(kernels.matmul_i8(fmt, k, rows_here, rows=tr, ksplit=split, tmax=T, aligned=kw["aligned"]),
-                    [buf, self.xq, self.prefill_parts(part_bytes), self.step],
-                    kernels.matmul_i8_groups(rows_here, T, tr, split), label)
-            rec.add(kernels.sum_parts(rows_here, split, T, ystride=ystride, yoff=yoff + r0, accum=kw.get("accum", False)),
-                    [self.prefill_parts(part_bytes), y, self.step], kernels.sum_parts_groups(rows_here, T), label)
+            rec.add(kernels.matmul_i8(fmt, k, rows_here, ystride=ystride, yoff=yoff + r0, rows=tr, **kw),
+                    [buf, self.xq, y, self.step], kernels.matmul_i8_groups(rows_here, T, tr), label)
 
     # -- plans ---------------------------------------------------------------------------------------------------
     def record_body(self, T):
@@ -356,7 +345,7 @@ class Transformer(GPUModel):
             self._plan_all_logits = rec.finish()
         self.dev.write_buffer(self.tokens, np.asarray(ids, np.uint32))
         self.set_step(len(ids), pos0, 0)
-        self.dev.submit([self.plan_prefill, self._plan_all_logits])
+        self.dev.submit([self.plan_prefill, self._plan_all_logits], early=True)
         raw = await self.dev.read(self.all_logits, 0, 4 * len(ids) * V)
         return np.frombuffer(raw, np.float32).reshape(len(ids), V).copy()
 
