@@ -256,24 +256,58 @@ def matmul_i8_rows(N: int, T: int) -> int:
 
 
 def matmul_i8(fmt, K: int, N: int, *, accum=False, glu=False, ystride=None, yoff=0, gelu=False, aligned=False,
-              kb: int | None = None, rows: int = 64) -> str:
+              kb: int | None = None, rows: int = 64, kgroups: int = 1) -> str:
     """See matmul_i8.wgsl: the prefill product on quantize_rows' blocks (K a multiple of the type's block), weights in
-    the file's layout or the aligned one; rows: the workgroup tile's (64 or 32: matmul_i8_rows); dispatch
-    matmul_i8_groups(N, T, rows). kb: blocks a K step (default I8_KB; CERA_WEB_I8_KB=N for benchmarks)."""
+    the file's layout or the aligned one; rows: the workgroup tile's (64 or 32: matmul_i8_rows); kgroups: K groups
+    sharing a tile (matmul_i8_kgroups); dispatch matmul_i8_groups(N, T, rows). kb: blocks a K step (default I8_KB;
+    CERA_WEB_I8_KB=N for benchmarks)."""
     import os
     kb = kb or int(os.environ.get("CERA_WEB_I8_KB") or I8_KB)
     found = i8_format(fmt, aligned)
-    fits = rows in (32, 64) and kb >= 1 and (2 if glu else 1) * kb <= 4 and 64 * kb <= 4 * rows   # an item a thread
+    fits = (rows in (32, 64) and kb >= 1 and (2 if glu else 1) * kb <= 4 and 64 * kb <= 4 * rows   # an item a thread
+            and kgroups in (1, 2, 4) and (kgroups == 1 or (2 if glu else 1) * kb >= 2))
     if found is None or K % GGML_BLOCK[fmt][0] or not fits:
         raise ValueError(f"matmul_i8: {GGMLType(fmt).name} rows of {K}, {kb} blocks a step, tiles of {rows} rows (a "
                          f"type of Q8_FORMATS, K a multiple of its block, 64 or 32 rows, at most one weight and one "
-                         f"activation block a thread a step: kb <= 2 with GLU or 32 rows, <= 4 otherwise)")
+                         f"activation block a thread a step: kb <= 2 with GLU or 32 rows, <= 4 otherwise; 1, 2 or 4 "
+                         f"K groups, which need kb >= 2 without GLU)")
     name, pieces = found
     text = build("matmul_i8", K=K, N=N, ACCUM=accum, GLU=glu, GELU=gelu, YSTRIDE=N if ystride is None else ystride,
-                 YOFF=yoff, TR=rows, KB=kb, **_wrows(aligned, N, glu))
+                 YOFF=yoff, TR=rows, KB=kb, KG=kgroups, **_wrows(aligned, N, glu))
     head, _, rest = text.partition("\n")     # WebGPU recommends the directive where the language feature is used
     return "\n".join([head, REQUIRES_I8, rest, *(_read(f"formats/{p}.wgsl") for p in pieces),
                       _read(f"formats_i8/{name}.wgsl")])
+
+
+def matmul_i8_memory(rows: int, kgroups: int = 1, glu: bool = False, kb: int | None = None) -> int:
+    """Bytes of workgroup memory of a matmul_i8 tile (see its staging arrays)."""
+    import os
+    kb = kb or int(os.environ.get("CERA_WEB_I8_KB") or I8_KB)
+    r4, halves = rows // 4, 2 if glu else 1
+    return 16 * kgroups * (halves * kb * r4 * (8 + 2 + 1) + kb * 16 * (8 + 2))
+
+
+I8_KG_FILL = 256   # tiles below which a product's K is shared by more thread groups (as I8_FILL)
+
+
+def matmul_i8_kgroups(N: int, T: int, rows: int, glu: bool, wg_memory: int, max_threads: int) -> int:
+    """K groups of a matmul_i8 tile (more threads on a product with few tiles, which alone leave the GPU's cores
+    waiting on latencies: SmolLM2's 576-row products): 1 for GLU products and where rows x 64-token tiles number
+    I8_KG_FILL or more, else the most of 4, 2 whose workgroup (rows * 4 * groups threads) and memory the device allows.
+    CERA_WEB_I8_KG=1|2|4 forces it where it fits (benchmarks)."""
+    import os
+    forced = os.environ.get("CERA_WEB_I8_KG", "")
+    if forced and forced not in ("1", "2", "4"):
+        raise ValueError(f"CERA_WEB_I8_KG={forced}: 1, 2 or 4")
+    if forced:
+        want = int(forced)
+    elif glu or -(-N // rows) * -(-T // 64) >= I8_KG_FILL:
+        return 1
+    else:
+        want = 4
+    while want > 1 and (rows * 4 * want > max_threads or matmul_i8_memory(rows, want, glu) > wg_memory):
+        want //= 2
+    return want
 
 
 def matmul_i8_groups(N: int, T: int, rows: int = 64) -> tuple[int, int, int]:

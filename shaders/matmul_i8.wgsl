@@ -14,18 +14,20 @@
 // formats that have one (OFFSET). K goes KB blocks a step: the step's weight words and activation words are staged
 // in workgroup memory, word-major with 4 rows (4 tokens) a vec4, a thread staging at most one weight block and one
 // activation block (so HALVES KB <= 4 and 64 KB <= 4 TR), read from global memory during the previous step's
-// products. Everything a thread holds is a named vector: no private arrays (which NVIDIA's compiler can leave in local
+// products. K groups (KG > 1, for products with few tiles: more threads to hide latencies): KG groups of TR * 4
+// threads share the tile, group g taking K steps g, g + KG, ... with its own staging; their sums meet in workgroup
+// memory at the end. Everything a thread holds is a named vector: no private arrays (which NVIDIA's compiler can leave in local
 // memory, docs/DESIGN.md).
 //
-// Constants: K (a multiple of 32; of 256 for k-quants), N, ACCUM, GLU, GELU, YSTRIDE, YOFF, TR, KB, and the format's
-//   (WROWS, the rows of W, for the aligned layout); kernels.matmul_i8.
+// Constants: K (a multiple of 32; of 256 for k-quants), N, ACCUM, GLU, GELU, YSTRIDE, YOFF, TR, KB, KG, and the
+//   format's (WROWS, the rows of W, for the aligned layout); kernels.matmul_i8.
 // Bindings:
 //   0 W: array<WORD>        the packed weights, N rows (2N with GLU); WORD: the format's (u32, or vec4<u32>)
 //   1 XQ: array<u32>        [n_tokens, K / 32, 10] blocks {dx: f32, s: f32, 8 words of 4 int8} (quantize_rows.wgsl)
 //   2 Y: array<f32>         [n_tokens, YSTRIDE]
 //   3 step: uniform Step
-// Dispatch: (ceil(N / TR), ceil(n_tokens_max / 64), 1) workgroups of TR * 4 (kernels.matmul_i8_groups); token tiles
-// past the pass's end return at once.
+// Dispatch: (ceil(N / TR), ceil(n_tokens_max / 64), 1) workgroups of TR * 4 * KG (kernels.matmul_i8_groups); token
+// tiles past the pass's end return at once.
 @group(0) @binding(0) var<storage, read> W: array<WORD>;
 @group(0) @binding(1) var<storage, read> XQ: array<u32>;
 @group(0) @binding(2) var<storage, read_write> Y: array<f32>;
@@ -34,7 +36,8 @@
 const NB: u32 = K / 32u;                          // blocks a row
 const HALVES: u32 = select(1u, 2u, GLU);
 const R4: u32 = TR / 4u;                          // row vec4s of the tile: threads along the rows
-const WG: u32 = R4 * 16u;                         // threads: R4 x 16 token vec4s
+const LT: u32 = R4 * 16u;                         // threads of a K group: R4 x 16 token vec4s
+const WG: u32 = LT * KG;                          // threads: KG groups
 const W_ITEMS: u32 = HALVES * TR * KB;            // weight blocks a step
 const X_ITEMS: u32 = 64u * KB;                    // activation blocks a step
 const SW: u32 = 8u / SCALES;                      // words a scale covers (the format's SCALES: 1 or 2 a block)
@@ -48,12 +51,18 @@ struct WBlock {
     m: f32,
 }
 
-var<workgroup> ws: array<vec4<u32>, HALVES * KB * 8u * R4>;   // [half][block][word][rows / 4]
-var<workgroup> wd: array<vec4<f32>, HALVES * KB * 2u * R4>;    // (d0, d1) [half][block][2][rows / 4]
-var<workgroup> wm: array<vec4<f32>, HALVES * KB * R4>;         // m [half][block][rows / 4]
-var<workgroup> xs: array<vec4<u32>, KB * 8u * 16u>;            // [block][word][tokens / 4]
-var<workgroup> xd: array<vec4<f32>, KB * 16u>;                 // dx [block][tokens / 4]
-var<workgroup> xm: array<vec4<f32>, KB * 16u>;                 // s
+// Each K group's staging: group g's at g * WS_G, g * WD_G, ... of each array.
+const WS_G: u32 = HALVES * KB * 8u * R4;
+const WD_G: u32 = HALVES * KB * 2u * R4;
+const WM_G: u32 = HALVES * KB * R4;
+const XS_G: u32 = KB * 8u * 16u;
+const XD_G: u32 = KB * 16u;
+var<workgroup> ws: array<vec4<u32>, KG * WS_G>;    // [group][half][block][word][rows / 4]
+var<workgroup> wd: array<vec4<f32>, KG * WD_G>;    // (d0, d1) [group][half][block][2][rows / 4]
+var<workgroup> wm: array<vec4<f32>, KG * WM_G>;    // m [group][half][block][rows / 4]
+var<workgroup> xs: array<vec4<u32>, KG * XS_G>;    // [group][block][word][tokens / 4]
+var<workgroup> xd: array<vec4<f32>, KG * XD_G>;    // dx [group][block][tokens / 4]
+var<workgroup> xm: array<vec4<f32>, KG * XD_G>;    // s
 
 // Bytes v (each < 2 bias) minus bias, as two's complement bytes (bias 8, 16 or 32; formats whose integers are
 // unsigned with an implied offset): v ^ bias is the value in log2(bias) + 1 bits; its sign bit is spread over the
@@ -75,11 +84,11 @@ fn load_w(row0: u32, b0: u32, i: u32) -> WBlock {
     return wblock(n + (hb / KB) * N, b);
 }
 
-fn put_w(i: u32, w: WBlock) {
+fn put_w(g: u32, i: u32, w: WBlock) {
     let r = i % TR;
     let hb = i / TR;
     let c = r % 4u;
-    let at = hb * 8u * R4 + r / 4u;                // word w of the block at at + R4 w
+    let at = g * WS_G + hb * 8u * R4 + r / 4u;     // word w of the block at at + R4 w
     ws[at][c] = w.q0.x;
     ws[at + R4][c] = w.q0.y;
     ws[at + 2u * R4][c] = w.q0.z;
@@ -88,9 +97,9 @@ fn put_w(i: u32, w: WBlock) {
     ws[at + 5u * R4][c] = w.q1.y;
     ws[at + 6u * R4][c] = w.q1.z;
     ws[at + 7u * R4][c] = w.q1.w;
-    wd[hb * 2u * R4 + r / 4u][c] = w.d.x;
-    wd[hb * 2u * R4 + R4 + r / 4u][c] = w.d.y;
-    wm[hb * R4 + r / 4u][c] = w.m;
+    wd[g * WD_G + hb * 2u * R4 + r / 4u][c] = w.d.x;
+    wd[g * WD_G + hb * 2u * R4 + R4 + r / 4u][c] = w.d.y;
+    wm[g * WM_G + hb * R4 + r / 4u][c] = w.m;
 }
 
 // Activation item i of the step at block b0 (tokens fastest, then blocks; i < X_ITEMS): its 8 words and (dx, s),
@@ -113,11 +122,11 @@ fn load_x(tok0: u32, b0: u32, i: u32, n_tokens: u32) -> XBlock {
                   vec2<f32>(bitcast<f32>(XQ[o]), bitcast<f32>(XQ[o + 1u])));
 }
 
-fn put_x(i: u32, x: XBlock) {
+fn put_x(g: u32, i: u32, x: XBlock) {
     let t = i % 64u;
     let kb = i / 64u;
     let c = t % 4u;
-    let at = kb * 128u + t / 4u;                   // word w at at + 16 w
+    let at = g * XS_G + kb * 128u + t / 4u;        // word w at at + 16 w
     xs[at][c] = x.q0.x;
     xs[at + 16u][c] = x.q0.y;
     xs[at + 32u][c] = x.q0.z;
@@ -126,13 +135,34 @@ fn put_x(i: u32, x: XBlock) {
     xs[at + 80u][c] = x.q1.y;
     xs[at + 96u][c] = x.q1.z;
     xs[at + 112u][c] = x.q1.w;
-    xd[kb * 16u + t / 4u][c] = x.ds.x;
-    xm[kb * 16u + t / 4u][c] = x.ds.y;
+    xd[g * XD_G + kb * 16u + t / 4u][c] = x.ds.x;
+    xm[g * XD_G + kb * 16u + t / 4u][c] = x.ds.y;
 }
 
 // The integer sums of one row vec4 (a: 4 rows' words) with one token vec4 (x: 4 tokens' words), token by token.
 fn dots(a: vec4<u32>, x: u32) -> vec4<i32> {
     return vec4<i32>(dot4I8Packed(a.x, x), dot4I8Packed(a.y, x), dot4I8Packed(a.z, x), dot4I8Packed(a.w, x));
+}
+
+// v summed over the K groups, in group 0's threads (every thread calls it: it has barriers). The staging of the
+// weights, free after the last step, carries groups 1 .. KG's vec4s ((KG - 1) LT of them fit in KG WS_G when
+// HALVES KB >= 2: kernels.matmul_i8 checks).
+fn group_sum(v: vec4<f32>, g: u32, lt: u32) -> vec4<f32> {
+    if (KG == 1u) {
+        return v;
+    }
+    if (g > 0u) {
+        ws[(g - 1u) * LT + lt] = bitcast<vec4<u32>>(v);
+    }
+    workgroupBarrier();
+    var s = v;
+    if (g == 0u) {
+        for (var i = 1u; i < KG; i++) {
+            s += bitcast<vec4<f32>>(ws[(i - 1u) * LT + lt]);
+        }
+    }
+    workgroupBarrier();
+    return s;
 }
 
 fn store(t: u32, n: u32, a: vec4<f32>, u: vec4<f32>, n_tokens: u32) {
@@ -163,40 +193,48 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     if (tok0 >= n_tokens) {
         return;
     }
-    let rg = tid % R4;           // rows 4 rg .. 4 rg + 4 of the tile
-    let tg = tid / R4;           // tokens 4 tg .. 4 tg + 4
+    let g = tid / LT;            // K group: blocks g KB .. g KB + KB of every KG KB
+    let lt = tid % LT;
+    let rg = lt % R4;            // rows 4 rg .. 4 rg + 4 of the tile
+    let tg = lt / R4;            // tokens 4 tg .. 4 tg + 4
+    let gs = g * WS_G;
+    let gd = g * WD_G;
+    let gm = g * WM_G;
+    let gx = g * XS_G;
+    let gxd = g * XD_G;
     var a0 = vec4<f32>(0.0); var a1 = vec4<f32>(0.0); var a2 = vec4<f32>(0.0); var a3 = vec4<f32>(0.0);
     var u0 = vec4<f32>(0.0); var u1 = vec4<f32>(0.0); var u2 = vec4<f32>(0.0); var u3 = vec4<f32>(0.0);
-    var wn = load_w(row0, 0u, tid);                  // a thread's items of the first step
-    var xn = load_x(tok0, 0u, tid, n_tokens);
-    for (var b0 = 0u; b0 < NB; b0 += KB) {
-        if (tid < W_ITEMS) { put_w(tid, wn); }
-        if (tid < X_ITEMS) { put_x(tid, xn); }
+    var wn = load_w(row0, g * KB, lt);               // a thread's items of its group's first step
+    var xn = load_x(tok0, g * KB, lt, n_tokens);
+    for (var s0 = 0u; s0 < NB; s0 += KG * KB) {
+        let b0 = s0 + g * KB;
+        if (lt < W_ITEMS) { put_w(g, lt, wn); }
+        if (lt < X_ITEMS) { put_x(g, lt, xn); }
         workgroupBarrier();
-        wn = load_w(row0, b0 + KB, tid);             // the next step's, read while this step's products run
-        xn = load_x(tok0, b0 + KB, tid, n_tokens);
+        wn = load_w(row0, b0 + KG * KB, lt);         // the next step's, read while this step's products run
+        xn = load_x(tok0, b0 + KG * KB, lt, n_tokens);
         for (var kb = 0u; kb < KB; kb++) {
-            let dx = xd[kb * 16u + tg];
-            let sx = xm[kb * 16u + tg];
+            let dx = xd[gxd + kb * 16u + tg];
+            let sx = xm[gxd + kb * 16u + tg];
             for (var h = 0u; h < SCALES; h++) {        // words SW h .. SW h + SW, scale d_h
                 var s0 = vec4<i32>(0); var s1 = vec4<i32>(0); var s2 = vec4<i32>(0); var s3 = vec4<i32>(0);
                 var v0 = vec4<i32>(0); var v1 = vec4<i32>(0); var v2 = vec4<i32>(0); var v3 = vec4<i32>(0);
                 for (var w = SW * h; w < SW * h + SW; w++) {
-                    let x = xs[kb * 128u + 16u * w + tg];
-                    let a = ws[(kb * 8u + w) * R4 + rg];
+                    let x = xs[gx + kb * 128u + 16u * w + tg];
+                    let a = ws[gs + (kb * 8u + w) * R4 + rg];
                     s0 += dots(a, x.x); s1 += dots(a, x.y); s2 += dots(a, x.z); s3 += dots(a, x.w);
                     if (GLU) {
-                        let u = ws[((KB + kb) * 8u + w) * R4 + rg];
+                        let u = ws[gs + ((KB + kb) * 8u + w) * R4 + rg];
                         v0 += dots(u, x.x); v1 += dots(u, x.y); v2 += dots(u, x.z); v3 += dots(u, x.w);
                     }
                 }
-                let d = wd[(kb * 2u + h) * R4 + rg];           // 4 rows' scales of this half
+                let d = wd[gd + (kb * 2u + h) * R4 + rg];      // 4 rows' scales of this half
                 a0 += vec4<f32>(s0) * d * dx.x;
                 a1 += vec4<f32>(s1) * d * dx.y;
                 a2 += vec4<f32>(s2) * d * dx.z;
                 a3 += vec4<f32>(s3) * d * dx.w;
                 if (GLU) {
-                    let du = wd[((KB + kb) * 2u + h) * R4 + rg];
+                    let du = wd[gd + ((KB + kb) * 2u + h) * R4 + rg];
                     u0 += vec4<f32>(v0) * du * dx.x;
                     u1 += vec4<f32>(v1) * du * dx.y;
                     u2 += vec4<f32>(v2) * du * dx.z;
@@ -204,15 +242,22 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 }
             }
             if (OFFSET) {
-                let m = wm[kb * R4 + rg];
+                let m = wm[gm + kb * R4 + rg];
                 a0 += m * sx.x; a1 += m * sx.y; a2 += m * sx.z; a3 += m * sx.w;
                 if (GLU) {
-                    let mu = wm[(KB + kb) * R4 + rg];
+                    let mu = wm[gm + (KB + kb) * R4 + rg];
                     u0 += mu * sx.x; u1 += mu * sx.y; u2 += mu * sx.z; u3 += mu * sx.w;
                 }
             }
         }
         workgroupBarrier();
+    }
+    a0 = group_sum(a0, g, lt); a1 = group_sum(a1, g, lt); a2 = group_sum(a2, g, lt); a3 = group_sum(a3, g, lt);
+    if (GLU) {
+        u0 = group_sum(u0, g, lt); u1 = group_sum(u1, g, lt); u2 = group_sum(u2, g, lt); u3 = group_sum(u3, g, lt);
+    }
+    if (g > 0u) {
+        return;
     }
     let n = row0 + 4u * rg;
     let t = tok0 + 4u * tg;

@@ -3,7 +3,9 @@
 //   d = max|v| / 127, q_j = round(v_j / d) (WGSL round: ties to even; q = 0 for an all-zero block), s = d * sum_j q_j
 //   (s serves formats whose weights have an offset: sum_j (a q_w + m) d q_j = a d sum q_w q_j + m s).
 // Each workgroup quantizes one token: with NORM its threads first sum the squares of the row (strided vec4s, a tree
-// through workgroup memory); then thread i takes blocks i, i + WG, ...
+// through workgroup memory); then it goes along the row WG vec4s at a time, a thread a vec4 and 8 threads a block,
+// the block's max |v| and sum q met in workgroup memory (no thread holds a block: a private array of 8 vec4s can
+// land in local memory on NVIDIA's compiler, docs/DESIGN.md).
 //
 // Constants: K (a multiple of 32), NORM, EPS, WG (threads a workgroup, a power of two); kernels.quantize_rows.
 // Bindings:
@@ -28,6 +30,19 @@ fn pack4(q: vec4<f32>) -> u32 {
          | ((bitcast<u32>(i.z) & 0xFFu) << 16u) | (bitcast<u32>(i.w) << 24u);
 }
 
+// The largest, or the sum, of the 8 values in part of thread tid's block (read after a barrier).
+fn block_max(tid: u32) -> f32 {
+    let b = tid & ~7u;
+    return max(max(max(part[b], part[b + 1u]), max(part[b + 2u], part[b + 3u])),
+               max(max(part[b + 4u], part[b + 5u]), max(part[b + 6u], part[b + 7u])));
+}
+
+fn block_sum(tid: u32) -> f32 {
+    let b = tid & ~7u;
+    return ((part[b] + part[b + 1u]) + (part[b + 2u] + part[b + 3u]))
+         + ((part[b + 4u] + part[b + 5u]) + (part[b + 6u] + part[b + 7u]));
+}
+
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
     let t = wid.x;
@@ -50,29 +65,33 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         workgroupBarrier();
         scale = 1.0 / sqrt(part[0] / f32(K) + EPS);
+        workgroupBarrier();                            // part is reused below
     }
-    for (var b = tid; b < NB; b += WG) {
-        var v: array<vec4<f32>, 8>;
-        var amax = 0.0;
-        for (var i = 0u; i < 8u; i++) {
-            var x = X[t * K4 + b * 8u + i];
+    for (var k0 = 0u; k0 < K4; k0 += WG) {             // K4 is a multiple of 8: a block is never cut
+        let k = k0 + tid;                              // vec4 k: word k % 8 of block k / 8
+        var x = vec4<f32>(0.0);
+        if (k < K4) {
+            x = X[t * K4 + k];
             if (NORM) {
-                x = x * scale * G[b * 8u + i];
+                x = x * scale * G[k];
             }
-            v[i] = x;
-            let a = abs(x);
-            amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
         }
-        let d = amax / 127.0;
-        let id = select(0.0, 1.0 / d, d > 0.0);
-        let o = (t * NB + b) * 10u;
-        var sum = 0.0;
-        for (var i = 0u; i < 8u; i++) {
-            let q = round(v[i] * id);
-            sum += q.x + q.y + q.z + q.w;
-            Q[o + 2u + i] = pack4(q);
+        let a = abs(x);
+        part[tid] = max(max(a.x, a.y), max(a.z, a.w));
+        workgroupBarrier();
+        let d = block_max(tid) / 127.0;
+        let q = round(x * select(0.0, 1.0 / d, d > 0.0));
+        workgroupBarrier();
+        part[tid] = q.x + q.y + q.z + q.w;
+        workgroupBarrier();
+        if (k < K4) {
+            let o = (t * NB + k / 8u) * 10u;
+            Q[o + 2u + k % 8u] = pack4(q);
+            if (k % 8u == 0u) {
+                Q[o] = bitcast<u32>(d);
+                Q[o + 1u] = bitcast<u32>(d * block_sum(tid));
+            }
         }
-        Q[o] = bitcast<u32>(d);
-        Q[o + 1u] = bitcast<u32>(d * sum);
+        workgroupBarrier();
     }
 }

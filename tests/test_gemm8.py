@@ -92,7 +92,7 @@ def test_quantize_rows(dev, norm):
 
 
 def gemm_case(dev, fmt, T, N, K, *, norm=True, glu=False, gelu=False, accum=False, yoff=0, stride=None, seed=0,
-              tr=64):
+              tr=64, kg=1):
     """Run quantize_rows + matmul_i8 and return (got, exact, f32): the GPU's Y, numpy on the GPU's own blocks,
     and numpy on the float32 (normalised) activations."""
     rng = np.random.default_rng(seed + int(fmt))
@@ -106,7 +106,8 @@ def gemm_case(dev, fmt, T, N, K, *, norm=True, glu=False, gelu=False, accum=Fals
     Q = quantize_gpu(dev, x, g, eps)
     Y = f32_buffer(dev, y0)
     gx, gy, _ = kernels.matmul_i8_groups(N, T, tr)
-    run(dev, kernels.matmul_i8(fmt, K, N, accum=accum, glu=glu, gelu=gelu, ystride=stride, yoff=yoff, rows=tr),
+    run(dev, kernels.matmul_i8(fmt, K, N, accum=accum, glu=glu, gelu=gelu, ystride=stride, yoff=yoff, rows=tr,
+                               kgroups=kg),
         [upload(dev, raw), Q, Y, step_buffer(dev, T)], (gx, gy + 1, 1))     # a token tile past the pass's end
     d, _, q = read_blocks(dev, Q, T, K)
     xq = (d[..., None] * q).reshape(T, K)
@@ -237,6 +238,36 @@ def test_mixed_types_split_int8(tmp_path, monkeypatch):
 MIXED_TOL = 2e-2
 
 
+@pytest.mark.parametrize("fmt,kg,glu,tr,K", [(GGMLType.Q4_1, 2, False, 32, 352), (GGMLType.Q8_0, 4, False, 32, 576),
+                                              (GGMLType.Q4_K, 4, False, 64, 768), (GGMLType.Q6_K, 2, True, 32, 512)],
+                         ids=["q4_1_kg2", "q8_0_kg4", "q4_k_kg4_tr64", "q6_k_glu_kg2"])
+def test_gemm8_k_groups(dev, fmt, kg, glu, tr, K):
+    """K groups sharing a tile (each taking every kg-th K step: 11 blocks in steps of 2 leave groups with nothing at
+    the end), their sums met at the end: the one-group product's numbers, with ACCUM at a column offset, and GLU."""
+    got, exact, _ = gemm_case(dev, fmt, T=70, N=45, K=K, norm=True, glu=glu, accum=not glu, yoff=2,
+                              stride=50 if not glu else None, tr=tr, kg=kg, seed=3)
+    np.testing.assert_allclose(got, exact, rtol=1e-5, atol=2e-5 * np.abs(exact).max())
+
+
+def test_matmul_i8_kgroups(monkeypatch):
+    """K groups where a product has fewer than I8_KG_FILL tiles and the device allows the threads and memory:
+    SmolLM2's 576 rows (32-row tiles, 144 at 512 tokens) take 4 with 512 threads and 32 KiB, 2 with 256 threads
+    (WebGPU's default) or 16 KiB (WebGPU's default), none with 8 KiB; 1B's 2048 rows (256 tiles of 64) and GLU
+    products none; CERA_WEB_I8_KG forces."""
+    assert kernels.matmul_i8_kgroups(576, 512, 32, False, 32768, 512) == 4
+    assert kernels.matmul_i8_kgroups(576, 512, 32, False, 49152, 256) == 2
+    assert kernels.matmul_i8_kgroups(576, 512, 32, False, 16384, 1024) == 2
+    assert kernels.matmul_i8_kgroups(576, 512, 32, False, 8192, 1024) == 1
+    assert kernels.matmul_i8_memory(64, 1, glu=True) <= 16384 and kernels.matmul_i8_memory(32, 4) <= 49152
+    assert kernels.matmul_i8_kgroups(2048, 512, 64, False, 49152, 1024) == 1
+    assert kernels.matmul_i8_kgroups(576, 512, 32, True, 49152, 1024) == 1
+    monkeypatch.setenv("CERA_WEB_I8_KG", "2")
+    assert kernels.matmul_i8_kgroups(2048, 512, 64, True, 49152, 1024) == 2
+    monkeypatch.setenv("CERA_WEB_I8_KG", "3")
+    with pytest.raises(ValueError, match="CERA_WEB_I8_KG"):
+        kernels.matmul_i8_kgroups(2048, 512, 64, False, 49152, 1024)
+
+
 def test_matmul_i8_rows(monkeypatch):
     """64-row tiles where they give 256 workgroups, else 32 (SmolLM2's 576-row products); CERA_WEB_I8_TR forces."""
     assert kernels.matmul_i8_rows(2048, 512) == 64 and kernels.matmul_i8_rows(576, 512) == 32
@@ -293,6 +324,7 @@ def test_int8_kernels_compile_in_the_browser(page, server_url):
                 sources.append(kernels.matmul_i8(fmt, 512, 100, accum=True, yoff=3, ystride=110, aligned=aligned))
     for gelu in (False, True):
         sources.append(kernels.matmul_i8(GGMLType.Q6_K, 512, 100, glu=True, gelu=gelu, rows=32 if gelu else 64))
+    sources.append(kernels.matmul_i8(GGMLType.Q4_1, 512, 100, rows=32, kgroups=2, aligned=True))   # K groups
     page.goto(server_url + "/models/index.json")
     out = page.evaluate(COMPILE_JS, sources)
     assert out["feature"]

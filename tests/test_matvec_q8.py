@@ -354,8 +354,8 @@ def test_linear_picks_the_kernel():
             self.kernels.append(wgsl.split("\n")[0].split(": ")[1].split(" ")[0])
 
     def picked(fmt, K, T, int8=True, cpu=False, i8_prefill=False, **kw):
-        m = SimpleNamespace(int8=int8, i8_prefill=i8_prefill, wg_memory=16384, ones=None, step=None, xq=None,
-                            spec=SimpleNamespace(eps=1e-5, lm_head="output.weight"),
+        m = SimpleNamespace(int8=int8, i8_prefill=i8_prefill, wg_memory=16384, max_threads=256, ones=None, step=None,
+                            xq=None, spec=SimpleNamespace(eps=1e-5, lm_head="output.weight"),
                             dev=SimpleNamespace(is_cpu=cpu, subgroup_size=32),
                             gguf=SimpleNamespace(tensor=lambda name: SimpleNamespace(type=fmt)),
                             aligned=lambda name: fmt in kernels.ALIGNED_FORMATS,

@@ -178,6 +178,8 @@ class Transformer(GPUModel):
         self._argmax_pairs = None     # the two-stage argmax's (value, index) per slice, made on first use
         self.int8 = kernels.int8_enabled(dev)      # decode products with 8-bit activations (matvec_q8.wgsl)
         self.wg_memory = int(dev.limits.get("max-compute-workgroup-storage-size", 16384))
+        self.max_threads = min(int(dev.limits.get("max-compute-invocations-per-workgroup", 256)),
+                               int(dev.limits.get("max-compute-workgroup-size-x", 256)))
         self.ones = self.f32_buffer(np.ones(max(s.hidden, s.ffn, q_dim, 2 * s.head_dim), np.float32), "ones")
         self.zero_bias = self.f32_buffer(np.zeros(max(qkv_dim, 1), np.float32), "no bias")
         self.final_gain = self.norm(s.final_norm)
@@ -302,7 +304,8 @@ class Transformer(GPUModel):
         for buf, r0, rows_here in parts:
             label = name if len(parts) == 1 else f"{name}[{r0}:{r0 + rows_here}]"
             tr = kernels.matmul_i8_rows(rows_here, T)
-            rec.add(kernels.matmul_i8(fmt, k, rows_here, ystride=ystride, yoff=yoff + r0, rows=tr, **kw),
+            kg = kernels.matmul_i8_kgroups(rows_here, T, tr, kw.get("glu", False), self.wg_memory, self.max_threads)
+            rec.add(kernels.matmul_i8(fmt, k, rows_here, ystride=ystride, yoff=yoff + r0, rows=tr, kgroups=kg, **kw),
                     [buf, self.xq, y, self.step], kernels.matmul_i8_groups(rows_here, T, tr), label)
 
     # -- plans ---------------------------------------------------------------------------------------------------
