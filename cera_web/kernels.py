@@ -216,7 +216,11 @@ def quantize_rows(K: int, *, norm=False, eps=0.0) -> str:
     """See quantize_rows.wgsl: [T, K] f32 (RMS-normalised with NORM) -> 8-bit blocks of 32; dispatch (T, 1, 1)."""
     if K % 32:
         raise ValueError(f"quantize_rows: K = {K} is not a multiple of 32")
-    return build("quantize_rows", K=K, NORM=norm, EPS=float(eps), WG=QUANTIZE_WG)
+    import os
+    wg = int(os.environ.get("CERA_WEB_QUANTIZE_WG") or QUANTIZE_WG)     # benchmarks
+    if wg not in (64, 128, 256):
+        raise ValueError(f"CERA_WEB_QUANTIZE_WG={wg}: 64, 128 or 256")
+    return build("quantize_rows", K=K, NORM=norm, EPS=float(eps), WG=wg)
 
 
 def i8_prefill_enabled(dev) -> bool:
@@ -288,13 +292,14 @@ def matmul_i8_memory(rows: int, kgroups: int = 1, glu: bool = False, kb: int | N
 
 
 I8_KG_FILL = 256   # tiles below which a product's K is shared by more thread groups (as I8_FILL)
+I8_KG_MAX = 2      # groups then (H200, SmolLM2 prefill: 1 group 55.3k tok/s, 2 56.5k, 4 52.9k; h200-s8-call3)
 
 
 def matmul_i8_kgroups(N: int, T: int, rows: int, glu: bool, wg_memory: int, max_threads: int) -> int:
     """K groups of a matmul_i8 tile (more threads on a product with few tiles, which alone leave the GPU's cores
     waiting on latencies: SmolLM2's 576-row products): 1 for GLU products and where rows x 64-token tiles number
-    I8_KG_FILL or more, else the most of 4, 2 whose workgroup (rows * 4 * groups threads) and memory the device allows.
-    CERA_WEB_I8_KG=1|2|4 forces it where it fits (benchmarks)."""
+    I8_KG_FILL or more, else I8_KG_MAX or fewer as the device's workgroup size (rows * 4 * groups threads) and
+    memory allow. CERA_WEB_I8_KG=1|2|4 forces it where it fits (benchmarks)."""
     import os
     forced = os.environ.get("CERA_WEB_I8_KG", "")
     if forced and forced not in ("1", "2", "4"):
@@ -304,7 +309,7 @@ def matmul_i8_kgroups(N: int, T: int, rows: int, glu: bool, wg_memory: int, max_
     elif glu or -(-N // rows) * -(-T // 64) >= I8_KG_FILL:
         return 1
     else:
-        want = 4
+        want = I8_KG_MAX
     while want > 1 and (rows * 4 * want > max_threads or matmul_i8_memory(rows, want, glu) > wg_memory):
         want //= 2
     return want

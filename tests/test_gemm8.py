@@ -72,10 +72,12 @@ def quantize_gpu(dev, x, g=None, eps=0.0, T_max=None):
     return Q
 
 
-@pytest.mark.parametrize("norm", [False, True])
-def test_quantize_rows(dev, norm):
+@pytest.mark.parametrize("norm,wg", [(False, 64), (True, 64), (True, 256)])
+def test_quantize_rows(dev, norm, wg, monkeypatch):
     """Blocks equal the numpy emulation: scales to float32 rounding, values exactly (a value may round the other way
-    where v / d lies within float32 rounding of a half: at most a few in ten thousand), s = d * sum(q)."""
+    where v / d lies within float32 rounding of a half: at most a few in ten thousand), s = d * sum(q). K = 320: 80
+    vec4s, one pass of 64 threads and a part-filled one, or one part-filled pass of 256."""
+    monkeypatch.setenv("CERA_WEB_QUANTIZE_WG", str(wg))
     T, K, eps = 19, 320, 1e-5
     rng = np.random.default_rng(3)
     x = (rng.standard_normal((T, K)) * rng.uniform(0.1, 10, (T, 1))).astype(np.float32)
@@ -251,18 +253,21 @@ def test_gemm8_k_groups(dev, fmt, kg, glu, tr, K):
 
 def test_matmul_i8_kgroups(monkeypatch):
     """K groups where a product has fewer than I8_KG_FILL tiles and the device allows the threads and memory:
-    SmolLM2's 576 rows (32-row tiles, 144 at 512 tokens) take 4 with 512 threads and 32 KiB, 2 with 256 threads
-    (WebGPU's default) or 16 KiB (WebGPU's default), none with 8 KiB; 1B's 2048 rows (256 tiles of 64) and GLU
-    products none; CERA_WEB_I8_KG forces."""
-    assert kernels.matmul_i8_kgroups(576, 512, 32, False, 32768, 512) == 4
-    assert kernels.matmul_i8_kgroups(576, 512, 32, False, 49152, 256) == 2
-    assert kernels.matmul_i8_kgroups(576, 512, 32, False, 16384, 1024) == 2
+    SmolLM2's 576 rows (32-row tiles, 144 at 512 tokens) take I8_KG_MAX (2) with 256 threads and 16 KiB (WebGPU's
+    defaults), none with 8 KiB or 128 threads; 1B's 2048 rows (256 tiles of 64) and GLU products none;
+    CERA_WEB_I8_KG forces (4 where 512 threads and 32 KiB allow, else fewer)."""
+    assert kernels.I8_KG_MAX == 2
+    assert kernels.matmul_i8_kgroups(576, 512, 32, False, 16384, 256) == 2
     assert kernels.matmul_i8_kgroups(576, 512, 32, False, 8192, 1024) == 1
+    assert kernels.matmul_i8_kgroups(576, 512, 32, False, 49152, 128) == 1
     assert kernels.matmul_i8_memory(64, 1, glu=True) <= 16384 and kernels.matmul_i8_memory(32, 4) <= 49152
     assert kernels.matmul_i8_kgroups(2048, 512, 64, False, 49152, 1024) == 1
     assert kernels.matmul_i8_kgroups(576, 512, 32, True, 49152, 1024) == 1
     monkeypatch.setenv("CERA_WEB_I8_KG", "2")
     assert kernels.matmul_i8_kgroups(2048, 512, 64, True, 49152, 1024) == 2
+    monkeypatch.setenv("CERA_WEB_I8_KG", "4")
+    assert kernels.matmul_i8_kgroups(576, 512, 32, False, 32768, 512) == 4
+    assert kernels.matmul_i8_kgroups(576, 512, 32, False, 16384, 512) == 2
     monkeypatch.setenv("CERA_WEB_I8_KG", "3")
     with pytest.raises(ValueError, match="CERA_WEB_I8_KG"):
         kernels.matmul_i8_kgroups(2048, 512, 64, False, 49152, 1024)
