@@ -207,7 +207,7 @@ ALIGNED_I8_FORMATS = {
     GGMLType.Q6_K: ("q6_ka", ()),
 }
 Q8_BLOCK_BYTES = 40          # an activation block of quantize_rows: d, s (f32) and 32 int8
-QUANTIZE_WG = 64
+QUANTIZE_WG = 128   # quantize_rows' threads (H200 SmolLM2 prefill: 64 54.1/55.9k tok/s, 128 58.5/59.1k; h200-s8-call4)
 I8_KB = 2     # 32-blocks a K step of matmul_i8 (H200 session 7 call 4: 2 and 4 within noise of each other, 8 slower)
 I8_FILL = 256     # workgroups that fill the H200 (about two per SM) with matmul_i8's 64 x 64 tiles
 

@@ -55,6 +55,21 @@ def test_synthetic_k_quant_model_generates_on_the_gpu(tmp_path, dev):
     assert len(toks) == 3 and all(0 <= t < 512 for t in toks)
 
 
+def test_bench_run_reports_every_repeat(tmp_path, dev):
+    """bench.run's JSON: the repeat with the fastest decode, and every repeat's prefill and decode speeds."""
+    from cera_web.engine import Engine
+    path = bench.synthetic_llama(tmp_path / "m.gguf", "smollm2-135m", "q4_1", layers=2, vocab=512)
+
+    async def go():
+        eng = await Engine.load(str(path), device=dev, context_size=64, chunk=16)
+        return await bench.run(eng, prompt_tokens=20, decode_tokens=3, repeats=2)
+    out = asyncio.run(go())
+    assert len(out["prefill_tok_s_runs"]) == len(out["decode_tok_s_runs"]) == 2
+    assert out["decode_tok_s"] == max(out["decode_tok_s_runs"])
+    assert out["prefill_tok_s"] == out["prefill_tok_s_runs"][out["decode_tok_s_runs"].index(out["decode_tok_s"])]
+    assert out["prompt_tokens"] == 20 and all(v > 0 for v in out["prefill_tok_s_runs"])
+
+
 def test_pacer_sizes_reads_to_the_target_time():
     p = ReadPacer(target_ms=30, first=4, most=128)
     assert p.next(8) == 8                      # a fixed setting is used as it is
