@@ -260,24 +260,27 @@ def matmul_i8_rows(N: int, T: int) -> int:
 
 
 def matmul_i8(fmt, K: int, N: int, *, accum=False, glu=False, ystride=None, yoff=0, gelu=False, aligned=False,
-              kb: int | None = None, rows: int = 64, kgroups: int = 1) -> str:
+              kb: int | None = None, rows: int = 64, kgroups: int = 1, ksplit: int = 1, tmax: int = 0) -> str:
     """See matmul_i8.wgsl: the prefill product on quantize_rows' blocks (K a multiple of the type's block), weights in
     the file's layout or the aligned one; rows: the workgroup tile's (64 or 32: matmul_i8_rows); kgroups: K groups
-    sharing a tile (matmul_i8_kgroups); dispatch matmul_i8_groups(N, T, rows). kb: blocks a K step (default I8_KB;
-    CERA_WEB_I8_KB=N for benchmarks)."""
+    sharing a tile (matmul_i8_kgroups); ksplit > 1: K in that many parts written [ksplit, tmax, N] for sum_parts
+    (matmul_i8_split; plain products: no GLU, ACCUM or column offset); dispatch matmul_i8_groups(N, T, rows, ksplit).
+    kb: blocks a K step (default I8_KB; CERA_WEB_I8_KB=N for benchmarks)."""
     import os
     kb = kb or int(os.environ.get("CERA_WEB_I8_KB") or I8_KB)
     found = i8_format(fmt, aligned)
     fits = (rows in (32, 64) and kb >= 1 and (2 if glu else 1) * kb <= 4 and 64 * kb <= 4 * rows   # an item a thread
             and kgroups in (1, 2, 4) and (kgroups == 1 or (2 if glu else 1) * kb >= 2))
-    if found is None or K % GGML_BLOCK[fmt][0] or not fits:
+    split_ok = ksplit == 1 or (ksplit > 1 and tmax >= 1 and not (glu or accum or yoff) and ystride in (None, N))
+    if found is None or K % GGML_BLOCK[fmt][0] or not fits or not split_ok:
         raise ValueError(f"matmul_i8: {GGMLType(fmt).name} rows of {K}, {kb} blocks a step, tiles of {rows} rows (a "
                          f"type of Q8_FORMATS, K a multiple of its block, 64 or 32 rows, at most one weight and one "
                          f"activation block a thread a step: kb <= 2 with GLU or 32 rows, <= 4 otherwise; 1, 2 or 4 "
-                         f"K groups, which need kb >= 2 without GLU)")
+                         f"K groups, which need kb >= 2 without GLU; K parts: plain products, with tmax)")
     name, pieces = found
     text = build("matmul_i8", K=K, N=N, ACCUM=accum, GLU=glu, GELU=gelu, YSTRIDE=N if ystride is None else ystride,
-                 YOFF=yoff, TR=rows, KB=kb, KG=kgroups, **_wrows(aligned, N, glu))
+                 YOFF=yoff, TR=rows, KB=kb, KG=kgroups, KS=ksplit, TMAX=max(tmax, 1),
+                 **_wrows(aligned, N, glu))
     head, _, rest = text.partition("\n")     # WebGPU recommends the directive where the language feature is used
     return "\n".join([head, REQUIRES_I8, rest, *(_read(f"formats/{p}.wgsl") for p in pieces),
                       _read(f"formats_i8/{name}.wgsl")])
@@ -315,9 +318,41 @@ def matmul_i8_kgroups(N: int, T: int, rows: int, glu: bool, wg_memory: int, max_
     return want
 
 
-def matmul_i8_groups(N: int, T: int, rows: int = 64) -> tuple[int, int, int]:
-    """Dispatch of matmul_i8: a workgroup per tile of rows x 64 tokens."""
-    return (-(-N // rows), -(-T // 64), 1)
+def matmul_i8_groups(N: int, T: int, rows: int = 64, ksplit: int = 1) -> tuple[int, int, int]:
+    """Dispatch of matmul_i8: a workgroup per tile of rows x 64 tokens and K part."""
+    return (-(-N // rows), -(-T // 64), ksplit)
+
+
+I8_SPLIT_TILES = 192   # tiles below which a long product's K goes in parts (about the SMs of a large GPU: 132)
+I8_SPLIT_BLOCKS = 32   # 32-blocks a row from which it does (8 a part at 4 parts)
+
+
+def matmul_i8_split(N: int, T: int, K: int, rows: int, glu: bool = False) -> int:
+    """K parts of a matmul_i8 product of N rows x K for passes of up to T tokens: 4 where its tiles number under
+    I8_SPLIT_TILES (about one workgroup an SM or fewer) and rows have I8_SPLIT_BLOCKS blocks or more, else 1; never
+    GLU products (the gate needs whole sums). Only SmolLM2's down projection among the benchmark shapes (144 tiles,
+    48 blocks): its 512-token product 73 -> 59 us a layer (H200, h200-s8-call1/final profiles); products with more
+    tiles lost (1B's 256: 15.4k -> 15.2k tok/s prefill, call 1). CERA_WEB_I8_SPLIT=1|2|4|8 forces (benchmarks)."""
+    import os
+    if glu:
+        return 1
+    forced = os.environ.get("CERA_WEB_I8_SPLIT", "")
+    if forced:
+        if forced not in ("1", "2", "4", "8"):
+            raise ValueError(f"CERA_WEB_I8_SPLIT={forced}: 1, 2, 4 or 8")
+        return int(forced)
+    tiles = -(-N // rows) * -(-T // 64)
+    return 4 if tiles < I8_SPLIT_TILES and K // 32 >= I8_SPLIT_BLOCKS else 1
+
+
+def sum_parts(N: int, ksplit: int, tmax: int, *, ystride: int | None = None, yoff: int = 0, accum: bool = False) -> str:
+    """See sum_parts.wgsl: a split matmul_i8's K parts added into its output."""
+    return build("sum_parts", N=N, KS=ksplit, TMAX=tmax, YSTRIDE=N if ystride is None else ystride, YOFF=yoff,
+                 ACCUM=accum)
+
+
+def sum_parts_groups(N: int, T: int) -> tuple[int, int, int]:
+    return (-(-N // 256), T, 1)
 
 
 def aligned_enabled() -> bool:

@@ -19,14 +19,17 @@
 // memory at the end. Everything a thread holds is a named vector: no private arrays (which NVIDIA's compiler can leave in local
 // memory, docs/DESIGN.md).
 //
-// Constants: K (a multiple of 32; of 256 for k-quants), N, ACCUM, GLU, GELU, YSTRIDE, YOFF, TR, KB, KG, and the
-//   format's (WROWS, the rows of W, for the aligned layout); kernels.matmul_i8.
+// Constants: K (a multiple of 32; of 256 for k-quants), N, ACCUM, GLU, GELU, YSTRIDE, YOFF, TR, KB, KG, KS, TMAX and
+//   the format's (WROWS, the rows of W, for the aligned layout); kernels.matmul_i8.
+// K parts (KS > 1, no GLU, for long products with fewer tiles than the GPU has cores: SmolLM2's down projection):
+// workgroup z takes blocks [z NBS, (z + 1) NBS) of every row and writes its sums as part z of Y,
+// [KS, TMAX, YSTRIDE]; sum_parts.wgsl adds the parts into the output.
 // Bindings:
 //   0 W: array<WORD>        the packed weights, N rows (2N with GLU); WORD: the format's (u32, or vec4<u32>)
 //   1 XQ: array<u32>        [n_tokens, K / 32, 10] blocks {dx: f32, s: f32, 8 words of 4 int8} (quantize_rows.wgsl)
-//   2 Y: array<f32>         [n_tokens, YSTRIDE]
+//   2 Y: array<f32>         [n_tokens, YSTRIDE]; with KS > 1 the parts [KS, TMAX, YSTRIDE]
 //   3 step: uniform Step
-// Dispatch: (ceil(N / TR), ceil(n_tokens_max / 64), 1) workgroups of TR * 4 * KG (kernels.matmul_i8_groups); token
+// Dispatch: (ceil(N / TR), ceil(n_tokens_max / 64), KS) workgroups of TR * 4 * KG (kernels.matmul_i8_groups); token
 // tiles past the pass's end return at once.
 @group(0) @binding(0) var<storage, read> W: array<WORD>;
 @group(0) @binding(1) var<storage, read> XQ: array<u32>;
@@ -34,6 +37,7 @@
 @group(0) @binding(3) var<uniform> step: Step;
 
 const NB: u32 = K / 32u;                          // blocks a row
+const NBS: u32 = (NB + KS - 1u) / KS;             // blocks a K part
 const HALVES: u32 = select(1u, 2u, GLU);
 const R4: u32 = TR / 4u;                          // row vec4s of the tile: threads along the rows
 const LT: u32 = R4 * 16u;                         // threads of a K group: R4 x 16 token vec4s
@@ -73,12 +77,13 @@ fn sub_bias(v: vec4<u32>, bias: u32) -> vec4<u32> {
     return t | ((t & b4) * (256u / bias - 2u));
 }
 
-// Weight item i of the step at block b0 (rows fastest, then blocks, then gate/up; i < W_ITEMS), zeros past the ends.
-fn load_w(row0: u32, b0: u32, i: u32) -> WBlock {
+// Weight item i of the step at block b0 (rows fastest, then blocks, then gate/up; i < W_ITEMS), zeros past the
+// ends (blocks from bend on: the K part's end).
+fn load_w(row0: u32, b0: u32, i: u32, bend: u32) -> WBlock {
     let hb = i / TR;                               // half * KB + block of the step
     let n = row0 + i % TR;
     let b = b0 + hb % KB;
-    if (i >= W_ITEMS || n >= N || b >= NB) {
+    if (i >= W_ITEMS || n >= N || b >= bend) {
         return WBlock(vec4<u32>(0u), vec4<u32>(0u), vec2<f32>(0.0), 0.0);
     }
     return wblock(n + (hb / KB) * N, b);
@@ -110,10 +115,10 @@ struct XBlock {
     ds: vec2<f32>,
 }
 
-fn load_x(tok0: u32, b0: u32, i: u32, n_tokens: u32) -> XBlock {
+fn load_x(tok0: u32, b0: u32, i: u32, n_tokens: u32, bend: u32) -> XBlock {
     let t = tok0 + i % 64u;
     let b = b0 + i / 64u;
-    if (i >= X_ITEMS || t >= n_tokens || b >= NB) {
+    if (i >= X_ITEMS || t >= n_tokens || b >= bend) {
         return XBlock(vec4<u32>(0u), vec4<u32>(0u), vec2<f32>(0.0));
     }
     let o = (t * NB + b) * 10u;
@@ -165,7 +170,7 @@ fn group_sum(v: vec4<f32>, g: u32, lt: u32) -> vec4<f32> {
     return s;
 }
 
-fn store(t: u32, n: u32, a: vec4<f32>, u: vec4<f32>, n_tokens: u32) {
+fn store(t: u32, n: u32, a: vec4<f32>, u: vec4<f32>, n_tokens: u32, z: u32) {
     if (t >= n_tokens) {
         return;
     }
@@ -175,7 +180,7 @@ fn store(t: u32, n: u32, a: vec4<f32>, u: vec4<f32>, n_tokens: u32) {
             if (GLU) {
                 v = gate_act(v) * u[c];
             }
-            let y = t * YSTRIDE + YOFF + n + c;
+            let y = (z * TMAX + t) * YSTRIDE + YOFF + n + c;      // z: the K part (KS > 1)
             if (ACCUM) {
                 Y[y] += v;
             } else {
@@ -204,15 +209,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let gxd = g * XD_G;
     var a0 = vec4<f32>(0.0); var a1 = vec4<f32>(0.0); var a2 = vec4<f32>(0.0); var a3 = vec4<f32>(0.0);
     var u0 = vec4<f32>(0.0); var u1 = vec4<f32>(0.0); var u2 = vec4<f32>(0.0); var u3 = vec4<f32>(0.0);
-    var wn = load_w(row0, g * KB, lt);               // a thread's items of its group's first step
-    var xn = load_x(tok0, g * KB, lt, n_tokens);
-    for (var s0 = 0u; s0 < NB; s0 += KG * KB) {
+    let z = wid.z;               // K part: blocks [z NBS, (z + 1) NBS) (KS > 1)
+    let bstart = z * NBS;
+    let bend = min(bstart + NBS, NB);
+    var wn = load_w(row0, bstart + g * KB, lt, bend);      // a thread's items of its group's first step
+    var xn = load_x(tok0, bstart + g * KB, lt, n_tokens, bend);
+    for (var s0 = bstart; s0 < bend; s0 += KG * KB) {
         let b0 = s0 + g * KB;
         if (lt < W_ITEMS) { put_w(g, lt, wn); }
         if (lt < X_ITEMS) { put_x(g, lt, xn); }
         workgroupBarrier();
-        wn = load_w(row0, b0 + KG * KB, lt);         // the next step's, read while this step's products run
-        xn = load_x(tok0, b0 + KG * KB, lt, n_tokens);
+        wn = load_w(row0, b0 + KG * KB, lt, bend);   // the next step's, read while this step's products run
+        xn = load_x(tok0, b0 + KG * KB, lt, n_tokens, bend);
         for (var kb = 0u; kb < KB; kb++) {
             let dx = xd[gxd + kb * 16u + tg];
             let sx = xm[gxd + kb * 16u + tg];
@@ -261,8 +269,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     let n = row0 + 4u * rg;
     let t = tok0 + 4u * tg;
-    store(t, n, a0, u0, n_tokens);
-    store(t + 1u, n, a1, u1, n_tokens);
-    store(t + 2u, n, a2, u2, n_tokens);
-    store(t + 3u, n, a3, u3, n_tokens);
+    store(t, n, a0, u0, n_tokens, z);
+    store(t + 1u, n, a1, u1, n_tokens, z);
+    store(t + 2u, n, a2, u2, n_tokens, z);
+    store(t + 3u, n, a3, u3, n_tokens, z);
 }

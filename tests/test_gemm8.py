@@ -94,9 +94,9 @@ def test_quantize_rows(dev, norm, wg, monkeypatch):
 
 
 def gemm_case(dev, fmt, T, N, K, *, norm=True, glu=False, gelu=False, accum=False, yoff=0, stride=None, seed=0,
-              tr=64, kg=1):
-    """Run quantize_rows + matmul_i8 and return (got, exact, f32): the GPU's Y, numpy on the GPU's own blocks,
-    and numpy on the float32 (normalised) activations."""
+              tr=64, kg=1, ksplit=1):
+    """Run quantize_rows + matmul_i8 (ksplit > 1: in K parts, then sum_parts) and return (got, exact, f32): the
+    GPU's Y, numpy on the GPU's own blocks, and numpy on the float32 (normalised) activations."""
     rng = np.random.default_rng(seed + int(fmt))
     rows = 2 * N if glu else N
     raw, w = random_blocks(fmt, rows, K, rng)
@@ -108,9 +108,17 @@ def gemm_case(dev, fmt, T, N, K, *, norm=True, glu=False, gelu=False, accum=Fals
     Q = quantize_gpu(dev, x, g, eps)
     Y = f32_buffer(dev, y0)
     gx, gy, _ = kernels.matmul_i8_groups(N, T, tr)
-    run(dev, kernels.matmul_i8(fmt, K, N, accum=accum, glu=glu, gelu=gelu, ystride=stride, yoff=yoff, rows=tr,
-                               kgroups=kg),
-        [upload(dev, raw), Q, Y, step_buffer(dev, T)], (gx, gy + 1, 1))     # a token tile past the pass's end
+    step = step_buffer(dev, T)
+    if ksplit == 1:
+        run(dev, kernels.matmul_i8(fmt, K, N, accum=accum, glu=glu, gelu=gelu, ystride=stride, yoff=yoff, rows=tr,
+                                   kgroups=kg),
+            [upload(dev, raw), Q, Y, step], (gx, gy + 1, 1))     # a token tile past the pass's end
+    else:
+        P = f32_buffer(dev, np.full(ksplit * (T + 3) * N, np.nan, np.float32))   # parts' rows: tmax = T + 3
+        run(dev, kernels.matmul_i8(fmt, K, N, rows=tr, kgroups=kg, ksplit=ksplit, tmax=T + 3),
+            [upload(dev, raw), Q, P, step], (gx, gy + 1, ksplit))
+        run(dev, kernels.sum_parts(N, ksplit, T + 3, ystride=stride, yoff=yoff, accum=accum), [P, Y, step],
+            kernels.sum_parts_groups(N, T + 3))
     d, _, q = read_blocks(dev, Q, T, K)
     xq = (d[..., None] * q).reshape(T, K)
     xf = x.astype(np.float64)
@@ -249,6 +257,33 @@ def test_gemm8_k_groups(dev, fmt, kg, glu, tr, K):
     got, exact, _ = gemm_case(dev, fmt, T=70, N=45, K=K, norm=True, glu=glu, accum=not glu, yoff=2,
                               stride=50 if not glu else None, tr=tr, kg=kg, seed=3)
     np.testing.assert_allclose(got, exact, rtol=1e-5, atol=2e-5 * np.abs(exact).max())
+
+
+@pytest.mark.parametrize("fmt,ksplit,kg,K", [(GGMLType.Q4_1, 2, 1, 352), (GGMLType.Q8_0, 4, 2, 1536),
+                                             (GGMLType.Q4_K, 3, 1, 768), (GGMLType.Q6_K, 2, 2, 512)],
+                         ids=["q4_1_2", "q8_0_4_kg2", "q4_k_3", "q6_k_2_kg2"])
+def test_gemm8_k_parts(dev, fmt, ksplit, kg, K):
+    """K in parts (workgroup z over blocks [z NBS, (z + 1) NBS): the last part short, or for Q4_K's 24 blocks in 3
+    whole super-blocks; with K groups inside a part too), added into a wider output at a column offset by
+    sum_parts: the one-part product's numbers."""
+    got, exact, _ = gemm_case(dev, fmt, T=70, N=45, K=K, norm=True, accum=True, yoff=2, stride=50, ksplit=ksplit,
+                              kg=kg, tr=32)
+    np.testing.assert_allclose(got, exact, rtol=1e-5, atol=2e-5 * np.abs(exact).max())
+
+
+def test_matmul_i8_split(monkeypatch):
+    """K parts only for long products with fewer tiles than I8_SPLIT_TILES: SmolLM2's down projection (576 rows in
+    32-row tiles: 144 at 512 tokens, K = 1536: 48 blocks) in 4; its output projection (K = 576) not, nor 1B's
+    2048-row products (256 tiles of 64), nor GLU; CERA_WEB_I8_SPLIT forces."""
+    assert kernels.matmul_i8_split(576, 512, 1536, 32) == 4
+    assert kernels.matmul_i8_split(576, 512, 576, 32) == 1
+    assert kernels.matmul_i8_split(2048, 512, 8192, 64) == 1
+    assert kernels.matmul_i8_split(576, 512, 1536, 32, glu=True) == 1
+    monkeypatch.setenv("CERA_WEB_I8_SPLIT", "2")
+    assert kernels.matmul_i8_split(2048, 512, 8192, 64) == 2
+    monkeypatch.setenv("CERA_WEB_I8_SPLIT", "3")
+    with pytest.raises(ValueError, match="CERA_WEB_I8_SPLIT"):
+        kernels.matmul_i8_split(2048, 512, 8192, 64)
 
 
 def test_matmul_i8_kgroups(monkeypatch):

@@ -359,12 +359,13 @@ def test_linear_picks_the_kernel():
                             dev=SimpleNamespace(is_cpu=cpu, subgroup_size=32),
                             gguf=SimpleNamespace(tensor=lambda name: SimpleNamespace(type=fmt)),
                             aligned=lambda name: fmt in kernels.ALIGNED_FORMATS,
-                            shape=lambda name: (64, K), pieces=lambda name: [(None, 0, 64)])
+                            shape=lambda name: (64, K), pieces=lambda name: [(None, 0, 64)],
+                            prefill_parts=lambda nbytes: None)
         m.q8_shape = lambda fmt, k, rows, aligned=False: Transformer.q8_shape(m, fmt, k, rows, aligned)
         m.linear_i8 = lambda *a, **k: Transformer.linear_i8(m, *a, **k)
         rec = Rec()
         Transformer.linear(m, rec, T, "w", None, None, **kw)
-        return rec.kernels[0]
+        return rec.kernels[0] if len(rec.kernels) == 1 else rec.kernels
 
     assert picked(GGMLType.Q4_1, 2048, 1) == "matvec_q8"
     assert picked(GGMLType.Q4_K, 2048, 1, cpu=True) == "matvec_q8"          # forced on a CPU adapter
@@ -374,7 +375,9 @@ def test_linear_picks_the_kernel():
     assert picked(GGMLType.Q8_0, 14336, 1) == "matmul"                      # past 16 KiB of workgroup memory
     assert picked(GGMLType.Q4_1, 2048, 16) == "matmul_tiled"                # prefill
     assert picked(GGMLType.Q4_1, 2048, 16, cpu=True) == "matmul"            # prefill on a CPU adapter
-    assert picked(GGMLType.Q4_K, 2048, 16, i8_prefill=True) == "quantize_rows"   # then matmul_i8
+    # one tile (64 rows x 16 tokens) of a long row: K in parts, added by sum_parts
+    assert picked(GGMLType.Q4_K, 2048, 16, i8_prefill=True) == ["quantize_rows", "matmul_i8", "sum_parts"]
+    assert picked(GGMLType.Q4_K, 512, 16, i8_prefill=True) == ["quantize_rows", "matmul_i8"]   # short rows
     assert picked(GGMLType.F16, 2048, 16, i8_prefill=True) == "matmul_tiled"     # no int8 GEMM for the type
 
 

@@ -213,9 +213,10 @@ class Transformer(GPUModel):
         return self._freqs[theta]
 
     def prefill_parts(self, nbytes: int):
-        """The parts buffer of split prefill attention (kernels.attention_prefill_split), made on first use (every
-        layer asks for the size of its heads: the largest first is not guaranteed, so a larger request makes a
-        larger buffer and the smaller ones stay bound to the dispatches recorded before it)."""
+        """The parts buffer of split prefill attention (kernels.attention_prefill_split) and K-split products
+        (kernels.matmul_i8_split), made on first use (a pass's dispatches run in order, so one buffer serves all; the
+        largest request need not come first, so a larger one makes a larger buffer and the smaller ones stay bound
+        to the dispatches recorded before it)."""
         if self._prefill_parts is None or self._prefill_parts.size < nbytes:
             self._prefill_parts = self.dev.create_buffer(nbytes, label="prefill attention parts")
             self._parts_made.append(self._prefill_parts)
@@ -305,8 +306,18 @@ class Transformer(GPUModel):
             label = name if len(parts) == 1 else f"{name}[{r0}:{r0 + rows_here}]"
             tr = kernels.matmul_i8_rows(rows_here, T)
             kg = kernels.matmul_i8_kgroups(rows_here, T, tr, kw.get("glu", False), self.wg_memory, self.max_threads)
-            rec.add(kernels.matmul_i8(fmt, k, rows_here, ystride=ystride, yoff=yoff + r0, rows=tr, kgroups=kg, **kw),
-                    [buf, self.xq, y, self.step], kernels.matmul_i8_groups(rows_here, T, tr), label)
+            split = kernels.matmul_i8_split(rows_here, T, k, tr, kw.get("glu", False))
+            if split == 1:
+                rec.add(kernels.matmul_i8(fmt, k, rows_here, ystride=ystride, yoff=yoff + r0, rows=tr, kgroups=kg,
+                                          **kw), [buf, self.xq, y, self.step],
+                        kernels.matmul_i8_groups(rows_here, T, tr), label)
+                continue
+            parts = self.prefill_parts(4 * split * T * rows_here)      # K in parts, added into y by sum_parts
+            rec.add(kernels.matmul_i8(fmt, k, rows_here, rows=tr, kgroups=kg, ksplit=split, tmax=T,
+                                      aligned=kw["aligned"]), [buf, self.xq, parts, self.step],
+                    kernels.matmul_i8_groups(rows_here, T, tr, split), label)
+            rec.add(kernels.sum_parts(rows_here, split, T, ystride=ystride, yoff=yoff + r0, accum=kw.get("accum", False)),
+                    [parts, y, self.step], kernels.sum_parts_groups(rows_here, T), label)
 
     # -- plans ---------------------------------------------------------------------------------------------------
     def record_body(self, T):
