@@ -664,12 +664,13 @@ def attention_prefill_split(heads: int, kv_heads: int, T: int) -> int:
     """Splits of attention_tiled's key tiles for passes of up to T tokens: 1, or the fewest of 2, 4, 8 that give
     ATTN_FILL workgroups (SmolLM2's 3 KV heads give 144 unsplit at T = 512, about one 128-thread workgroup an SM of
     an H200: 2 splits took its 512-token attention from 70 to 58 us, 4 to 63; 1B's 512 workgroups lost with any
-    split; docs/bench/h200-s8-call2-*). CERA_WEB_ATTN_SPLIT=N forces N (benchmarks)."""
+    split; docs/bench/h200-s8-call2-*). CERA_WEB_PREFILL_ATTN_SPLIT=N forces N (benchmarks; CERA_WEB_ATTN_SPLIT is
+    the decode attention's)."""
     import os
-    forced = os.environ.get("CERA_WEB_ATTN_SPLIT", "")
+    forced = os.environ.get("CERA_WEB_PREFILL_ATTN_SPLIT", "")
     if forced:
         if forced not in ("1", "2", "4", "8"):
-            raise ValueError(f"CERA_WEB_ATTN_SPLIT={forced}: 1, 2, 4 or 8")
+            raise ValueError(f"CERA_WEB_PREFILL_ATTN_SPLIT={forced}: 1, 2, 4 or 8")
         return int(forced)
     groups = kv_heads * -(-T * (heads // kv_heads) // 32)
     split = 1

@@ -130,7 +130,7 @@ def test_split_tiled_prefill_attention_matches_transformers(smollm2_gguf, monkey
     from cera_web import kernels
     from cera_web.engine import Engine
     monkeypatch.setenv("CERA_WEB_ATTN_TILED", "1")
-    monkeypatch.setenv("CERA_WEB_ATTN_SPLIT", "4")
+    monkeypatch.setenv("CERA_WEB_PREFILL_ATTN_SPLIT", "4")
     eng = run(Engine.load(smollm2_gguf, context_size=256, chunk=32))
     try:
         model = eng.model

@@ -332,10 +332,12 @@ def test_attention_tiled_selection(monkeypatch):
     assert kernels.attention_prefill_split(9, 3, 512) == 2
     assert kernels.attention_prefill_split(32, 8, 512) == 1
     assert kernels.attention_prefill_split(9, 3, 16) == 8
-    monkeypatch.setenv("CERA_WEB_ATTN_SPLIT", "2")
+    monkeypatch.setenv("CERA_WEB_ATTN_SPLIT", "3")      # the decode attention's switch: not this one
+    assert kernels.attention_prefill_split(32, 8, 512) == 1
+    monkeypatch.setenv("CERA_WEB_PREFILL_ATTN_SPLIT", "2")
     assert kernels.attention_prefill_split(32, 8, 512) == 2
-    monkeypatch.setenv("CERA_WEB_ATTN_SPLIT", "3")
-    with pytest.raises(ValueError, match="CERA_WEB_ATTN_SPLIT"):
+    monkeypatch.setenv("CERA_WEB_PREFILL_ATTN_SPLIT", "3")
+    with pytest.raises(ValueError, match="CERA_WEB_PREFILL_ATTN_SPLIT"):
         kernels.attention_prefill_split(32, 8, 512)
     with pytest.raises(ValueError):
         kernels.attention_tiled(8, 2, 128, 0.1)
