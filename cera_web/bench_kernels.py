@@ -259,9 +259,9 @@ class Bench:
         qpipe = dev.pipeline(kernels.quantize_rows(K, norm=True, eps=1e-5), "quantize_rows")
         quantize = (qpipe, dev.bind(qpipe, [x, xq, step, gain]), (T, 1, 1))
         dev.submit([dev.record([quantize])])                  # the GEMM reads valid blocks
-        tr = kernels.matmul_i8_rows(N, T)
-        pipe = dev.pipeline(kernels.matmul_i8(fmt, K, N, aligned=aligned, rows=tr), f"matmul_i8 {fmt.name}")
-        groups = kernels.matmul_i8_groups(N, T, tr)
+        tr, pair = kernels.matmul_i8_tile(N, T)
+        pipe = dev.pipeline(kernels.matmul_i8(fmt, K, N, aligned=aligned, rows=tr, pair=pair), f"matmul_i8 {fmt.name}")
+        groups = kernels.matmul_i8_groups(N, T, tr, pair=pair)
         y = dev.create_buffer(4 * N * T)
         binds = [dev.bind(pipe, [w, xq, y, step]) for w in weights]
         per, n = await self.per_dispatch(lambda n: [(pipe, binds[i % len(binds)], groups) for i in range(n)])
@@ -269,6 +269,7 @@ class Bench:
         flop = 2 * N * K * T
         return {"type": fmt.name, "shape": f"{N}x{K}", "N": N, "K": K, "T": T, "kernel": "matmul_i8",
                 "layout": LAYOUT[aligned], "kb": int(os.environ.get("CERA_WEB_I8_KB") or kernels.I8_KB), "rows": tr,
+                "pair": pair,
                 "dispatches": n, "us": round(per * 1e6, 3), "gflops": round(flop / per / 1e9, 3),
                 "quantize_us": round(q_per * 1e6, 3), "gflops_with_quantize": round(flop / (per + q_per) / 1e9, 3)}
 

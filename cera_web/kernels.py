@@ -258,27 +258,47 @@ def matmul_i8_rows(N: int, T: int) -> int:
     return 64 if -(-N // 64) * -(-T // 64) >= I8_FILL else 32
 
 
+def matmul_i8_tile(N: int, T: int, glu: bool = False) -> tuple[int, bool]:
+    """(rows, pair) of matmul_i8 for N rows and passes of up to T tokens. A plain product whose 64-row tiles number
+    I8_FILL or more runs in pairs (PAIR: 8 rows x 4 tokens a thread, 2 x 32-row tiles: the same 64 x 64 tile as
+    64 rows without PAIR, on half the threads, each activation read feeding twice the rows); every other product
+    takes matmul_i8_rows. CERA_WEB_I8_PAIR=0|1 forces pairs off or on for plain products, CERA_WEB_I8_TR the rows
+    (benchmarks)."""
+    import os
+    forced = os.environ.get("CERA_WEB_I8_PAIR", "")
+    if forced not in ("", "0", "1"):
+        raise ValueError(f"CERA_WEB_I8_PAIR={forced}: 0 or 1")
+    if glu or forced == "0" or (not forced and -(-N // 64) * -(-T // 64) < I8_FILL):
+        return matmul_i8_rows(N, T), False
+    return (int(os.environ.get("CERA_WEB_I8_TR") or 32) if forced else 32), True
+
+
 
 def matmul_i8(fmt, K: int, N: int, *, accum=False, glu=False, ystride=None, yoff=0, gelu=False, aligned=False,
-              kb: int | None = None, rows: int = 64, kgroups: int = 1, ksplit: int = 1, tmax: int = 0) -> str:
+              kb: int | None = None, rows: int = 64, pair: bool = False, kgroups: int = 1, ksplit: int = 1,
+              tmax: int = 0) -> str:
     """See matmul_i8.wgsl: the prefill product on quantize_rows' blocks (K a multiple of the type's block), weights in
-    the file's layout or the aligned one; rows: the workgroup tile's (64 or 32: matmul_i8_rows); kgroups: K groups
+    the file's layout or the aligned one; rows: the workgroup tile's (64 or 32; twice that with pair, 8 rows a thread:
+    matmul_i8_tile); kgroups: K groups
     sharing a tile (matmul_i8_kgroups); ksplit > 1: K in that many parts written [ksplit, tmax, N] for sum_parts
-    (matmul_i8_split; plain products: no GLU, ACCUM or column offset); dispatch matmul_i8_groups(N, T, rows, ksplit).
+    (matmul_i8_split; plain products: no GLU, ACCUM or column offset); dispatch matmul_i8_groups(N, T, rows, ksplit,
+    pair).
     kb: blocks a K step (default I8_KB; CERA_WEB_I8_KB=N for benchmarks)."""
     import os
     kb = kb or int(os.environ.get("CERA_WEB_I8_KB") or I8_KB)
     found = i8_format(fmt, aligned)
-    fits = (rows in (32, 64) and kb >= 1 and (2 if glu else 1) * kb <= 4 and 64 * kb <= 4 * rows   # an item a thread
-            and kgroups in (1, 2, 4) and (kgroups == 1 or (2 if glu else 1) * kb >= 2))
+    two = 2 if glu or pair else 1
+    fits = (rows in (32, 64) and kb >= 1 and two * kb <= 4 and 64 * kb <= 4 * rows   # an item a thread
+            and kgroups in (1, 2, 4) and (kgroups == 1 or two * kb >= 2) and not (glu and pair))
     split_ok = ksplit == 1 or (ksplit > 1 and tmax >= 1 and not (glu or accum or yoff) and ystride in (None, N))
     if found is None or K % GGML_BLOCK[fmt][0] or not fits or not split_ok:
         raise ValueError(f"matmul_i8: {GGMLType(fmt).name} rows of {K}, {kb} blocks a step, tiles of {rows} rows (a "
                          f"type of Q8_FORMATS, K a multiple of its block, 64 or 32 rows, at most one weight and one "
-                         f"activation block a thread a step: kb <= 2 with GLU or 32 rows, <= 4 otherwise; 1, 2 or 4 "
+                         f"activation block a thread a step: kb <= 2 with GLU, pairs or 32 rows, <= 4 otherwise; "
+                         f"pairs without GLU; 1, 2 or 4 "
                          f"K groups, which need kb >= 2 without GLU; K parts: plain products, with tmax)")
     name, pieces = found
-    text = build("matmul_i8", K=K, N=N, ACCUM=accum, GLU=glu, GELU=gelu, YSTRIDE=N if ystride is None else ystride,
+    text = build("matmul_i8", K=K, N=N, ACCUM=accum, GLU=glu, GELU=gelu, PAIR=pair, YSTRIDE=N if ystride is None else ystride,
                  YOFF=yoff, TR=rows, KB=kb, KG=kgroups, KS=ksplit, TMAX=max(tmax, 1),
                  **_wrows(aligned, N, glu))
     head, _, rest = text.partition("\n")     # WebGPU recommends the directive where the language feature is used
@@ -286,11 +306,11 @@ def matmul_i8(fmt, K: int, N: int, *, accum=False, glu=False, ystride=None, yoff
                       _read(f"formats_i8/{name}.wgsl")])
 
 
-def matmul_i8_memory(rows: int, kgroups: int = 1, glu: bool = False, kb: int | None = None) -> int:
+def matmul_i8_memory(rows: int, kgroups: int = 1, glu: bool = False, kb: int | None = None, pair: bool = False) -> int:
     """Bytes of workgroup memory of a matmul_i8 tile (see its staging arrays)."""
     import os
     kb = kb or int(os.environ.get("CERA_WEB_I8_KB") or I8_KB)
-    r4, halves = rows // 4, 2 if glu else 1
+    r4, halves = rows // 4, 2 if glu or pair else 1
     return 16 * kgroups * (halves * kb * r4 * (8 + 2 + 1) + kb * 16 * (8 + 2))
 
 
@@ -298,7 +318,8 @@ I8_KG_FILL = 256   # tiles below which a product's K is shared by more thread gr
 I8_KG_MAX = 2      # groups then (H200, SmolLM2 prefill: 1 group 55.3k tok/s, 2 56.5k, 4 52.9k; h200-s8-call3)
 
 
-def matmul_i8_kgroups(N: int, T: int, rows: int, glu: bool, wg_memory: int, max_threads: int) -> int:
+def matmul_i8_kgroups(N: int, T: int, rows: int, glu: bool, wg_memory: int, max_threads: int,
+                      pair: bool = False) -> int:
     """K groups of a matmul_i8 tile (more threads on a product with few tiles, which alone leave the GPU's cores
     waiting on latencies: SmolLM2's 576-row products): 1 for GLU products and where rows x 64-token tiles number
     I8_KG_FILL or more, else I8_KG_MAX or fewer as the device's workgroup size (rows * 4 * groups threads) and
@@ -309,18 +330,18 @@ def matmul_i8_kgroups(N: int, T: int, rows: int, glu: bool, wg_memory: int, max_
         raise ValueError(f"CERA_WEB_I8_KG={forced}: 1, 2 or 4")
     if forced:
         want = int(forced)
-    elif glu or -(-N // rows) * -(-T // 64) >= I8_KG_FILL:
+    elif glu or -(-N // (2 * rows if pair else rows)) * -(-T // 64) >= I8_KG_FILL:
         return 1
     else:
         want = I8_KG_MAX
-    while want > 1 and (rows * 4 * want > max_threads or matmul_i8_memory(rows, want, glu) > wg_memory):
+    while want > 1 and (rows * 4 * want > max_threads or matmul_i8_memory(rows, want, glu, pair=pair) > wg_memory):
         want //= 2
     return want
 
 
-def matmul_i8_groups(N: int, T: int, rows: int = 64, ksplit: int = 1) -> tuple[int, int, int]:
-    """Dispatch of matmul_i8: a workgroup per tile of rows x 64 tokens and K part."""
-    return (-(-N // rows), -(-T // 64), ksplit)
+def matmul_i8_groups(N: int, T: int, rows: int = 64, ksplit: int = 1, pair: bool = False) -> tuple[int, int, int]:
+    """Dispatch of matmul_i8: a workgroup per tile of rows (2 rows with pair) x 64 tokens and K part."""
+    return (-(-N // (2 * rows if pair else rows)), -(-T // 64), ksplit)
 
 
 I8_SPLIT_TILES = 192   # tiles below which a long product's K goes in parts (about the SMs of a large GPU: 132)

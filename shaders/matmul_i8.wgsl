@@ -9,7 +9,9 @@
 // formats_i8/*a.wgsl for the aligned layout.
 // A workgroup computes TR rows (64 or 32) x 64 tokens with TR * 4 threads, each 4 rows x 4 tokens: per 32-block
 // 4 vec4<i32> integer sums (rows in the lanes, one vec4 a token; 4 more for GLU's up rows), 128 dot4I8Packed (256
-// with GLU) from 8 + 8 vec4 reads of workgroup memory, then f32 multiply-adds by the scales: once a block, or once a
+// with GLU) from 8 + 8 vec4 reads of workgroup memory (8 more with GLU). PAIR (plain products): the tile is 2 TR rows,
+// a thread takes rows 4 rg .. 4 rg + 4 and TR + 4 rg .. as GLU takes gate and up rows, so each vec4 of activations
+// read from workgroup memory feeds 8 rows instead of 4. Then f32 multiply-adds by the scales: once a block, or once a
 // half block for formats with a scale per 16 weights (the format's SCALES = 2: Q6_K); the offset term only for
 // formats that have one (OFFSET). K goes KB blocks a step: the step's weight words and activation words are staged
 // in workgroup memory, word-major with 4 rows (4 tokens) a vec4, a thread staging at most one weight block and one
@@ -19,7 +21,7 @@
 // memory at the end. Everything a thread holds is a named vector: no private arrays (which NVIDIA's compiler can leave in local
 // memory, docs/DESIGN.md).
 //
-// Constants: K (a multiple of 32; of 256 for k-quants), N, ACCUM, GLU, GELU, YSTRIDE, YOFF, TR, KB, KG, KS, TMAX and
+// Constants: K (a multiple of 32; of 256 for k-quants), N, ACCUM, GLU, GELU, PAIR, YSTRIDE, YOFF, TR, KB, KG, KS, TMAX and
 //   the format's (WROWS, the rows of W, for the aligned layout); kernels.matmul_i8.
 // K parts (KS > 1, no GLU, for long products with fewer tiles than the GPU has cores: SmolLM2's down projection):
 // workgroup z takes blocks [z NBS, (z + 1) NBS) of every row and writes its sums as part z of Y,
@@ -29,7 +31,7 @@
 //   1 XQ: array<u32>        [n_tokens, K / 32, 10] blocks {dx: f32, s: f32, 8 words of 4 int8} (quantize_rows.wgsl)
 //   2 Y: array<f32>         [n_tokens, YSTRIDE]; with KS > 1 the parts [KS, TMAX, YSTRIDE]
 //   3 step: uniform Step
-// Dispatch: (ceil(N / TR), ceil(n_tokens_max / 64), KS) workgroups of TR * 4 * KG (kernels.matmul_i8_groups); token
+// Dispatch: (ceil(N / (TR or 2 TR with PAIR)), ceil(n_tokens_max / 64), KS) workgroups of TR * 4 * KG (kernels.matmul_i8_groups); token
 // tiles past the pass's end return at once.
 @group(0) @binding(0) var<storage, read> W: array<WORD>;
 @group(0) @binding(1) var<storage, read> XQ: array<u32>;
@@ -38,7 +40,9 @@
 
 const NB: u32 = K / 32u;                          // blocks a row
 const NBS: u32 = (NB + KS - 1u) / KS;             // blocks a K part
-const HALVES: u32 = select(1u, 2u, GLU);
+const TWO: bool = GLU || PAIR;                   // a second set of rows a thread: GLU's up rows, or PAIR's
+const HALVES: u32 = select(1u, 2u, TWO);
+const TILE: u32 = select(TR, 2u * TR, PAIR);      // rows of the workgroup's tile
 const R4: u32 = TR / 4u;                          // row vec4s of the tile: threads along the rows
 const LT: u32 = R4 * 16u;                         // threads of a K group: R4 x 16 token vec4s
 const WG: u32 = LT * KG;                          // threads: KG groups
@@ -77,16 +81,17 @@ fn sub_bias(v: vec4<u32>, bias: u32) -> vec4<u32> {
     return t | ((t & b4) * (256u / bias - 2u));
 }
 
-// Weight item i of the step at block b0 (rows fastest, then blocks, then gate/up; i < W_ITEMS), zeros past the
-// ends (blocks from bend on: the K part's end).
+// Weight item i of the step at block b0 (rows fastest, then blocks, then gate/up or PAIR's two row sets;
+// i < W_ITEMS), zeros past the ends (blocks from bend on: the K part's end).
 fn load_w(row0: u32, b0: u32, i: u32, bend: u32) -> WBlock {
     let hb = i / TR;                               // half * KB + block of the step
-    let n = row0 + i % TR;
+    let half = hb / KB;
+    let n = row0 + i % TR + select(0u, half * TR, PAIR);
     let b = b0 + hb % KB;
     if (i >= W_ITEMS || n >= N || b >= bend) {
         return WBlock(vec4<u32>(0u), vec4<u32>(0u), vec2<f32>(0.0), 0.0);
     }
-    return wblock(n + (hb / KB) * N, b);
+    return wblock(select(n, n + half * N, GLU), b);
 }
 
 fn put_w(g: u32, i: u32, w: WBlock) {
@@ -193,7 +198,7 @@ fn store(t: u32, n: u32, a: vec4<f32>, u: vec4<f32>, n_tokens: u32, z: u32) {
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
     let n_tokens = step.n_tokens;
-    let row0 = wid.x * TR;
+    let row0 = wid.x * TILE;
     let tok0 = wid.y * 64u;
     if (tok0 >= n_tokens) {
         return;
@@ -231,7 +236,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                     let x = xs[gx + kb * 128u + 16u * w + tg];
                     let a = ws[gs + (kb * 8u + w) * R4 + rg];
                     s0 += dots(a, x.x); s1 += dots(a, x.y); s2 += dots(a, x.z); s3 += dots(a, x.w);
-                    if (GLU) {
+                    if (TWO) {
                         let u = ws[gs + ((KB + kb) * 8u + w) * R4 + rg];
                         v0 += dots(u, x.x); v1 += dots(u, x.y); v2 += dots(u, x.z); v3 += dots(u, x.w);
                     }
@@ -241,7 +246,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 a1 += vec4<f32>(s1) * d * dx.y;
                 a2 += vec4<f32>(s2) * d * dx.z;
                 a3 += vec4<f32>(s3) * d * dx.w;
-                if (GLU) {
+                if (TWO) {
                     let du = wd[gd + ((KB + kb) * 2u + h) * R4 + rg];
                     u0 += vec4<f32>(v0) * du * dx.x;
                     u1 += vec4<f32>(v1) * du * dx.y;
@@ -252,7 +257,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             if (OFFSET) {
                 let m = wm[gm + kb * R4 + rg];
                 a0 += m * sx.x; a1 += m * sx.y; a2 += m * sx.z; a3 += m * sx.w;
-                if (GLU) {
+                if (TWO) {
                     let mu = wm[gm + (KB + kb) * R4 + rg];
                     u0 += mu * sx.x; u1 += mu * sx.y; u2 += mu * sx.z; u3 += mu * sx.w;
                 }
@@ -261,7 +266,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         workgroupBarrier();
     }
     a0 = group_sum(a0, g, lt); a1 = group_sum(a1, g, lt); a2 = group_sum(a2, g, lt); a3 = group_sum(a3, g, lt);
-    if (GLU) {
+    if (TWO) {
         u0 = group_sum(u0, g, lt); u1 = group_sum(u1, g, lt); u2 = group_sum(u2, g, lt); u3 = group_sum(u3, g, lt);
     }
     if (g > 0u) {
@@ -273,4 +278,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     store(t + 1u, n, a1, u1, n_tokens, z);
     store(t + 2u, n, a2, u2, n_tokens, z);
     store(t + 3u, n, a3, u3, n_tokens, z);
+    if (PAIR) {                  // the second set of rows (store's u is GLU's only)
+        store(t, n + TR, u0, u0, n_tokens, z);
+        store(t + 1u, n + TR, u1, u1, n_tokens, z);
+        store(t + 2u, n + TR, u2, u2, n_tokens, z);
+        store(t + 3u, n + TR, u3, u3, n_tokens, z);
+    }
 }

@@ -205,13 +205,14 @@ def test_matmul_i8(dev, fmt, T, N, K, glu, gelu, accum):
     y0 = rng.standard_normal((T, stride)).astype(np.float32)
     Q, W = quantize_gpu(dev, x, g, eps), upload(dev, aligned(raw, fmt))
     got = []
-    for tr in (64, 32):          # both workgroup tiles (kernels.matmul_i8_rows)
+    tiles = [(64, False), (32, False)] + ([] if glu else [(32, True)])   # kernels.matmul_i8_tile's choices
+    for tr, pair in tiles:
         Y = f32_buffer(dev, y0)
-        gx, gy, _ = kernels.matmul_i8_groups(N, T, tr)
+        gx, gy, _ = kernels.matmul_i8_groups(N, T, tr, pair=pair)
         run(dev, kernels.matmul_i8(fmt, K, N, accum=accum, glu=glu, gelu=gelu, ystride=stride, yoff=yoff,
-                                   aligned=True, rows=tr), [W, Q, Y, step_buffer(dev, T)], (gx, gy + 1, 1))
+                                   aligned=True, rows=tr, pair=pair), [W, Q, Y, step_buffer(dev, T)], (gx, gy + 1, 1))
         got.append(read(dev, Y, T * stride).reshape(T, stride))
-    assert np.array_equal(got[0], got[1])       # the same sums in the same order
+    assert all(np.array_equal(got[0], g) for g in got[1:])       # the same sums in the same order
     got = got[0]
     d, _, q = read_blocks(dev, Q, T, K)
     xf = x.astype(np.float64)

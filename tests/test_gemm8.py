@@ -94,7 +94,7 @@ def test_quantize_rows(dev, norm, wg, monkeypatch):
 
 
 def gemm_case(dev, fmt, T, N, K, *, norm=True, glu=False, gelu=False, accum=False, yoff=0, stride=None, seed=0,
-              tr=64, kg=1, ksplit=1):
+              tr=64, kg=1, ksplit=1, pair=False):
     """Run quantize_rows + matmul_i8 (ksplit > 1: in K parts, then sum_parts) and return (got, exact, f32): the
     GPU's Y, numpy on the GPU's own blocks, and numpy on the float32 (normalised) activations."""
     rng = np.random.default_rng(seed + int(fmt))
@@ -107,15 +107,15 @@ def gemm_case(dev, fmt, T, N, K, *, norm=True, glu=False, gelu=False, accum=Fals
     y0 = rng.standard_normal((T, stride)).astype(np.float32)
     Q = quantize_gpu(dev, x, g, eps)
     Y = f32_buffer(dev, y0)
-    gx, gy, _ = kernels.matmul_i8_groups(N, T, tr)
+    gx, gy, _ = kernels.matmul_i8_groups(N, T, tr, pair=pair)
     step = step_buffer(dev, T)
     if ksplit == 1:
         run(dev, kernels.matmul_i8(fmt, K, N, accum=accum, glu=glu, gelu=gelu, ystride=stride, yoff=yoff, rows=tr,
-                                   kgroups=kg),
+                                   kgroups=kg, pair=pair),
             [upload(dev, raw), Q, Y, step], (gx, gy + 1, 1))     # a token tile past the pass's end
     else:
         P = f32_buffer(dev, np.full(ksplit * (T + 3) * N, np.nan, np.float32))   # parts' rows: tmax = T + 3
-        run(dev, kernels.matmul_i8(fmt, K, N, rows=tr, kgroups=kg, ksplit=ksplit, tmax=T + 3),
+        run(dev, kernels.matmul_i8(fmt, K, N, rows=tr, kgroups=kg, ksplit=ksplit, tmax=T + 3, pair=pair),
             [upload(dev, raw), Q, P, step], (gx, gy + 1, ksplit))
         run(dev, kernels.sum_parts(N, ksplit, T + 3, ystride=stride, yoff=yoff, accum=accum), [P, Y, step],
             kernels.sum_parts_groups(N, T + 3))
@@ -168,6 +168,23 @@ def test_gemm8_glu_and_edges(dev, fmt, glu, gelu):
     K = 512 if fmt == GGMLType.Q6_K else 352
     got, exact, _ = gemm_case(dev, fmt, T=70, N=69, K=K, norm=False, glu=glu, gelu=gelu, seed=1,
                               tr=32 if glu else 64)
+    np.testing.assert_allclose(got, exact, rtol=1e-5, atol=2e-5 * np.abs(exact).max())
+
+
+@pytest.mark.parametrize("fmt,tr,kg,ksplit,accum", [
+    (GGMLType.Q4_K, 32, 1, 1, True),      # the offset term; ACCUM at a column offset
+    (GGMLType.Q6_K, 64, 1, 1, False),     # a scale a half block; 128-row tiles
+    (GGMLType.Q4_1, 32, 2, 1, False),     # K groups
+    (GGMLType.Q8_0, 32, 1, 4, False),     # K parts (sum_parts)
+], ids=["q4_k_accum", "q6_k_tr64", "q4_1_kgroups", "q8_0_parts"])
+def test_gemm8_pairs(dev, fmt, tr, kg, ksplit, accum):
+    """PAIR (8 rows x 4 tokens a thread, tiles of 2 TR rows): rows in the second set of a tile and past N (N = 100:
+    the last tile's second set partly and wholly past the end), tokens past the tile, against numpy on the GPU's own
+    blocks."""
+    K = 512
+    got, exact, _ = gemm_case(dev, fmt, T=70, N=100 if tr == 32 else 150, K=K, norm=True, accum=accum,
+                              yoff=3 if accum else 0, stride=110 if accum else None, seed=2, tr=tr, kg=kg,
+                              ksplit=ksplit, pair=True)
     np.testing.assert_allclose(got, exact, rtol=1e-5, atol=2e-5 * np.abs(exact).max())
 
 
@@ -318,6 +335,27 @@ def test_matmul_i8_rows(monkeypatch):
         kernels.matmul_i8_rows(2048, 512)
 
 
+def test_matmul_i8_tile(monkeypatch):
+    """Pairs (8 rows a thread, 2 x 32-row tiles) for plain products with 256 or more 64-row tiles (1B's 2048 rows at
+    512 tokens), never GLU; the rest as matmul_i8_rows; CERA_WEB_I8_PAIR forces, CERA_WEB_I8_TR then sets the rows."""
+    assert kernels.matmul_i8_tile(2048, 512) == (32, True)
+    assert kernels.matmul_i8_tile(2048, 256) == (32, False)       # 128 tiles of 64 rows
+    assert kernels.matmul_i8_tile(576, 512) == (32, False)
+    assert kernels.matmul_i8_tile(8192, 512, glu=True) == (64, False)
+    monkeypatch.setenv("CERA_WEB_I8_PAIR", "0")
+    assert kernels.matmul_i8_tile(2048, 512) == (64, False)
+    monkeypatch.setenv("CERA_WEB_I8_PAIR", "1")
+    assert kernels.matmul_i8_tile(576, 512) == (32, True)
+    assert kernels.matmul_i8_tile(576, 512, glu=True) == (32, False)
+    monkeypatch.setenv("CERA_WEB_I8_TR", "64")
+    assert kernels.matmul_i8_tile(576, 512) == (64, True)
+    monkeypatch.setenv("CERA_WEB_I8_PAIR", "2")
+    with pytest.raises(ValueError, match="CERA_WEB_I8_PAIR"):
+        kernels.matmul_i8_tile(2048, 512)
+    with pytest.raises(ValueError, match="pairs without GLU"):
+        kernels.matmul_i8(GGMLType.Q4_1, 512, 64, glu=True, pair=True)
+
+
 def test_bench_kernels_gemm_reports_int8_beside_f32(dev):
     import asyncio
 
@@ -365,6 +403,7 @@ def test_int8_kernels_compile_in_the_browser(page, server_url):
     for gelu in (False, True):
         sources.append(kernels.matmul_i8(GGMLType.Q6_K, 512, 100, glu=True, gelu=gelu, rows=32 if gelu else 64))
     sources.append(kernels.matmul_i8(GGMLType.Q4_1, 512, 100, rows=32, kgroups=2, aligned=True))   # K groups
+    sources.append(kernels.matmul_i8(GGMLType.Q4_K, 512, 100, rows=32, pair=True, accum=True))     # pairs
     page.goto(server_url + "/models/index.json")
     out = page.evaluate(COMPILE_JS, sources)
     assert out["feature"]

@@ -304,18 +304,19 @@ class Transformer(GPUModel):
                 [x, self.xq, self.step, gain or self.ones], (T, 1, 1), f"{name} quantize")
         for buf, r0, rows_here in parts:
             label = name if len(parts) == 1 else f"{name}[{r0}:{r0 + rows_here}]"
-            tr = kernels.matmul_i8_rows(rows_here, T)
-            kg = kernels.matmul_i8_kgroups(rows_here, T, tr, kw.get("glu", False), self.wg_memory, self.max_threads)
-            split = kernels.matmul_i8_split(rows_here, T, k, tr, kw.get("glu", False))
+            glu = kw.get("glu", False)
+            tr, pair = kernels.matmul_i8_tile(rows_here, T, glu)
+            kg = kernels.matmul_i8_kgroups(rows_here, T, tr, glu, self.wg_memory, self.max_threads, pair)
+            split = kernels.matmul_i8_split(rows_here, T, k, 2 * tr if pair else tr, glu)
             if split == 1:
-                rec.add(kernels.matmul_i8(fmt, k, rows_here, ystride=ystride, yoff=yoff + r0, rows=tr, kgroups=kg,
-                                          **kw), [buf, self.xq, y, self.step],
-                        kernels.matmul_i8_groups(rows_here, T, tr), label)
+                rec.add(kernels.matmul_i8(fmt, k, rows_here, ystride=ystride, yoff=yoff + r0, rows=tr, pair=pair,
+                                          kgroups=kg, **kw), [buf, self.xq, y, self.step],
+                        kernels.matmul_i8_groups(rows_here, T, tr, pair=pair), label)
                 continue
             parts = self.prefill_parts(4 * split * T * rows_here)      # K in parts, added into y by sum_parts
-            rec.add(kernels.matmul_i8(fmt, k, rows_here, rows=tr, kgroups=kg, ksplit=split, tmax=T,
+            rec.add(kernels.matmul_i8(fmt, k, rows_here, rows=tr, pair=pair, kgroups=kg, ksplit=split, tmax=T,
                                       aligned=kw["aligned"]), [buf, self.xq, parts, self.step],
-                    kernels.matmul_i8_groups(rows_here, T, tr, split), label)
+                    kernels.matmul_i8_groups(rows_here, T, tr, split, pair), label)
             rec.add(kernels.sum_parts(rows_here, split, T, ystride=ystride, yoff=yoff + r0, accum=kw.get("accum", False)),
                     [parts, y, self.step], kernels.sum_parts_groups(rows_here, T), label)
 
