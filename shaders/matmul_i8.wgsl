@@ -9,9 +9,9 @@
 // formats_i8/*a.wgsl for the aligned layout.
 // A workgroup computes TR rows (64 or 32) x 64 tokens with TR * 4 threads, each 4 rows x 4 tokens: per 32-block
 // 4 vec4<i32> integer sums (rows in the lanes, one vec4 a token; 4 more for GLU's up rows), 128 dot4I8Packed (256
-// with GLU) from 8 + 8 vec4 reads of workgroup memory (8 more with GLU). PAIR (plain products): the tile is 2 TR rows,
-// a thread takes rows 4 rg .. 4 rg + 4 and TR + 4 rg .. as GLU takes gate and up rows, so each vec4 of activations
-// read from workgroup memory feeds 8 rows instead of 4. Then f32 multiply-adds by the scales: once a block, or once a
+// with GLU) from 8 + 8 vec4 reads of workgroup memory (8 more with GLU or PAIR). PAIR (plain products): tiles of
+// 2 TR rows, a thread taking rows 4 rg .. 4 rg + 4 and TR + 4 rg .. as GLU takes gate and up rows, so each vec4 of
+// activations read from workgroup memory feeds 8 rows instead of 4. Then f32 multiply-adds by the scales: once a block, or once a
 // half block for formats with a scale per 16 weights (the format's SCALES = 2: Q6_K); the offset term only for
 // formats that have one (OFFSET). K goes KB blocks a step: the step's weight words and activation words are staged
 // in workgroup memory, word-major with 4 rows (4 tokens) a vec4, a thread staging at most one weight block and one
