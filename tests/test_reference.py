@@ -183,7 +183,6 @@ def test_kv_cache_continues_and_rewinds(tmp_path):
     alt = ids[:6] + [40, 41]
     rewound = model.forward(alt[6:], 6)
     model.reset()
-
     np.testing.assert_allclose(rewound, model.forward(alt, 0)[6:], atol=1e-5, rtol=2e-6)
     last = model.forward(alt, 0, last_only=True)
     assert last.shape == (1, TINY["vocab"])
