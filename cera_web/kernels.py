@@ -255,7 +255,7 @@ def matmul_i8_rows(N: int, T: int) -> int:
         if forced not in ("32", "64"):
             raise ValueError(f"CERA_WEB_I8_TR={forced}: 64 or 32")
         return int(forced)
-    return 64 if -(-N // 64) * -(-T // 64) >= I8_FILL else 32
+    return 64 if matmul_i8_tiles(N, T, 64) >= I8_FILL else 32
 
 
 def matmul_i8_tile(N: int, T: int, glu: bool = False) -> tuple[int, bool]:
@@ -268,10 +268,15 @@ def matmul_i8_tile(N: int, T: int, glu: bool = False) -> tuple[int, bool]:
     forced = os.environ.get("CERA_WEB_I8_PAIR", "")
     if forced not in ("", "0", "1"):
         raise ValueError(f"CERA_WEB_I8_PAIR={forced}: 0 or 1")
-    if glu or forced == "0" or (not forced and -(-N // 64) * -(-T // 64) < I8_FILL):
+    if glu or forced == "0" or (not forced and matmul_i8_tiles(N, T, 64) < I8_FILL):
         return matmul_i8_rows(N, T), False
-    return (int(os.environ.get("CERA_WEB_I8_TR") or 32) if forced else 32), True
+    return (matmul_i8_rows(N, T) if forced and os.environ.get("CERA_WEB_I8_TR") else 32), True
 
+
+def matmul_i8_tiles(N: int, T: int, rows: int, pair: bool = False) -> int:
+    """Workgroup tiles of a matmul_i8 product (matmul_i8_groups without the K parts)."""
+    gx, gy, _ = matmul_i8_groups(N, T, rows, pair=pair)
+    return gx * gy
 
 
 def matmul_i8(fmt, K: int, N: int, *, accum=False, glu=False, ystride=None, yoff=0, gelu=False, aligned=False,
@@ -279,8 +284,7 @@ def matmul_i8(fmt, K: int, N: int, *, accum=False, glu=False, ystride=None, yoff
               tmax: int = 0) -> str:
     """See matmul_i8.wgsl: the prefill product on quantize_rows' blocks (K a multiple of the type's block), weights in
     the file's layout or the aligned one; rows: the workgroup tile's (64 or 32; twice that with pair, 8 rows a thread:
-    matmul_i8_tile); kgroups: K groups
-    sharing a tile (matmul_i8_kgroups); ksplit > 1: K in that many parts written [ksplit, tmax, N] for sum_parts
+    matmul_i8_tile); kgroups: K groups sharing a tile (matmul_i8_kgroups); ksplit > 1: K in that many parts written [ksplit, tmax, N] for sum_parts
     (matmul_i8_split; plain products: no GLU, ACCUM or column offset); dispatch matmul_i8_groups(N, T, rows, ksplit,
     pair).
     kb: blocks a K step (default I8_KB; CERA_WEB_I8_KB=N for benchmarks)."""
@@ -298,8 +302,8 @@ def matmul_i8(fmt, K: int, N: int, *, accum=False, glu=False, ystride=None, yoff
                          f"pairs without GLU; 1, 2 or 4 "
                          f"K groups, which need kb >= 2 without GLU; K parts: plain products, with tmax)")
     name, pieces = found
-    text = build("matmul_i8", K=K, N=N, ACCUM=accum, GLU=glu, GELU=gelu, PAIR=pair, YSTRIDE=N if ystride is None else ystride,
-                 YOFF=yoff, TR=rows, KB=kb, KG=kgroups, KS=ksplit, TMAX=max(tmax, 1),
+    text = build("matmul_i8", K=K, N=N, ACCUM=accum, GLU=glu, GELU=gelu, PAIR=pair,
+                 YSTRIDE=N if ystride is None else ystride, YOFF=yoff, TR=rows, KB=kb, KG=kgroups, KS=ksplit, TMAX=max(tmax, 1),
                  **_wrows(aligned, N, glu))
     head, _, rest = text.partition("\n")     # WebGPU recommends the directive where the language feature is used
     return "\n".join([head, REQUIRES_I8, rest, *(_read(f"formats/{p}.wgsl") for p in pieces),
@@ -330,7 +334,7 @@ def matmul_i8_kgroups(N: int, T: int, rows: int, glu: bool, wg_memory: int, max_
         raise ValueError(f"CERA_WEB_I8_KG={forced}: 1, 2 or 4")
     if forced:
         want = int(forced)
-    elif glu or -(-N // (2 * rows if pair else rows)) * -(-T // 64) >= I8_KG_FILL:
+    elif glu or matmul_i8_tiles(N, T, rows, pair) >= I8_KG_FILL:
         return 1
     else:
         want = I8_KG_MAX
@@ -348,7 +352,7 @@ I8_SPLIT_TILES = 192   # tiles below which a long product's K goes in parts (abo
 I8_SPLIT_BLOCKS = 32   # 32-blocks a row from which it does (8 a part at 4 parts)
 
 
-def matmul_i8_split(N: int, T: int, K: int, rows: int, glu: bool = False) -> int:
+def matmul_i8_split(N: int, T: int, K: int, rows: int, glu: bool = False, pair: bool = False) -> int:
     """K parts of a matmul_i8 product of N rows x K for passes of up to T tokens: 4 where its tiles number under
     I8_SPLIT_TILES (about one workgroup an SM or fewer) and rows have I8_SPLIT_BLOCKS blocks or more, else 1; never
     GLU products (the gate needs whole sums). Only SmolLM2's down projection among the benchmark shapes (144 tiles,
@@ -362,8 +366,7 @@ def matmul_i8_split(N: int, T: int, K: int, rows: int, glu: bool = False) -> int
         if forced not in ("1", "2", "4", "8"):
             raise ValueError(f"CERA_WEB_I8_SPLIT={forced}: 1, 2, 4 or 8")
         return int(forced)
-    tiles = -(-N // rows) * -(-T // 64)
-    return 4 if tiles < I8_SPLIT_TILES and K // 32 >= I8_SPLIT_BLOCKS else 1
+    return 4 if matmul_i8_tiles(N, T, rows, pair) < I8_SPLIT_TILES and K // 32 >= I8_SPLIT_BLOCKS else 1
 
 
 def sum_parts(N: int, ksplit: int, tmax: int, *, ystride: int | None = None, yoff: int = 0, accum: bool = False) -> str:

@@ -296,6 +296,8 @@ def test_matmul_i8_split(monkeypatch):
     assert kernels.matmul_i8_split(576, 512, 576, 32) == 1
     assert kernels.matmul_i8_split(2048, 512, 8192, 64) == 1
     assert kernels.matmul_i8_split(576, 512, 1536, 32, glu=True) == 1
+    assert kernels.matmul_i8_split(1152, 512, 1536, 32) == 1                  # 288 tiles of 32 rows
+    assert kernels.matmul_i8_split(1152, 512, 1536, 32, pair=True) == 4       # 144 pair tiles of 64
     monkeypatch.setenv("CERA_WEB_I8_SPLIT", "2")
     assert kernels.matmul_i8_split(2048, 512, 8192, 64) == 2
     monkeypatch.setenv("CERA_WEB_I8_SPLIT", "3")
@@ -315,6 +317,8 @@ def test_matmul_i8_kgroups(monkeypatch):
     assert kernels.matmul_i8_memory(64, 1, glu=True) <= 16384 and kernels.matmul_i8_memory(32, 4) <= 49152
     assert kernels.matmul_i8_kgroups(2048, 512, 64, False, 49152, 1024) == 1
     assert kernels.matmul_i8_kgroups(576, 512, 32, True, 49152, 1024) == 1
+    assert kernels.matmul_i8_kgroups(1152, 512, 32, False, 49152, 1024) == 1          # 288 tiles of 32 rows
+    assert kernels.matmul_i8_kgroups(1152, 512, 32, False, 49152, 1024, pair=True) == 2   # 144 pair tiles
     monkeypatch.setenv("CERA_WEB_I8_KG", "2")
     assert kernels.matmul_i8_kgroups(2048, 512, 64, True, 49152, 1024) == 2
     monkeypatch.setenv("CERA_WEB_I8_KG", "4")

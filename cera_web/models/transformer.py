@@ -302,12 +302,12 @@ class Transformer(GPUModel):
         (quantize_rows), then matmul_i8 for each row range of the weight."""
         rec.add(kernels.quantize_rows(k, norm=gain is not None, eps=self.spec.eps),
                 [x, self.xq, self.step, gain or self.ones], (T, 1, 1), f"{name} quantize")
+        glu = kw.get("glu", False)
         for buf, r0, rows_here in parts:
             label = name if len(parts) == 1 else f"{name}[{r0}:{r0 + rows_here}]"
-            glu = kw.get("glu", False)
             tr, pair = kernels.matmul_i8_tile(rows_here, T, glu)
             kg = kernels.matmul_i8_kgroups(rows_here, T, tr, glu, self.wg_memory, self.max_threads, pair)
-            split = kernels.matmul_i8_split(rows_here, T, k, 2 * tr if pair else tr, glu)
+            split = kernels.matmul_i8_split(rows_here, T, k, tr, glu, pair)
             if split == 1:
                 rec.add(kernels.matmul_i8(fmt, k, rows_here, ystride=ystride, yoff=yoff + r0, rows=tr, pair=pair,
                                           kgroups=kg, **kw), [buf, self.xq, y, self.step],
