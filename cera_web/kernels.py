@@ -284,10 +284,9 @@ def matmul_i8(fmt, K: int, N: int, *, accum=False, glu=False, ystride=None, yoff
               tmax: int = 0) -> str:
     """See matmul_i8.wgsl: the prefill product on quantize_rows' blocks (K a multiple of the type's block), weights in
     the file's layout or the aligned one; rows: the workgroup tile's (64 or 32; twice that with pair, 8 rows a thread:
-    matmul_i8_tile); kgroups: K groups sharing a tile (matmul_i8_kgroups); ksplit > 1: K in that many parts written [ksplit, tmax, N] for sum_parts
-    (matmul_i8_split; plain products: no GLU, ACCUM or column offset); dispatch matmul_i8_groups(N, T, rows, ksplit,
-    pair).
-    kb: blocks a K step (default I8_KB; CERA_WEB_I8_KB=N for benchmarks)."""
+    matmul_i8_tile); kgroups: K groups sharing a tile (matmul_i8_kgroups); ksplit > 1: K in that many parts written
+    [ksplit, tmax, N] for sum_parts (matmul_i8_split; plain products: no GLU, ACCUM or column offset); dispatch
+    matmul_i8_groups(N, T, rows, ksplit, pair). kb: blocks a K step (default I8_KB; CERA_WEB_I8_KB=N for benchmarks)."""
     import os
     kb = kb or int(os.environ.get("CERA_WEB_I8_KB") or I8_KB)
     found = i8_format(fmt, aligned)
@@ -299,18 +298,19 @@ def matmul_i8(fmt, K: int, N: int, *, accum=False, glu=False, ystride=None, yoff
         raise ValueError(f"matmul_i8: {GGMLType(fmt).name} rows of {K}, {kb} blocks a step, tiles of {rows} rows (a "
                          f"type of Q8_FORMATS, K a multiple of its block, 64 or 32 rows, at most one weight and one "
                          f"activation block a thread a step: kb <= 2 with GLU, pairs or 32 rows, <= 4 otherwise; "
-                         f"pairs without GLU; 1, 2 or 4 "
-                         f"K groups, which need kb >= 2 without GLU; K parts: plain products, with tmax)")
+                         f"pairs without GLU; 1, 2 or 4 K groups, which need kb >= 2 without GLU or pairs; K parts: "
+                         f"plain products, with tmax)")
     name, pieces = found
     text = build("matmul_i8", K=K, N=N, ACCUM=accum, GLU=glu, GELU=gelu, PAIR=pair,
-                 YSTRIDE=N if ystride is None else ystride, YOFF=yoff, TR=rows, KB=kb, KG=kgroups, KS=ksplit, TMAX=max(tmax, 1),
-                 **_wrows(aligned, N, glu))
+                 YSTRIDE=N if ystride is None else ystride, YOFF=yoff, TR=rows, KB=kb, KG=kgroups, KS=ksplit,
+                 TMAX=max(tmax, 1), **_wrows(aligned, N, glu))
     head, _, rest = text.partition("\n")     # WebGPU recommends the directive where the language feature is used
     return "\n".join([head, REQUIRES_I8, rest, *(_read(f"formats/{p}.wgsl") for p in pieces),
                       _read(f"formats_i8/{name}.wgsl")])
 
 
-def matmul_i8_memory(rows: int, kgroups: int = 1, glu: bool = False, kb: int | None = None, pair: bool = False) -> int:
+def matmul_i8_memory(rows: int, kgroups: int = 1, glu: bool = False, kb: int | None = None,
+                     pair: bool = False) -> int:
     """Bytes of workgroup memory of a matmul_i8 tile (see its staging arrays)."""
     import os
     kb = kb or int(os.environ.get("CERA_WEB_I8_KB") or I8_KB)

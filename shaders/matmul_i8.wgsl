@@ -11,18 +11,18 @@
 // 4 vec4<i32> integer sums (rows in the lanes, one vec4 a token; 4 more for GLU's up rows), 128 dot4I8Packed (256
 // with GLU) from 8 + 8 vec4 reads of workgroup memory (8 more with GLU or PAIR). PAIR (plain products): tiles of
 // 2 TR rows, a thread taking rows 4 rg .. 4 rg + 4 and TR + 4 rg .. as GLU takes gate and up rows, so each vec4 of
-// activations read from workgroup memory feeds 8 rows instead of 4. Then f32 multiply-adds by the scales: once a block, or once a
-// half block for formats with a scale per 16 weights (the format's SCALES = 2: Q6_K); the offset term only for
-// formats that have one (OFFSET). K goes KB blocks a step: the step's weight words and activation words are staged
-// in workgroup memory, word-major with 4 rows (4 tokens) a vec4, a thread staging at most one weight block and one
-// activation block (so HALVES KB <= 4 and 64 KB <= 4 TR), read from global memory during the previous step's
-// products. K groups (KG > 1, for products with few tiles: more threads to hide latencies): KG groups of TR * 4
-// threads share the tile, group g taking K steps g, g + KG, ... with its own staging; their sums meet in workgroup
-// memory at the end. Everything a thread holds is a named vector: no private arrays (which NVIDIA's compiler can leave in local
-// memory, docs/DESIGN.md).
+// activations read from workgroup memory feeds 8 rows instead of 4. Then f32 multiply-adds by the scales: once a
+// block, or once a half block for formats with a scale per 16 weights (the format's SCALES = 2: Q6_K); the offset
+// term only for formats that have one (OFFSET). K goes KB blocks a step: the step's weight words and activation
+// words are staged in workgroup memory, word-major with 4 rows (4 tokens) a vec4, a thread staging at most one weight
+// block and one activation block (so HALVES KB <= 4 and 64 KB <= 4 TR), read from global memory during the previous
+// step's products. K groups (KG > 1, for products with few tiles: more threads to hide latencies): KG groups of
+// TR * 4 threads share the tile, group g taking K steps g, g + KG, ... with its own staging; their sums meet in
+// workgroup memory at the end. Everything a thread holds is a named vector: no private arrays (which NVIDIA's
+// compiler can leave in local memory, docs/DESIGN.md).
 //
-// Constants: K (a multiple of 32; of 256 for k-quants), N, ACCUM, GLU, GELU, PAIR, YSTRIDE, YOFF, TR, KB, KG, KS, TMAX and
-//   the format's (WROWS, the rows of W, for the aligned layout); kernels.matmul_i8.
+// Constants: K (a multiple of 32; of 256 for k-quants), N, ACCUM, GLU, GELU, PAIR, YSTRIDE, YOFF, TR, KB, KG, KS,
+//   TMAX and the format's (WROWS, the rows of W, for the aligned layout); kernels.matmul_i8.
 // K parts (KS > 1, no GLU, for long products with fewer tiles than the GPU has cores: SmolLM2's down projection):
 // workgroup z takes blocks [z NBS, (z + 1) NBS) of every row and writes its sums as part z of Y,
 // [KS, TMAX, YSTRIDE]; sum_parts.wgsl adds the parts into the output.
@@ -31,8 +31,8 @@
 //   1 XQ: array<u32>        [n_tokens, K / 32, 10] blocks {dx: f32, s: f32, 8 words of 4 int8} (quantize_rows.wgsl)
 //   2 Y: array<f32>         [n_tokens, YSTRIDE]; with KS > 1 the parts [KS, TMAX, YSTRIDE]
 //   3 step: uniform Step
-// Dispatch: (ceil(N / (TR or 2 TR with PAIR)), ceil(n_tokens_max / 64), KS) workgroups of TR * 4 * KG (kernels.matmul_i8_groups); token
-// tiles past the pass's end return at once.
+// Dispatch: (ceil(N / TILE), ceil(n_tokens_max / 64), KS) workgroups of TR * 4 * KG, TILE = TR or 2 TR with PAIR
+// (kernels.matmul_i8_groups); token tiles past the pass's end return at once.
 @group(0) @binding(0) var<storage, read> W: array<WORD>;
 @group(0) @binding(1) var<storage, read> XQ: array<u32>;
 @group(0) @binding(2) var<storage, read_write> Y: array<f32>;
