@@ -30,9 +30,10 @@ tokens): the float32 tiled kernel ("gemm") and, where the device has dot4I8Packe
 in the aligned layout and the file's where the type has both; the GEMM alone, the quantization of its input apart,
 and both together; CERA_WEB_I8_KB=N sets its K step).
 
---attention HEADS:KV times the prefill attention (attention_tiled.wgsl, heads of 64) of a --gemm TOKENS pass after
---pos0 cached tokens, with the engine's key split or each of --splits (GFLOP/s = 4 * 64 * heads * keys summed over
-the pass's tokens / time).
+--attention HEADS:KV times the prefill attention (heads of 64: the kernel the engine picks, attention_tiled64.wgsl
+or attention_tiled.wgsl; CERA_WEB_ATTN_TILED=32|64 forces one) of a --gemm TOKENS pass after --pos0 cached tokens,
+with the engine's key split or each of --splits (GFLOP/s = 4 * 64 * heads * keys summed over the pass's tokens /
+time).
 """
 from __future__ import annotations
 
@@ -260,7 +261,11 @@ class Bench:
         quantize = (qpipe, dev.bind(qpipe, [x, xq, step, gain]), (T, 1, 1))
         dev.submit([dev.record([quantize])])                  # the GEMM reads valid blocks
         tr, pair = kernels.matmul_i8_tile(N, T)
-        pipe = dev.pipeline(kernels.matmul_i8(fmt, K, N, aligned=aligned, rows=tr, pair=pair), f"matmul_i8 {fmt.name}")
+        wg_memory = int(dev.limits.get("max-compute-workgroup-storage-size", 16384))
+        max_threads = int(dev.limits.get("max-compute-invocations-per-workgroup", 256))
+        kg = kernels.matmul_i8_kgroups(N, T, tr, False, wg_memory, max_threads, pair)     # as the engine picks
+        pipe = dev.pipeline(kernels.matmul_i8(fmt, K, N, aligned=aligned, rows=tr, pair=pair, kgroups=kg),
+                            f"matmul_i8 {fmt.name}")
         groups = kernels.matmul_i8_groups(N, T, tr, pair=pair)
         y = dev.create_buffer(4 * N * T)
         binds = [dev.bind(pipe, [w, xq, y, step]) for w in weights]
@@ -269,7 +274,7 @@ class Bench:
         flop = 2 * N * K * T
         return {"type": fmt.name, "shape": f"{N}x{K}", "N": N, "K": K, "T": T, "kernel": "matmul_i8",
                 "layout": LAYOUT[aligned], "kb": int(os.environ.get("CERA_WEB_I8_KB") or kernels.I8_KB), "rows": tr,
-                "pair": pair,
+                "pair": pair, "kgroups": kg,
                 "dispatches": n, "us": round(per * 1e6, 3), "gflops": round(flop / per / 1e9, 3),
                 "quantize_us": round(q_per * 1e6, 3), "gflops_with_quantize": round(flop / (per + q_per) / 1e9, 3)}
 
@@ -278,7 +283,9 @@ class Bench:
         attention_combine.wgsl, timed together) of a T-token pass after pos0 cached tokens: GFLOP/s = 4 * 64 * heads
         * (keys summed over the pass's tokens) / time."""
         dev, D = self.dev, 64
-        split = split or kernels.attention_prefill_split(heads, kv_heads, T)
+        wg_memory = int(dev.limits.get("max-compute-workgroup-storage-size", 16384))
+        rows = kernels.attention_tiled_rows(D, wg_memory, dev.is_cpu, dev.subgroup_size) or 32   # as the engine
+        split = split or kernels.attention_prefill_split(heads, kv_heads, T, rows)
         rng = np.random.default_rng(2)
         ctx = pos0 + T
         q = dev.create_buffer(4 * T * heads * D)
@@ -291,8 +298,9 @@ class Bench:
         out = dev.create_buffer(4 * T * heads * D)
         step = dev.create_buffer(16, kind="uniform")
         dev.write_buffer(step, struct.pack("<4I", T, pos0, 0, ctx))
-        pipe = dev.pipeline(kernels.attention_tiled(heads, kv_heads, D, 0.125, split=split, tmax=T), "attention_tiled")
-        groups = kernels.attention_tiled_groups(heads, kv_heads, T, split)
+        pipe = dev.pipeline(kernels.attention_tiled(heads, kv_heads, D, 0.125, split=split, tmax=T, rows=rows),
+                            "attention_tiled")
+        groups = kernels.attention_tiled_groups(heads, kv_heads, T, split, rows)
         if split == 1:
             one = [(pipe, dev.bind(pipe, [q, kv[0], kv[1], out, step]), groups)]
         else:
@@ -302,7 +310,8 @@ class Bench:
                    (cpipe, dev.bind(cpipe, [parts, out, step]), kernels.attention_combine_groups(heads, D, T))]
         per, n = await self.per_dispatch(lambda n: one * n)
         flop = 4 * D * heads * sum(pos0 + t + 1 for t in range(T))
-        return {"heads": heads, "kv_heads": kv_heads, "T": T, "pos0": pos0, "split": split, "dispatches": n,
+        return {"heads": heads, "kv_heads": kv_heads, "T": T, "pos0": pos0, "rows": rows, "split": split,
+                "dispatches": n,
                 "us": round(per * 1e6, 3), "gflops": round(flop / per / 1e9, 1)}
 
     async def read(self, nbytes: int, per_thread: int = 4) -> dict:
@@ -343,7 +352,7 @@ async def run(types, shapes, lanes_list=None, *, repeats=None, target_ms=None, r
             for split in splits or [None]:
                 r = await bench.attention(heads, kv_heads, gemm_tokens or 512, attention_pos0, split)
                 out["attention"].append(r)
-                print(f"attention {heads}/{kv_heads} heads T {r['T']} after {r['pos0']} split {r['split']}: "
+                print(f"attention {heads}/{kv_heads} heads T {r['T']} after {r['pos0']} rows {r['rows']} split {r['split']}: "
                       f"{r['us']:9.1f} us, {r['gflops']:8.1f} GFLOP/s", file=sys.stderr)
         return out
     if gemm_tokens:

@@ -659,33 +659,57 @@ def attention_tiled_fits(head_dim: int, wg_memory: int, cpu: bool = False) -> bo
     (heads of 64; it needs 30 KiB, which WebGPU devices give when asked: the page and the native device ask for the
     adapter's limit), on GPUs (cpu: a software adapter keeps attention.wgsl). CERA_WEB_ATTN_TILED=0 keeps
     attention.wgsl (benchmarks); =1 takes the tiled kernel on software adapters too (tests)."""
+    return attention_tiled_rows(head_dim, wg_memory, cpu) > 0
+
+
+ATTENTION_TILED64_MEMORY = 32768   # bytes of attention_tiled64.wgsl's workgroup memory
+
+
+def attention_tiled_rows(head_dim: int, wg_memory: int, cpu: bool = False, subgroup_size: int | None = None) -> int:
+    """Query rows a workgroup of the prefill attention kernel for heads of head_dim on this device: 64
+    (attention_tiled64.wgsl: GPUs with subgroups of 8 or more and 32 KiB of workgroup memory), 32
+    (attention_tiled.wgsl: 30 KiB, no subgroups needed), or 0 (attention.wgsl: other head sizes, smaller devices,
+    software adapters). CERA_WEB_ATTN_TILED=0 keeps attention.wgsl, =1 takes the tiled kernels on software adapters
+    too (tests), =32 or =64 forces that kernel where it fits, on any adapter (tests, benchmarks)."""
     import os
     flag = os.environ.get("CERA_WEB_ATTN_TILED", "")
-    return (head_dim == 64 and wg_memory >= ATTENTION_TILED_MEMORY and flag != "0" and (not cpu or flag == "1"))
+    if flag not in ("", "0", "1", "32", "64"):
+        raise ValueError(f"CERA_WEB_ATTN_TILED={flag!r}: 0 (attention.wgsl), 1 (also on software adapters), 32 or "
+                         f"64 (that kernel), or unset")
+    if head_dim != 64 or flag == "0" or (cpu and not flag):
+        return 0
+    wide = (wg_memory >= ATTENTION_TILED64_MEMORY and subgroup_size is not None and subgroup_size >= 8
+            and flag != "32")
+    if wide:
+        return 64
+    return 32 if wg_memory >= ATTENTION_TILED_MEMORY and flag != "64" else 0
 
 
 def attention_tiled(heads: int, kv_heads: int, head_dim: int, scale: float, window: int = 0, kv16: bool = False,
-                    split: int = 1, tmax: int = 0) -> str:
-    """See attention_tiled.wgsl: attention.wgsl's result with 32 x 32 register-tiled score blocks (heads of 64); with
-    split > 1 it writes parts for attention_combine (passes of up to tmax tokens)."""
-    if head_dim != 64 or heads % kv_heads or split < 1 or (split > 1 and tmax < 1):
+                    split: int = 1, tmax: int = 0, rows: int = 32) -> str:
+    """See attention_tiled.wgsl (rows 32: 32 x 32 register-tiled score blocks) and attention_tiled64.wgsl (rows 64:
+    64 x 32 blocks, subgroup row maxima): attention.wgsl's result for heads of 64; with split > 1 they write parts
+    for attention_combine (passes of up to tmax tokens)."""
+    if head_dim != 64 or heads % kv_heads or split < 1 or (split > 1 and tmax < 1) or rows not in (32, 64):
         raise ValueError(f"attention_tiled: heads of 64 only (got {head_dim}), {heads} heads on {kv_heads} KV heads, "
-                         f"split {split} (>= 1; a split needs tmax)")
-    return build("attention_tiled", HEADS=heads, KV_HEADS=kv_heads, HD=head_dim, SCALE=float(scale), WINDOW=window,
-                 KV16=kv16, SPLIT=split, TMAX=max(tmax, 1))
+                         f"split {split} (>= 1; a split needs tmax), rows {rows} (32 or 64)")
+    extra = {"SG": True} if rows == 64 else {}
+    return build("attention_tiled64" if rows == 64 else "attention_tiled", HEADS=heads, KV_HEADS=kv_heads,
+                 HD=head_dim, SCALE=float(scale), WINDOW=window, KV16=kv16, SPLIT=split, TMAX=max(tmax, 1), **extra)
 
 
-def attention_tiled_groups(heads: int, kv_heads: int, T: int, split: int = 1) -> tuple[int, int, int]:
-    """Dispatch of attention_tiled.wgsl for passes of up to T tokens: per KV head, 32 query rows a workgroup, split
-    workgroups a row block."""
-    return (kv_heads, -(-T * (heads // kv_heads) // 32), split)
+def attention_tiled_groups(heads: int, kv_heads: int, T: int, split: int = 1, rows: int = 32) -> tuple[int, int, int]:
+    """Dispatch of attention_tiled(64).wgsl for passes of up to T tokens: per KV head, `rows` query rows a workgroup,
+    split workgroups a row block."""
+    return (kv_heads, -(-T * (heads // kv_heads) // rows), split)
 
 
 ATTN_FILL = 256    # workgroups below which a prefill attention is split (H200: SmolLM2's 144 gain from 2 splits)
 
 
-def attention_prefill_split(heads: int, kv_heads: int, T: int) -> int:
-    """Splits of attention_tiled's key tiles for passes of up to T tokens: 1, or the fewest of 2, 4, 8 that give
+def attention_prefill_split(heads: int, kv_heads: int, T: int, rows: int = 32) -> int:
+    """Splits of attention_tiled's key tiles for passes of up to T tokens (rows: the kernel's rows a workgroup,
+    attention_tiled_rows): 1, or the fewest of 2, 4, 8 that give
     ATTN_FILL workgroups (SmolLM2's 3 KV heads give 144 unsplit at T = 512, about one 128-thread workgroup an SM of
     an H200: 2 splits took its 512-token attention from 70 to 58 us, 4 to 63; 1B's 512 workgroups lost with any
     split; docs/bench/h200-s8-call2-*). CERA_WEB_PREFILL_ATTN_SPLIT=N forces N (benchmarks; CERA_WEB_ATTN_SPLIT is
@@ -696,7 +720,7 @@ def attention_prefill_split(heads: int, kv_heads: int, T: int) -> int:
         if forced not in ("1", "2", "4", "8"):
             raise ValueError(f"CERA_WEB_PREFILL_ATTN_SPLIT={forced}: 1, 2, 4 or 8")
         return int(forced)
-    groups = kv_heads * -(-T * (heads // kv_heads) // 32)
+    groups = kv_heads * -(-T * (heads // kv_heads) // rows)
     split = 1
     while split < 8 and groups * split < ATTN_FILL:
         split *= 2

@@ -123,13 +123,14 @@ def test_upload_progress_counts_every_byte_once(smollm2_gguf):
     assert ups[-1][0] == ups[-1][1] and ups[0][1] == ups[-1][1]               # ends at 100% of a total fixed up front
 
 
-def test_split_tiled_prefill_attention_matches_transformers(smollm2_gguf, monkeypatch):
-    """The GPU's prefill attention (attention_tiled.wgsl, forced here on lavapipe) with its key tiles split over 4
-    workgroups a row block and merged by attention_combine.wgsl: prefill logits still within LOGIT_TOL of
-    transformers, over several chunks (later chunks attend to earlier ones' keys)."""
+@pytest.mark.parametrize("rows", ["32", "64"])
+def test_split_tiled_prefill_attention_matches_transformers(smollm2_gguf, monkeypatch, rows):
+    """The GPU's prefill attention (attention_tiled.wgsl or attention_tiled64.wgsl, forced here on lavapipe) with
+    its key tiles split over 4 workgroups a row block and merged by attention_combine.wgsl: prefill logits still
+    within LOGIT_TOL of transformers, over several chunks (later chunks attend to earlier ones' keys)."""
     from cera_web import kernels
     from cera_web.engine import Engine
-    monkeypatch.setenv("CERA_WEB_ATTN_TILED", "1")
+    monkeypatch.setenv("CERA_WEB_ATTN_TILED", rows)
     monkeypatch.setenv("CERA_WEB_PREFILL_ATTN_SPLIT", "4")
     eng = run(Engine.load(smollm2_gguf, context_size=256, chunk=32))
     try:

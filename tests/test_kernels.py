@@ -293,9 +293,14 @@ def test_attention(dev, H, KV, D, pos0, T, T_max):
                                                  (2, 2, 0, 70, 70, 0), (8, 2, 13, 45, 50, 0), (9, 3, 100, 64, 64, 16),
                                                  (4, 1, 600, 9, 12, 512), (6, 3, 3, 40, 40, 100), (3, 3, 511, 17, 17, 40)])
 @pytest.mark.parametrize("split", [1, 3], ids=["whole", "split3"])
-def test_attention_tiled(dev, H, KV, pos0, T, T_max, W, split):
-    """attention_tiled.wgsl equals attention in float64 numpy (and so attention.wgsl) on every edge of its tiles;
-    split: the key tiles shared by 3 workgroups a row block (some with none), merged by attention_combine.wgsl."""
+@pytest.mark.parametrize("rows", [32, 64])
+def test_attention_tiled(dev, H, KV, pos0, T, T_max, W, split, rows):
+    """attention_tiled.wgsl (rows 32) and attention_tiled64.wgsl (rows 64, subgroup shuffles: lavapipe's subgroups
+    are 8 wide, the least it takes) equal attention in float64 numpy (and so attention.wgsl) on every edge of their
+    tiles; split: the key tiles shared by 3 workgroups a row block (some with none), merged by
+    attention_combine.wgsl."""
+    if rows == 64:
+        assert dev.subgroup_size and dev.subgroup_size >= 8
     from test_kernels_gemma import attention_ref
     D = 64
     ctx = pos0 + T + 4
@@ -309,8 +314,8 @@ def test_attention_tiled(dev, H, KV, pos0, T, T_max, W, split):
     scale = 1 / math.sqrt(D)
     step = step_buffer(dev, T, pos0)
     parts = upload(dev, np.full(split * T_max * H * (D + 4), 7.0, np.float32)) if split > 1 else O
-    run(dev, kernels.attention_tiled(H, KV, D, scale, window=W, split=split, tmax=T_max),
-        [upload(dev, a) for a in (q, k, v)] + [parts, step], kernels.attention_tiled_groups(H, KV, T_max, split))
+    run(dev, kernels.attention_tiled(H, KV, D, scale, window=W, split=split, tmax=T_max, rows=rows),
+        [upload(dev, a) for a in (q, k, v)] + [parts, step], kernels.attention_tiled_groups(H, KV, T_max, split, rows))
     if split > 1:
         run(dev, kernels.attention_combine(H, D, split, T_max), [parts, O, step],
             kernels.attention_combine_groups(H, D, T_max))
@@ -325,13 +330,34 @@ def test_attention_tiled_selection(monkeypatch):
     assert kernels.ATTENTION_TILED_MEMORY == 30336
     assert kernels.attention_tiled_fits(64, 32768) and not kernels.attention_tiled_fits(64, 16384)
     assert not kernels.attention_tiled_fits(128, 49152) and not kernels.attention_tiled_fits(256, 49152)
+    # the 64-row kernel where subgroups have 8+ invocations and 32 KiB are there; else the 32-row one; none on
+    # software adapters unless forced
+    assert kernels.attention_tiled_rows(64, 32768, False, 32) == 64
+    assert kernels.attention_tiled_rows(64, 32768, False, 4) == 32
+    assert kernels.attention_tiled_rows(64, 32768, False, None) == 32
+    assert kernels.attention_tiled_rows(64, 32767, False, 32) == 32
+    assert kernels.attention_tiled_rows(64, 30335, False, 32) == 0
+    assert kernels.attention_tiled_rows(128, 65536, False, 32) == 0
+    assert kernels.attention_tiled_rows(64, 32768, True, 8) == 0
+    monkeypatch.setenv("CERA_WEB_ATTN_TILED", "1")
+    assert kernels.attention_tiled_rows(64, 32768, True, 8) == 64
+    monkeypatch.setenv("CERA_WEB_ATTN_TILED", "32")
+    assert kernels.attention_tiled_rows(64, 32768, True, 8) == 32
+    monkeypatch.setenv("CERA_WEB_ATTN_TILED", "64")
+    assert kernels.attention_tiled_rows(64, 32768, False, None) == 0     # forced, but cannot run there
+    monkeypatch.setenv("CERA_WEB_ATTN_TILED", "2")
+    with pytest.raises(ValueError, match="CERA_WEB_ATTN_TILED"):
+        kernels.attention_tiled_rows(64, 32768)
     monkeypatch.setenv("CERA_WEB_ATTN_TILED", "0")
     assert not kernels.attention_tiled_fits(64, 49152)
+    assert kernels.attention_tiled_rows(64, 49152, False, 32) == 0
     # split where a pass has too few workgroups: SmolLM2 (9 heads on 3) at 512 tokens has 144, so 2 splits; 1B (32
     # on 8) has 512, none; a 16-token pass of SmolLM2 would have 6, but 8 splits at most
     assert kernels.attention_prefill_split(9, 3, 512) == 2
     assert kernels.attention_prefill_split(32, 8, 512) == 1
     assert kernels.attention_prefill_split(9, 3, 16) == 8
+    assert kernels.attention_prefill_split(9, 3, 512, rows=64) == 4      # 72 workgroups of 64 rows
+    assert kernels.attention_prefill_split(32, 8, 512, rows=64) == 1     # 256
     monkeypatch.setenv("CERA_WEB_ATTN_SPLIT", "3")      # the decode attention's switch: not this one
     assert kernels.attention_prefill_split(32, 8, 512) == 1
     monkeypatch.setenv("CERA_WEB_PREFILL_ATTN_SPLIT", "2")
@@ -341,6 +367,8 @@ def test_attention_tiled_selection(monkeypatch):
         kernels.attention_prefill_split(32, 8, 512)
     with pytest.raises(ValueError):
         kernels.attention_tiled(8, 2, 128, 0.1)
+    with pytest.raises(ValueError):
+        kernels.attention_tiled(8, 2, 64, 0.1, rows=16)
 
 
 def test_swiglu(dev):

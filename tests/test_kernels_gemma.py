@@ -244,8 +244,10 @@ def test_attention_over_a_half_cache(dev16, H, KV, D, pos0, T, W):
 
 
 @pytest.mark.parametrize("W", [0, 16])
-def test_tiled_attention_over_a_half_cache(dev16, W):
-    """attention_tiled.wgsl with KV16 (heads of 64): the f32 kernel's result on the same f16-exact keys and values."""
+@pytest.mark.parametrize("rows", [32, 64])
+def test_tiled_attention_over_a_half_cache(dev16, W, rows):
+    """attention_tiled.wgsl and attention_tiled64.wgsl (rows 64) with KV16 (heads of 64): the f32 kernel's result on
+    the same f16-exact keys and values."""
     dev, H, KV, D, pos0, T = dev16, 9, 3, 64, 37, 21
     ctx = pos0 + T + 2
     rng = np.random.default_rng(W + 3)
@@ -253,10 +255,10 @@ def test_tiled_attention_over_a_half_cache(dev16, W):
     k, v = halves(rng.standard_normal((ctx, KV, D))), halves(rng.standard_normal((ctx, KV, D)))
     scale, step = 1 / math.sqrt(D), step_buffer(dev, T, pos0)
     O32, O16 = dev.create_buffer(4 * T * H * D), dev.create_buffer(4 * T * H * D)
-    groups = kernels.attention_tiled_groups(H, KV, T)
-    run(dev, kernels.attention_tiled(H, KV, D, scale, W), [upload(dev, q), upload(dev, k), upload(dev, v), O32, step],
+    groups = kernels.attention_tiled_groups(H, KV, T, rows=rows)
+    run(dev, kernels.attention_tiled(H, KV, D, scale, W, rows=rows), [upload(dev, q), upload(dev, k), upload(dev, v), O32, step],
         groups)
-    run(dev, kernels.attention_tiled(H, KV, D, scale, W, kv16=True),
+    run(dev, kernels.attention_tiled(H, KV, D, scale, W, kv16=True, rows=rows),
         [upload(dev, q), upload(dev, k.astype(np.float16)), upload(dev, v.astype(np.float16)), O16, step], groups)
     np.testing.assert_allclose(read(dev, O16, T * H * D), read(dev, O32, T * H * D), rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(read(dev, O16, T * H * D).reshape(T, H, D), attention_ref(q, k, v, pos0, T, scale, W),
@@ -300,9 +302,10 @@ def test_decode_attention_over_a_half_cache(dev16, QH, KVH, D, pos, W):
 
 @pytest.mark.browser
 def test_tiled_attention_runs_in_chromium(page, server_url):
-    """Chromium's WGSL compiler (Tint) accepts attention_tiled.wgsl (f32 and, where the adapter has shader-f16, f16
-    caches; with and without a window; split, and attention_combine.wgsl) with the adapter's workgroup memory, and the kernel run there equals numpy
-    (the page itself keeps attention.wgsl on SwiftShader, a CPU adapter; real GPUs take this one)."""
+    """Chromium's WGSL compiler (Tint) accepts attention_tiled.wgsl and attention_tiled64.wgsl (f32 and, where the
+    adapter has shader-f16, f16 caches; with and without a window; split, and attention_combine.wgsl) with the
+    adapter's workgroup memory and subgroups, and both kernels run there equal numpy (the page itself keeps
+    attention.wgsl on SwiftShader, a CPU adapter; real GPUs take these)."""
     H, KV, D, pos0, T, W = 9, 3, 64, 5, 40, 0
     ctx = pos0 + T
     rng = np.random.default_rng(11)
@@ -312,22 +315,25 @@ def test_tiled_attention_runs_in_chromium(page, server_url):
     scale = 1 / math.sqrt(D)
     texts = [kernels.attention_tiled(H, KV, D, scale, w, kv16) for w in (0, 16) for kv16 in (False, True)]
     texts += [kernels.attention_tiled(H, KV, D, scale, 0, False, 4, 512), kernels.attention_combine(H, D, 4, 512)]
+    wide = [kernels.attention_tiled(H, KV, D, scale, w, kv16, rows=64) for w in (0, 16) for kv16 in (False, True)]
+    texts += wide + [kernels.attention_tiled(H, KV, D, scale, 0, False, 4, 512, rows=64)]
     page.goto(server_url + "/")
-    result = page.evaluate("""async ([texts, q, k, v, step, groups, outLen]) => {
+    result = page.evaluate("""async ([texts, q, k, v, step, runs, outLen]) => {
         const adapter = await navigator.gpu.requestAdapter();
-        const features = ["shader-f16"].filter((f) => adapter.features.has(f));
+        const features = ["shader-f16", "subgroups"].filter((f) => adapter.features.has(f));
+        const f16 = features.includes("shader-f16");
         const memory = adapter.limits.maxComputeWorkgroupStorageSize;
         const device = await adapter.requestDevice({requiredFeatures: features,
                                                     requiredLimits: {maxComputeWorkgroupStorageSize: memory}});
         const errors = [];
-        const pipes = [];
-        for (const code of texts) {
-            if (code.includes("enable f16;") && !features.length) continue;
+        const pipes = {};                         // text index -> pipeline
+        for (const [at, code] of texts.entries()) {
+            if (code.includes("enable f16;") && !f16) continue;
             device.pushErrorScope("validation");
             const module = device.createShaderModule({code});
             const info = await module.getCompilationInfo();
             for (const m of info.messages) if (m.type === "error") errors.push(m.message);
-            pipes.push(device.createComputePipeline({layout: "auto", compute: {module, entryPoint: "main"}}));
+            pipes[at] = device.createComputePipeline({layout: "auto", compute: {module, entryPoint: "main"}});
             const e = await device.popErrorScope();
             if (e) errors.push(e.message);
         }
@@ -337,25 +343,39 @@ def test_tiled_attention_runs_in_chromium(page, server_url):
             return b;
         };
         const S = GPUBufferUsage.STORAGE;
-        const out = device.createBuffer({size: outLen * 4, usage: S | GPUBufferUsage.COPY_SRC});
-        const group = device.createBindGroup({layout: pipes[0].getBindGroupLayout(0), entries: [
-            buf(new Float32Array(q), S), buf(new Float32Array(k), S), buf(new Float32Array(v), S), out,
-            buf(new Uint32Array(step), GPUBufferUsage.UNIFORM)].map((b, i) => ({binding: i, resource: {buffer: b}}))});
-        const enc = device.createCommandEncoder();
-        const pass = enc.beginComputePass();
-        pass.setPipeline(pipes[0]);
-        pass.setBindGroup(0, group);
-        pass.dispatchWorkgroups(...groups);
-        pass.end();
-        const staging = device.createBuffer({size: outLen * 4, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST});
-        enc.copyBufferToBuffer(out, 0, staging, 0, outLen * 4);
-        device.queue.submit([enc.finish()]);
-        await staging.mapAsync(GPUMapMode.READ);
-        return {memory, f16: features.length > 0, compiled: pipes.length, errors,
-                out: Array.from(new Float32Array(staging.getMappedRange()))};
+        const outs = [];
+        const info = adapter.info || {};
+        for (const [index, groups, sgmin] of runs) {    // the f32 kernels without a window: texts[index]
+            if ((info.subgroupMinSize || 0) < sgmin) continue;
+            const out = device.createBuffer({size: outLen * 4, usage: S | GPUBufferUsage.COPY_SRC});
+            const group = device.createBindGroup({layout: pipes[index].getBindGroupLayout(0), entries: [
+                buf(new Float32Array(q), S), buf(new Float32Array(k), S), buf(new Float32Array(v), S), out,
+                buf(new Uint32Array(step), GPUBufferUsage.UNIFORM)].map((b, i) => ({binding: i, resource: {buffer: b}}))});
+            const enc = device.createCommandEncoder();
+            const pass = enc.beginComputePass();
+            pass.setPipeline(pipes[index]);
+            pass.setBindGroup(0, group);
+            pass.dispatchWorkgroups(...groups);
+            pass.end();
+            const staging = device.createBuffer({size: outLen * 4, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST});
+            enc.copyBufferToBuffer(out, 0, staging, 0, outLen * 4);
+            device.queue.submit([enc.finish()]);
+            await staging.mapAsync(GPUMapMode.READ);
+            outs.push(Array.from(new Float32Array(staging.getMappedRange())));
+        }
+        return {memory, f16, subgroups: features.includes("subgroups"), compiled: Object.keys(pipes).length, errors,
+                outs, sgmin: info.subgroupMinSize, sgmax: info.subgroupMaxSize};
     }""", [texts, q.ravel().tolist(), k.ravel().tolist(), v.ravel().tolist(), [T, pos0, 0, pos0 + T],
-           list(kernels.attention_tiled_groups(H, KV, T)), q.size])
+           [[0, list(kernels.attention_tiled_groups(H, KV, T)), 0],
+            [6, list(kernels.attention_tiled_groups(H, KV, T, rows=64)), 8]], q.size])
     assert result["errors"] == [], result["errors"][:3]
-    assert result["memory"] >= kernels.ATTENTION_TILED_MEMORY and result["compiled"] == (6 if result["f16"] else 4)
-    got = np.array(result["out"], np.float32).reshape(q.shape)
-    np.testing.assert_allclose(got, attention_ref(q, k, v, pos0, T, scale, W), rtol=1e-4, atol=1e-4)
+    assert result["subgroups"] and result["memory"] >= kernels.ATTENTION_TILED64_MEMORY
+    assert result["compiled"] == (11 if result["f16"] else 7)
+    # the 64-row kernel runs where subgroups have 8 invocations or more (SwiftShader's have 4: there the engine
+    # picks the 32-row kernel, as checked here, and this run leaves it out)
+    runs_wide = result["sgmin"] is not None and result["sgmin"] >= 8
+    assert len(result["outs"]) == 1 + runs_wide
+    assert kernels.attention_tiled_rows(D, result["memory"], False, result["sgmin"]) == (64 if runs_wide else 32)
+    for out in result["outs"]:
+        got = np.array(out, np.float32).reshape(q.shape)
+        np.testing.assert_allclose(got, attention_ref(q, k, v, pos0, T, scale, W), rtol=1e-4, atol=1e-4)

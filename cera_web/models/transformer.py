@@ -79,12 +79,13 @@ class AttentionBlock:
             rec.add(kernels.rope_store(H, KV, D, s.rope_neox, s.qk_norm, s.eps, m.kv16),
                     [m.qkv, self.bias, self.qk_gain, self.freq, m.q, self.k_cache, self.v_cache, m.step],
                     (H + 2 * KV, T, 1), "rope")
-            if kernels.attention_tiled_fits(D, m.wg_memory, m.dev.is_cpu):           # register tiles on GPUs
-                split = kernels.attention_prefill_split(H, KV, T) if T > 1 else 1
+            rows = kernels.attention_tiled_rows(D, m.wg_memory, m.dev.is_cpu, m.dev.subgroup_size)
+            if rows:                                                                  # register tiles on GPUs
+                split = kernels.attention_prefill_split(H, KV, T, rows) if T > 1 else 1
                 out = m.att if split == 1 else m.prefill_parts(split * T * H * (D + 4) * 4)
-                rec.add(kernels.attention_tiled(H, KV, D, s.query_scale, self.window, m.kv16, split, T),
-                        [m.q, self.k_cache, self.v_cache, out, m.step], kernels.attention_tiled_groups(H, KV, T, split),
-                        "attention")
+                rec.add(kernels.attention_tiled(H, KV, D, s.query_scale, self.window, m.kv16, split, T, rows),
+                        [m.q, self.k_cache, self.v_cache, out, m.step],
+                        kernels.attention_tiled_groups(H, KV, T, split, rows), "attention")
                 if split > 1:
                     rec.add(kernels.attention_combine(H, D, split, T), [out, m.att, m.step],
                             kernels.attention_combine_groups(H, D, T), "attention")
