@@ -30,10 +30,10 @@ tokens): the float32 tiled kernel ("gemm") and, where the device has dot4I8Packe
 in the aligned layout and the file's where the type has both; the GEMM alone, the quantization of its input apart,
 and both together; CERA_WEB_I8_KB=N sets its K step).
 
---attention HEADS:KV times the prefill attention (heads of 64: the kernel the engine picks, attention_tiled64.wgsl
-or attention_tiled.wgsl; CERA_WEB_ATTN_TILED=32|64 forces one) of a --gemm TOKENS pass after --pos0 cached tokens,
-with the engine's key split or each of --splits (GFLOP/s = 4 * 64 * heads * keys summed over the pass's tokens /
-time).
+--attention HEADS:KV times the prefill attention (heads of --head-dim, default 64: the kernel the engine picks,
+attention_tiled64.wgsl or attention_tiled.wgsl for 64, CERA_WEB_ATTN_TILED=32|64 forcing one, attention.wgsl for
+other sizes) of a --gemm TOKENS pass after --pos0 cached tokens, with the engine's key split or each of --splits
+(GFLOP/s = 4 * head size * heads * keys summed over the pass's tokens / time).
 """
 from __future__ import annotations
 
@@ -278,14 +278,16 @@ class Bench:
                 "dispatches": n, "us": round(per * 1e6, 3), "gflops": round(flop / per / 1e9, 3),
                 "quantize_us": round(q_per * 1e6, 3), "gflops_with_quantize": round(flop / (per + q_per) / 1e9, 3)}
 
-    async def attention(self, heads: int, kv_heads: int, T: int, pos0: int = 0, split: int | None = None) -> dict:
-        """Prefill attention (attention_tiled.wgsl, heads of 64; split > 1: its parts merged by
-        attention_combine.wgsl, timed together) of a T-token pass after pos0 cached tokens: GFLOP/s = 4 * 64 * heads
-        * (keys summed over the pass's tokens) / time."""
-        dev, D = self.dev, 64
+    async def attention(self, heads: int, kv_heads: int, T: int, pos0: int = 0, split: int | None = None,
+                        head_dim: int = 64) -> dict:
+        """Prefill attention, the kernel the engine picks for heads of head_dim on a GPU (attention_tiled64.wgsl or
+        attention_tiled.wgsl for 64, the latter also on software adapters; split > 1: the parts merged by
+        attention_combine.wgsl, timed together; attention.wgsl for other sizes) of a T-token pass after pos0 cached
+        tokens: GFLOP/s = 4 * head_dim * heads * (keys summed over the pass's tokens) / time."""
+        dev, D = self.dev, head_dim
         wg_memory = int(dev.limits.get("max-compute-workgroup-storage-size", 16384))
-        rows = kernels.attention_tiled_rows(D, wg_memory, dev.is_cpu, dev.subgroup_size) or 32   # as the engine
-        split = split or kernels.attention_prefill_split(heads, kv_heads, T, rows)
+        rows = kernels.attention_tiled_rows(D, wg_memory, False, dev.subgroup_size)    # as the engine on a GPU
+        split = (split or kernels.attention_prefill_split(heads, kv_heads, T, rows)) if rows else 1
         rng = np.random.default_rng(2)
         ctx = pos0 + T
         q = dev.create_buffer(4 * T * heads * D)
@@ -298,19 +300,25 @@ class Bench:
         out = dev.create_buffer(4 * T * heads * D)
         step = dev.create_buffer(16, kind="uniform")
         dev.write_buffer(step, struct.pack("<4I", T, pos0, 0, ctx))
-        pipe = dev.pipeline(kernels.attention_tiled(heads, kv_heads, D, 0.125, split=split, tmax=T, rows=rows),
-                            "attention_tiled")
-        groups = kernels.attention_tiled_groups(heads, kv_heads, T, split, rows)
-        if split == 1:
-            one = [(pipe, dev.bind(pipe, [q, kv[0], kv[1], out, step]), groups)]
+        if not rows:
+            pipe = dev.pipeline(kernels.attention(heads, kv_heads, D, D ** -0.5), "attention")
+            one = [(pipe, dev.bind(pipe, [q, kv[0], kv[1], out, step]), kernels.attention_groups(heads, kv_heads, D, T))]
+        elif split == 1:
+            pipe = dev.pipeline(kernels.attention_tiled(heads, kv_heads, D, 0.125, tmax=T, rows=rows), "attention_tiled")
+            one = [(pipe, dev.bind(pipe, [q, kv[0], kv[1], out, step]),
+                    kernels.attention_tiled_groups(heads, kv_heads, T, split, rows))]
         else:
+            pipe = dev.pipeline(kernels.attention_tiled(heads, kv_heads, D, 0.125, split=split, tmax=T, rows=rows),
+                                "attention_tiled")
             parts = dev.create_buffer(4 * split * T * heads * (D + 4))
             cpipe = dev.pipeline(kernels.attention_combine(heads, D, split, T), "attention_combine")
-            one = [(pipe, dev.bind(pipe, [q, kv[0], kv[1], parts, step]), groups),
+            one = [(pipe, dev.bind(pipe, [q, kv[0], kv[1], parts, step]),
+                    kernels.attention_tiled_groups(heads, kv_heads, T, split, rows)),
                    (cpipe, dev.bind(cpipe, [parts, out, step]), kernels.attention_combine_groups(heads, D, T))]
         per, n = await self.per_dispatch(lambda n: one * n)
         flop = 4 * D * heads * sum(pos0 + t + 1 for t in range(T))
-        return {"heads": heads, "kv_heads": kv_heads, "T": T, "pos0": pos0, "rows": rows, "split": split,
+        return {"heads": heads, "kv_heads": kv_heads, "head_dim": D, "T": T, "pos0": pos0,
+                "kernel": f"attention_tiled{'64' if rows == 64 else ''}" if rows else "attention", "split": split,
                 "dispatches": n,
                 "us": round(per * 1e6, 3), "gflops": round(flop / per / 1e9, 1)}
 
@@ -333,7 +341,7 @@ LAYOUT = {True: "aligned", False: "file"}     # "layout" of a result: the weight
 
 async def run(types, shapes, lanes_list=None, *, repeats=None, target_ms=None, rotate_mib=None, serial=None,
               device=None, variants=None, gemm_tokens=0, tiles=None, int8=True, variants8=None, attention=None,
-              attention_pos0=0, splits=None) -> dict:
+              attention_pos0=0, splits=None, head_dim=64) -> dict:
     """Matrix-vector bandwidth per type and shape; with gemm_tokens, the prefill GEMM's GFLOP/s over that many tokens
     instead (tiles: the tiles to compare, default the one the engine picks), and beside it in "gemm8" the int8 GEMM
     (matmul_i8) for types that have one when the device has dot4I8Packed and int8."""
@@ -350,9 +358,9 @@ async def run(types, shapes, lanes_list=None, *, repeats=None, target_ms=None, r
         out["attention"] = []
         for heads, kv_heads in attention:
             for split in splits or [None]:
-                r = await bench.attention(heads, kv_heads, gemm_tokens or 512, attention_pos0, split)
+                r = await bench.attention(heads, kv_heads, gemm_tokens or 512, attention_pos0, split, head_dim)
                 out["attention"].append(r)
-                print(f"attention {heads}/{kv_heads} heads T {r['T']} after {r['pos0']} rows {r['rows']} split {r['split']}: "
+                print(f"{r['kernel']} {heads}/{kv_heads} heads of {head_dim} T {r['T']} after {r['pos0']} split {r['split']}: "
                       f"{r['us']:9.1f} us, {r['gflops']:8.1f} GFLOP/s", file=sys.stderr)
         return out
     if gemm_tokens:
@@ -439,6 +447,7 @@ def main(argv=None):
                    help="time the prefill attention (heads of 64) instead, for these head counts, over --gemm TOKENS "
                         "tokens (default 512) after --pos0 cached ones, e.g. 9:3,32:8")
     p.add_argument("--pos0", type=int, default=0, help="with --attention: tokens already in the cache")
+    p.add_argument("--head-dim", type=int, default=64, help="with --attention: the head size (default 64)")
     p.add_argument("--splits", help="with --attention: comma-separated key splits to compare (default: the engine's)")
     args = p.parse_args(argv)
     attention = None
@@ -487,7 +496,7 @@ def main(argv=None):
     result = asyncio.run(run(parse_types(types), parse_shapes(shapes), lanes, repeats=args.repeats,
                              target_ms=args.target_ms, rotate_mib=args.rotate_mib, serial=args.serial,
                              variants=variants, gemm_tokens=args.gemm, tiles=tiles, int8=args.int8,
-                             attention=attention, attention_pos0=args.pos0, splits=splits,
+                             attention=attention, attention_pos0=args.pos0, splits=splits, head_dim=args.head_dim,
                              variants8=variants8))
     print(json.dumps(result))
 

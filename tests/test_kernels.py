@@ -439,8 +439,9 @@ def test_early_submit_keeps_order_and_copies(dev):
 
 
 def test_bench_kernels_times_prefill_attention(dev):
-    """bench_kernels --attention: the tiled prefill attention per head layout and split, GFLOP/s from the causal
-    key count (T tokens after pos0: 4 * 64 * heads * sum of keys)."""
+    """bench_kernels --attention: the prefill attention a GPU would run (lavapipe's subgroups and memory take the
+    64-row tiled kernel for heads of 64, attention.wgsl for 128) per head layout and split, GFLOP/s from the causal
+    key count (T tokens after pos0: 4 * head size * heads * sum of keys)."""
     import asyncio
 
     from cera_web import bench_kernels
@@ -448,5 +449,11 @@ def test_bench_kernels_times_prefill_attention(dev):
                                         attention=[(4, 2)], attention_pos0=3, splits=[1, 2]))
     rows = out["attention"]
     assert [(r["heads"], r["kv_heads"], r["T"], r["pos0"], r["split"]) for r in rows] == [(4, 2, 8, 3, 1), (4, 2, 8, 3, 2)]
+    assert [r["kernel"] for r in rows] == ["attention_tiled64"] * 2
     flop = 4 * 64 * 4 * sum(3 + t + 1 for t in range(8))
     assert all(r["us"] > 0 and abs(r["gflops"] - flop / r["us"] / 1e3) <= 0.05 + 1e-3 * r["gflops"] for r in rows)
+    out = asyncio.run(bench_kernels.run([], [], device=dev, repeats=1, target_ms=1, rotate_mib=1, gemm_tokens=8,
+                                        attention=[(4, 2)], head_dim=128))
+    (r,) = out["attention"]
+    assert (r["kernel"], r["head_dim"], r["split"]) == ("attention", 128, 1)
+    assert abs(r["gflops"] - 4 * 128 * 4 * sum(t + 1 for t in range(8)) / r["us"] / 1e3) <= 0.05 + 1e-3 * r["gflops"]
