@@ -666,36 +666,44 @@ ATTENTION_TILED64_MEMORY = 32768   # bytes of attention_tiled64.wgsl's workgroup
 
 
 def attention_tiled_rows(head_dim: int, wg_memory: int, cpu: bool = False, subgroup_size: int | None = None) -> int:
-    """Query rows a workgroup of the prefill attention kernel for heads of head_dim on this device: 64
-    (attention_tiled64.wgsl: GPUs with subgroups of 8 or more and 32 KiB of workgroup memory), 32
-    (attention_tiled.wgsl: 30 KiB, no subgroups needed), or 0 (attention.wgsl: other head sizes, smaller devices,
+    """Query rows a workgroup of the prefill attention kernel for heads of head_dim on this device, which names the
+    kernel: for heads of 64, 64 (attention_tiled64.wgsl: GPUs with subgroups of 8 or more and 32 KiB of workgroup
+    memory) or 32 (attention_tiled.wgsl: 30 KiB, no subgroups needed); for heads of 128, 32
+    (attention_tiled_h128.wgsl: subgroups of 8+, 32 KiB); else 0 (attention.wgsl: other head sizes, smaller devices,
     software adapters). CERA_WEB_ATTN_TILED=0 keeps attention.wgsl, =1 takes the tiled kernels on software adapters
-    too (tests), =32 or =64 forces that kernel where it fits, on any adapter (tests, benchmarks)."""
+    too (tests), =32 or =64 forces the kernel of that many rows where it fits, on any adapter (tests, benchmarks)."""
     import os
     flag = os.environ.get("CERA_WEB_ATTN_TILED", "")
     if flag not in ("", "0", "1", "32", "64"):
         raise ValueError(f"CERA_WEB_ATTN_TILED={flag!r}: 0 (attention.wgsl), 1 (also on software adapters), 32 or "
                          f"64 (that kernel), or unset")
-    if head_dim != 64 or flag == "0" or (cpu and not flag):
+    if head_dim not in (64, 128) or flag == "0" or (cpu and not flag):
         return 0
-    wide = (wg_memory >= ATTENTION_TILED64_MEMORY and subgroup_size is not None and subgroup_size >= 8
-            and flag != "32")
-    if wide:
+    shuffles = wg_memory >= ATTENTION_TILED64_MEMORY and subgroup_size is not None and subgroup_size >= 8
+    if head_dim == 128:
+        return 32 if shuffles and flag != "64" else 0
+    if shuffles and flag != "32":
         return 64
     return 32 if wg_memory >= ATTENTION_TILED_MEMORY and flag != "64" else 0
 
 
+# (head size, rows a workgroup) -> the tiled prefill attention kernel (attention_tiled_rows picks the rows)
+ATTENTION_TILED_KERNELS = {(64, 32): "attention_tiled", (64, 64): "attention_tiled64", (128, 32): "attention_tiled_h128"}
+
+
 def attention_tiled(heads: int, kv_heads: int, head_dim: int, scale: float, window: int = 0, kv16: bool = False,
                     split: int = 1, tmax: int = 0, rows: int = 32) -> str:
-    """See attention_tiled.wgsl (rows 32: 32 x 32 register-tiled score blocks) and attention_tiled64.wgsl (rows 64:
-    64 x 32 blocks, subgroup row maxima): attention.wgsl's result for heads of 64; with split > 1 they write parts
-    for attention_combine (passes of up to tmax tokens)."""
-    if head_dim != 64 or heads % kv_heads or split < 1 or (split > 1 and tmax < 1) or rows not in (32, 64):
-        raise ValueError(f"attention_tiled: heads of 64 only (got {head_dim}), {heads} heads on {kv_heads} KV heads, "
-                         f"split {split} (>= 1; a split needs tmax), rows {rows} (32 or 64)")
-    extra = {"SG": True} if rows == 64 else {}
-    return build("attention_tiled64" if rows == 64 else "attention_tiled", HEADS=heads, KV_HEADS=kv_heads,
-                 HD=head_dim, SCALE=float(scale), WINDOW=window, KV16=kv16, SPLIT=split, TMAX=max(tmax, 1), **extra)
+    """See attention_tiled.wgsl (heads of 64, rows 32: 32 x 32 register-tiled score blocks), attention_tiled64.wgsl
+    (heads of 64, rows 64: 64 x 32 blocks, subgroup row maxima) and attention_tiled_h128.wgsl (heads of 128, rows
+    32: 32 x 16 blocks, subgroup row maxima): attention.wgsl's result; with split > 1 they write parts for
+    attention_combine (passes of up to tmax tokens)."""
+    kernel = ATTENTION_TILED_KERNELS.get((head_dim, rows))
+    if kernel is None or heads % kv_heads or split < 1 or (split > 1 and tmax < 1):
+        raise ValueError(f"attention_tiled: heads of 64 in 32 or 64 rows, or of 128 in 32 (got {head_dim}, {rows}), "
+                         f"{heads} heads on {kv_heads} KV heads, split {split} (>= 1; a split needs tmax)")
+    extra = {"SG": True} if kernel != "attention_tiled" else {}
+    return build(kernel, HEADS=heads, KV_HEADS=kv_heads, HD=head_dim, SCALE=float(scale), WINDOW=window, KV16=kv16,
+                 SPLIT=split, TMAX=max(tmax, 1), **extra)
 
 
 def attention_tiled_groups(heads: int, kv_heads: int, T: int, split: int = 1, rows: int = 32) -> tuple[int, int, int]:

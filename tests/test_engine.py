@@ -123,6 +123,33 @@ def test_upload_progress_counts_every_byte_once(smollm2_gguf):
     assert ups[-1][0] == ups[-1][1] and ups[0][1] == ups[-1][1]               # ends at 100% of a total fixed up front
 
 
+@pytest.mark.parametrize("tiled", ["1", "0"], ids=["h128", "plain"])
+def test_prefill_attention_heads_of_128_matches_numpy(tmp_path, monkeypatch, tiled):
+    """A Qwen2-shaped model with heads of 128 (hidden 256, 2 query heads on 1 KV head, random Q8_0 weights) on the
+    GPU, its prefill attention attention_tiled_h128.wgsl (forced here on lavapipe; 2 key splits where the engine's
+    rule gives them) or attention.wgsl: prompt logits over chunks of 24 tokens (later chunks read the earlier ones'
+    keys; 48 query rows a chunk: one full 32-row block and a partial one) equal the numpy reference model's."""
+    from cera_web import kernels
+    from cera_web.bench import synthetic_llama
+    from cera_web.engine import Engine
+    monkeypatch.setenv("CERA_WEB_ATTN_TILED", tiled)
+    path = tmp_path / "h128.gguf"
+    synthetic_llama(path, "qwen2.5-1.5b", "q8_0", layers=2, hidden=256, heads=2, kv_heads=1, ffn=512, vocab=300)
+    gpu = run(Engine.load(path, context_size=128, chunk=24))
+    cpu = run(Engine.load(path, device="cpu"))
+    try:
+        m = gpu.model
+        rows = kernels.attention_tiled_rows(128, m.wg_memory, m.dev.is_cpu, m.dev.subgroup_size)
+        assert rows == (32 if tiled == "1" else 0)
+        ids = [(7 * i + 3) % 300 for i in range(70)]
+        got = np.concatenate([run(m.chunk_logits(ids[s:s + 24], s)) for s in range(0, len(ids), 24)])
+        want = cpu.model.ref.forward(ids, 0)
+        assert np.abs(want).max() > 0.3 and np.abs(np.diff(want, axis=0)).max() > 0.1     # logits that move
+        np.testing.assert_allclose(got, want, atol=2e-5 * np.abs(want).max(), rtol=0)
+    finally:
+        gpu.close()
+
+
 @pytest.mark.parametrize("rows", ["32", "64"])
 def test_split_tiled_prefill_attention_matches_transformers(smollm2_gguf, monkeypatch, rows):
     """The GPU's prefill attention (attention_tiled.wgsl or attention_tiled64.wgsl, forced here on lavapipe) with

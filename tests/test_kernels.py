@@ -293,16 +293,15 @@ def test_attention(dev, H, KV, D, pos0, T, T_max):
                                                  (2, 2, 0, 70, 70, 0), (8, 2, 13, 45, 50, 0), (9, 3, 100, 64, 64, 16),
                                                  (4, 1, 600, 9, 12, 512), (6, 3, 3, 40, 40, 100), (3, 3, 511, 17, 17, 40)])
 @pytest.mark.parametrize("split", [1, 3], ids=["whole", "split3"])
-@pytest.mark.parametrize("rows", [32, 64])
-def test_attention_tiled(dev, H, KV, pos0, T, T_max, W, split, rows):
-    """attention_tiled.wgsl (rows 32) and attention_tiled64.wgsl (rows 64, subgroup shuffles: lavapipe's subgroups
-    are 8 wide, the least it takes) equal attention in float64 numpy (and so attention.wgsl) on every edge of their
-    tiles; split: the key tiles shared by 3 workgroups a row block (some with none), merged by
-    attention_combine.wgsl."""
-    if rows == 64:
+@pytest.mark.parametrize("D,rows", [(64, 32), (64, 64), (128, 32)])
+def test_attention_tiled(dev, H, KV, pos0, T, T_max, W, split, D, rows):
+    """attention_tiled.wgsl (heads of 64, rows 32), attention_tiled64.wgsl (64, rows 64) and attention_tiled_h128.wgsl
+    (heads of 128; these two use subgroup shuffles: lavapipe's subgroups are 8 wide, the least they take) equal
+    attention in float64 numpy (and so attention.wgsl) on every edge of their tiles; split: the key tiles shared by
+    3 workgroups a row block (some with none), merged by attention_combine.wgsl."""
+    if (D, rows) != (64, 32):
         assert dev.subgroup_size and dev.subgroup_size >= 8
     from test_kernels_gemma import attention_ref
-    D = 64
     ctx = pos0 + T + 4
     rng = np.random.default_rng(pos0 + T + W)
     q = (rng.standard_normal((T_max, H, D)) * 2).astype(np.float32)
@@ -337,7 +336,9 @@ def test_attention_tiled_selection(monkeypatch):
     assert kernels.attention_tiled_rows(64, 32768, False, None) == 32
     assert kernels.attention_tiled_rows(64, 32767, False, 32) == 32
     assert kernels.attention_tiled_rows(64, 30335, False, 32) == 0
-    assert kernels.attention_tiled_rows(128, 65536, False, 32) == 0
+    assert kernels.attention_tiled_rows(128, 32768, False, 32) == 32      # heads of 128: attention_tiled_h128
+    assert kernels.attention_tiled_rows(128, 32768, False, 4) == 0
+    assert kernels.attention_tiled_rows(256, 65536, False, 32) == 0
     assert kernels.attention_tiled_rows(64, 32768, True, 8) == 0
     monkeypatch.setenv("CERA_WEB_ATTN_TILED", "1")
     assert kernels.attention_tiled_rows(64, 32768, True, 8) == 64
@@ -366,9 +367,11 @@ def test_attention_tiled_selection(monkeypatch):
     with pytest.raises(ValueError, match="CERA_WEB_PREFILL_ATTN_SPLIT"):
         kernels.attention_prefill_split(32, 8, 512)
     with pytest.raises(ValueError):
-        kernels.attention_tiled(8, 2, 128, 0.1)
+        kernels.attention_tiled(8, 2, 256, 0.1)
     with pytest.raises(ValueError):
         kernels.attention_tiled(8, 2, 64, 0.1, rows=16)
+    with pytest.raises(ValueError):
+        kernels.attention_tiled(8, 2, 128, 0.1, rows=64)
 
 
 def test_swiglu(dev):
@@ -440,8 +443,8 @@ def test_early_submit_keeps_order_and_copies(dev):
 
 def test_bench_kernels_times_prefill_attention(dev):
     """bench_kernels --attention: the prefill attention a GPU would run (lavapipe's subgroups and memory take the
-    64-row tiled kernel for heads of 64, attention.wgsl for 128) per head layout and split, GFLOP/s from the causal
-    key count (T tokens after pos0: 4 * head size * heads * sum of keys)."""
+    64-row tiled kernel for heads of 64, attention_tiled_h128.wgsl for 128, attention.wgsl for 96) per head layout
+    and split, GFLOP/s from the causal key count (T tokens after pos0: 4 * head size * heads * sum of keys)."""
     import asyncio
 
     from cera_web import bench_kernels
@@ -452,8 +455,10 @@ def test_bench_kernels_times_prefill_attention(dev):
     assert [r["kernel"] for r in rows] == ["attention_tiled64"] * 2
     flop = 4 * 64 * 4 * sum(3 + t + 1 for t in range(8))
     assert all(r["us"] > 0 and abs(r["gflops"] - flop / r["us"] / 1e3) <= 0.05 + 1e-3 * r["gflops"] for r in rows)
-    out = asyncio.run(bench_kernels.run([], [], device=dev, repeats=1, target_ms=1, rotate_mib=1, gemm_tokens=8,
-                                        attention=[(4, 2)], head_dim=128))
-    (r,) = out["attention"]
-    assert (r["kernel"], r["head_dim"], r["split"]) == ("attention", 128, 1)
-    assert abs(r["gflops"] - 4 * 128 * 4 * sum(t + 1 for t in range(8)) / r["us"] / 1e3) <= 0.05 + 1e-3 * r["gflops"]
+    for D, kernel, split in ((128, "attention_tiled_h128", kernels.attention_prefill_split(4, 2, 8, 32)),
+                             (96, "attention", 1)):
+        out = asyncio.run(bench_kernels.run([], [], device=dev, repeats=1, target_ms=1, rotate_mib=1, gemm_tokens=8,
+                                            attention=[(4, 2)], head_dim=D))
+        (r,) = out["attention"]
+        assert (r["kernel"], r["head_dim"], r["split"]) == (kernel, D, split)
+        assert abs(r["gflops"] - 4 * D * 4 * sum(t + 1 for t in range(8)) / r["us"] / 1e3) <= 0.05 + 1e-3 * r["gflops"]
