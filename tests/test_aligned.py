@@ -226,7 +226,7 @@ def test_matmul_i8(dev, fmt, T, N, K, glu, gelu, accum):
 
 
 def test_which_weights_are_aligned(monkeypatch):
-    """Q4_1 and Q8_0 matrices; Q6_K only as the LM head (or the embedding tied to it); none with CERA_WEB_ALIGNED=0."""
+    """Q4_1, Q8_0 and Q6_K matrices (Q4_K and others keep the file's layout); none with CERA_WEB_ALIGNED=0."""
     from types import SimpleNamespace
     from cera_web.models.base import GPUModel
     types = {"blk.0.ffn_down.weight": GGMLType.Q6_K, "token_embd.weight": GGMLType.Q6_K,
@@ -235,8 +235,7 @@ def test_which_weights_are_aligned(monkeypatch):
     m = SimpleNamespace(gguf=SimpleNamespace(tensor=lambda n: SimpleNamespace(type=types[n])),
                         spec=SimpleNamespace(lm_head="token_embd.weight"))
     got = {n for n in types if GPUModel.aligned(m, n)}
-    assert got == {"token_embd.weight", "blk.0.attn_q.weight", "blk.0.ffn_up.weight"}
-    m.spec.lm_head = "output.weight"
-    assert GPUModel.aligned(m, "output.weight")
+    assert got == {"token_embd.weight", "blk.0.attn_q.weight", "blk.0.ffn_up.weight", "blk.0.ffn_down.weight",
+                   "output.weight"}
     monkeypatch.setenv("CERA_WEB_ALIGNED", "0")
     assert not any(GPUModel.aligned(m, n) for n in types)

@@ -171,14 +171,11 @@ class GPUModel:
 
     def aligned(self, name: str) -> bool:
         """Whether weight ``name`` is on the GPU in the aligned layout (kernels.ALIGNED_FORMATS; quants.aligned_layout),
-        unless CERA_WEB_ALIGNED=0: Q4_1 and Q8_0 matrices, and a Q6_K LM head (or the embedding tied to it). Other Q6_K
-        matrices keep the file's layout: on the H200 the aligned one reads 21-24% faster in decode's products of
-        14k-128k rows but makes the int8 prefill GEMM ~3% slower at 1B Q4_K_M (its scales and d in other cache lines
-        than the integers), and only the LM head is read by decode alone (session 7 calls 7-8)."""
+        unless CERA_WEB_ALIGNED=0: Q4_1, Q8_0 and Q6_K matrices. Q6_K's 210-byte blocks make the file's layout a
+        matter of unaligned word reads: the aligned one reads 21-24% faster in decode's products (session 7), and
+        since matmul_i8 reads its blocks as vec4s (session 10) the prefill GEMM is faster on it too."""
         fmt = self.gguf.tensor(name).type
-        if fmt not in kernels.ALIGNED_FORMATS or not kernels.aligned_enabled():
-            return False
-        return fmt != GGMLType.Q6_K or name in (self.spec.lm_head, "token_embd.weight")
+        return fmt in kernels.ALIGNED_FORMATS and kernels.aligned_enabled()
 
     def _weight_buffer(self, fmt, segments, label: str, aligned: bool):
         """A GPU buffer holding the file's byte ranges ``segments`` [(offset, nbytes)] one after another (whole blocks
