@@ -516,7 +516,7 @@ def int8_enabled(dev) -> bool:
 
 def matvec_q8_memory(K: int, lanes: int, wg: int, sg: bool) -> int:
     """Bytes of workgroup memory matvec_q8 uses for rows of K."""
-    return K + 16 * (K // 32) + 16 * (1 if sg and lanes > 1 else wg)
+    return K + 8 * (K // 32) + 16 * (1 if sg and lanes > 1 else wg)
 
 
 def matvec_q8_shape(fmt, K: int, cpu: bool, subgroup_size: int | None, wg_memory: int = 16384,

@@ -21,9 +21,7 @@
 //              head h = k / XHD (XHD a multiple of 32), is sum_s e^(m_s - M) acc_s[k] / sum_s e^(m_s - M) l_s over
 //              the ranges s the attention used (range 0 says how many), M = max_s m_s, combined as each block is
 //              loaded (attention_decode.wgsl says why)
-// Workgroup memory: K bytes of int8 inputs, 16 bytes per 32 inputs (scale, sum of squares, two sums of 16 int8
-// values: formats whose weights have an offset, Q4_1 / Q4_K / Q5_K, take them instead of summing the inputs again
-// with dot4I8Packed in every row), 16 * PARTIAL bytes;
+// Workgroup memory: K bytes of int8 inputs, 8 bytes per 32 inputs (scale, sum of squares), 16 * PARTIAL bytes;
 // kernels.matvec_q8_fits checks it against the device's limit.
 // Bindings:
 //   0 W: array<WORD>             packed weights, N rows (2N with GLU); WORD is u32, or vec4<u32> for formats whose
@@ -49,7 +47,6 @@ const K4: u32 = K / 4u;
 var<workgroup> qx: array<u32, K4>;           // the token's input, 4 int8 a word (word i: inputs 4i .. 4i+4)
 var<workgroup> xd: array<f32, NB>;           // each block's scale dx
 var<workgroup> xss: array<f32, NB>;          // each block's sum of squares of X (for the norm)
-var<workgroup> xs16: array<i32, K / 16u>;    // each 16 inputs' sum of their int8 values (formats with an offset)
 var<workgroup> partial: array<vec4<f32>, PARTIAL>;
 
 // The 8 vec4s of X from b, times w (written out: loops over a private array keep it in local memory on some GPUs).
@@ -102,23 +99,17 @@ fn quantize_block(t: u32, j: u32) {
     let a = max(max(max(abs(x0), abs(x1)), max(abs(x2), abs(x3))), max(max(abs(x4), abs(x5)), max(abs(x6), abs(x7))));
     let d = max(max(a.x, a.y), max(a.z, a.w)) / 127.0;
     let inv = select(0.0, 1.0 / d, d > 0.0);
-    let i0 = vec4<i32>(round(x0 * inv)); let i1 = vec4<i32>(round(x1 * inv));
-    let i2 = vec4<i32>(round(x2 * inv)); let i3 = vec4<i32>(round(x3 * inv));
-    let i4 = vec4<i32>(round(x4 * inv)); let i5 = vec4<i32>(round(x5 * inv));
-    let i6 = vec4<i32>(round(x6 * inv)); let i7 = vec4<i32>(round(x7 * inv));
     let q = j * 8u;
-    qx[q] = pack4xI8(i0);
-    qx[q + 1u] = pack4xI8(i1);
-    qx[q + 2u] = pack4xI8(i2);
-    qx[q + 3u] = pack4xI8(i3);
-    qx[q + 4u] = pack4xI8(i4);
-    qx[q + 5u] = pack4xI8(i5);
-    qx[q + 6u] = pack4xI8(i6);
-    qx[q + 7u] = pack4xI8(i7);
+    qx[q] = pack4xI8(vec4<i32>(round(x0 * inv)));
+    qx[q + 1u] = pack4xI8(vec4<i32>(round(x1 * inv)));
+    qx[q + 2u] = pack4xI8(vec4<i32>(round(x2 * inv)));
+    qx[q + 3u] = pack4xI8(vec4<i32>(round(x3 * inv)));
+    qx[q + 4u] = pack4xI8(vec4<i32>(round(x4 * inv)));
+    qx[q + 5u] = pack4xI8(vec4<i32>(round(x5 * inv)));
+    qx[q + 6u] = pack4xI8(vec4<i32>(round(x6 * inv)));
+    qx[q + 7u] = pack4xI8(vec4<i32>(round(x7 * inv)));
     xd[j] = d;
     xss[j] = ss;
-    xs16[2u * j] = dot(i0 + i1 + i2 + i3, vec4<i32>(1));
-    xs16[2u * j + 1u] = dot(i4 + i5 + i6 + i7, vec4<i32>(1));
 }
 
 @compute @workgroup_size(WG)

@@ -204,10 +204,10 @@ def test_matvec_q8_selection(monkeypatch):
     assert shape(GGMLType.Q6_K, 8192, False, 32, rows=2048, aligned=True)["lanes"] == 32    # its items are unchanged
     assert shape(GGMLType.Q4_1, 2048, False, None)["sg"] is False
     assert shape(GGMLType.F16, 2048, False, 32) is None                        # not an int8 format
-    assert shape(GGMLType.Q8_0, 8192, False, 32) is not None                   # 8 KiB + 4 KiB: fits 16 KiB
-    assert shape(GGMLType.Q8_0, 14336, False, 32) is None                      # 14 KiB + 7 KiB: falls back
+    assert shape(GGMLType.Q8_0, 8192, False, 32) is not None                   # 8 KiB + 2 KiB: fits 16 KiB
+    assert shape(GGMLType.Q8_0, 14336, False, 32) is None                      # 14 KiB + 3.5 KiB: falls back
     assert shape(GGMLType.Q8_0, 14336, False, 32, wg_memory=32768) is not None
-    assert kernels.matvec_q8_memory(8192, 16, 256, False) == 8192 + 4096 + 4096   # inputs, 4 words a block, partials
+    assert kernels.matvec_q8_memory(8192, 16, 256, False) == 8192 + 2048 + 4096
     monkeypatch.setenv("CERA_WEB_MATVEC8", "lanes=8,wg=128,sg=0")
     assert shape(GGMLType.Q4_1, 2048, False, 32) == {"lanes": 8, "wg": 128, "sg": False}
     monkeypatch.setenv("CERA_WEB_MATVEC8", "lanes=3")

@@ -2,9 +2,11 @@
 // then 12 bytes of 6-bit scales sc[s] and mins mn[s], read by kscales.wgsl) and whose values are unsigned (Q4_K, Q5_K):
 // the product of one item, 16 bytes of values of sub-block 2j (lo) and 16 of sub-block 2j + 1 (hi), with the input.
 
-// sum_i q[i] · x[i] over 4 words of 4 int8.
-fn dot16(q: vec4<u32>, x: vec4<u32>) -> i32 {
-    return dot4I8Packed(q.x, x.x) + dot4I8Packed(q.y, x.y) + dot4I8Packed(q.z, x.z) + dot4I8Packed(q.w, x.w);
+// sum_i q[i] · x[i] and sum_i 1 · x[i] over 4 words of 4 int8.
+fn dot16(q: vec4<u32>, x: vec4<u32>) -> vec2<i32> {
+    let one = 0x01010101u;
+    return vec2<i32>(dot4I8Packed(q.x, x.x) + dot4I8Packed(q.y, x.y) + dot4I8Packed(q.z, x.z) + dot4I8Packed(q.w, x.w),
+                     dot4I8Packed(one, x.x) + dot4I8Packed(one, x.y) + dot4I8Packed(one, x.z) + dot4I8Packed(one, x.w));
 }
 
 fn qx4(w: u32) -> vec4<u32> {
@@ -24,10 +26,8 @@ fn kquant_item(h: vec4<u32>, lo: vec4<u32>, hi: vec4<u32>, sb: u32, m: u32) -> f
     let x0 = sb * 64u + 16u * j + 4u * (m % 2u);            // qx word of input 64j + 16(m%2)
     let a = dot16(lo, qx4(x0));
     let c = dot16(hi, qx4(x0 + 8u));
-    let sa = xs16[x0 / 4u];                                 // the inputs' sums (matvec_q8's xs16: 16 a word of x0 / 4)
-    let sc = xs16[x0 / 4u + 2u];
     let da = xd[sb * 8u + 2u * j];
     let db = xd[sb * 8u + 2u * j + 1u];
     let dm = unpack2x16float(h.x);
-    return dm.x * (da * sl.x * f32(a) + db * shi.x * f32(c)) - dm.y * (da * sl.y * f32(sa) + db * shi.y * f32(sc));
+    return dm.x * (da * sl.x * f32(a.x) + db * shi.x * f32(c.x)) - dm.y * (da * sl.y * f32(a.y) + db * shi.y * f32(c.y));
 }

@@ -18,6 +18,9 @@ fn item_dot(row: u32, b: u32) -> f32 {
           + dot4I8Packed(lo.z, qx[x + 2u]) + dot4I8Packed(lo.w, qx[x + 3u])
           + dot4I8Packed(hi.x, qx[x + 4u]) + dot4I8Packed(hi.y, qx[x + 5u])
           + dot4I8Packed(hi.z, qx[x + 6u]) + dot4I8Packed(hi.w, qx[x + 7u]);
-    let sx = xs16[2u * b] + xs16[2u * b + 1u];        // the block's sum of inputs (matvec_q8's xs16)
+    let sx = dot4I8Packed(0x01010101u, qx[x]) + dot4I8Packed(0x01010101u, qx[x + 1u])
+           + dot4I8Packed(0x01010101u, qx[x + 2u]) + dot4I8Packed(0x01010101u, qx[x + 3u])
+           + dot4I8Packed(0x01010101u, qx[x + 4u]) + dot4I8Packed(0x01010101u, qx[x + 5u])
+           + dot4I8Packed(0x01010101u, qx[x + 6u]) + dot4I8Packed(0x01010101u, qx[x + 7u]);
     return xd[b] * (dm.x * f32(s) + dm.y * f32(sx));
 }
