@@ -702,8 +702,8 @@ def attention_tiled(heads: int, kv_heads: int, head_dim: int, scale: float, wind
         raise ValueError(f"attention_tiled: heads of 64 in 32 or 64 rows, or of 128 in 32 (got {head_dim}, {rows}), "
                          f"{heads} heads on {kv_heads} KV heads, split {split} (>= 1; a split needs tmax)")
     extra = {"SG": True} if kernel != "attention_tiled" else {}
-    return build(kernel, HEADS=heads, KV_HEADS=kv_heads, HD=head_dim, SCALE=float(scale), WINDOW=window, KV16=kv16,
-                 SPLIT=split, TMAX=max(tmax, 1), **extra)
+    return "\n".join([build(kernel, HEADS=heads, KV_HEADS=kv_heads, HD=head_dim, SCALE=float(scale), WINDOW=window,
+                             KV16=kv16, SPLIT=split, TMAX=max(tmax, 1), **extra), _read("attention_kv.wgsl")])
 
 
 def attention_tiled_groups(heads: int, kv_heads: int, T: int, split: int = 1, rows: int = 32) -> tuple[int, int, int]:

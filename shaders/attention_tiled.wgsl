@@ -26,6 +26,7 @@
 //   4 step: uniform Step
 // Dispatch: (KV_HEADS, ceil(n_tokens_max * G / 32), SPLIT) workgroups of 128 threads (kernels.attention_tiled_groups);
 // workgroups take the rows from the end (the most keys first); rows of tokens past step.n_tokens write nothing.
+// load_k / load_v (the key and value tiles): attention_kv.wgsl, which kernels.attention_tiled appends.
 @group(0) @binding(0) var<storage, read> Q: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read> Kc: array<vec4<KVT>>;
 @group(0) @binding(2) var<storage, read> Vc: array<vec4<KVT>>;
@@ -45,19 +46,6 @@ var<workgroup> ks: array<vec4<f32>, BC * KP>;  // the tile's keys
 var<workgroup> vs: array<vec4<f32>, BC * D4>;  // and values
 var<workgroup> s: array<f32, BR * SP>;         // the rows' weights exp(score - m) of the tile
 var<workgroup> pm: array<f32, BR * 8u>;        // each row's 8 partial maxima of the tile
-
-// Vec4 e of the tile at k0 (key e / D4, vec4 e % D4) of KV head g, or zeros past the workgroup's last key.
-fn load_k(k0: u32, e: u32, g: u32, n_max: u32) -> vec4<f32> {
-    let key = k0 + e / D4;
-    if (key >= n_max) { return vec4<f32>(0.0); }
-    return vec4<f32>(Kc[key * KV_HEADS * D4 + g * D4 + e % D4]);
-}
-
-fn load_v(k0: u32, e: u32, g: u32, n_max: u32) -> vec4<f32> {
-    let key = k0 + e / D4;
-    if (key >= n_max) { return vec4<f32>(0.0); }
-    return vec4<f32>(Vc[key * KV_HEADS * D4 + g * D4 + e % D4]);
-}
 
 fn put_kv(e: u32, k: vec4<f32>, v: vec4<f32>) {
     ks[(e / D4) * KP + e % D4] = k;

@@ -31,6 +31,7 @@
 //   4 step: uniform Step
 // Dispatch: (KV_HEADS, ceil(n_tokens_max * G / 64), SPLIT) workgroups of 128 threads (kernels.attention_tiled_groups
 // with rows 64); workgroups take the rows from the end (the most keys first); rows past step.n_tokens write nothing.
+// load_k / load_v (the key and value tiles): attention_kv.wgsl, which kernels.attention_tiled appends.
 @group(0) @binding(0) var<storage, read> Q: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read> Kc: array<vec4<KVT>>;
 @group(0) @binding(2) var<storage, read> Vc: array<vec4<KVT>>;
@@ -48,19 +49,6 @@ var<workgroup> qs: array<vec4<f32>, BR * D4>;  // the rows' queries (times SCALE
 var<workgroup> ks: array<vec4<f32>, BC * D4>;  // the tile's keys (key j's vec4 d at j D4 + (d ^ j % 8)), then its
                                                // weights: key j's for rows r + 16i at j D4 + (r ^ j % 8)
 var<workgroup> vs: array<vec4<f32>, BC * D4>;  // the tile's values, key j's vec4 d at j D4 + d
-
-// Vec4 e of the tile at k0 (key e / D4, vec4 e % D4) of KV head g, or zeros past the workgroup's last key.
-fn load_k(k0: u32, e: u32, g: u32, n_max: u32) -> vec4<f32> {
-    let key = k0 + e / D4;
-    if (key >= n_max) { return vec4<f32>(0.0); }
-    return vec4<f32>(Kc[key * KV_HEADS * D4 + g * D4 + e % D4]);
-}
-
-fn load_v(k0: u32, e: u32, g: u32, n_max: u32) -> vec4<f32> {
-    let key = k0 + e / D4;
-    if (key >= n_max) { return vec4<f32>(0.0); }
-    return vec4<f32>(Vc[key * KV_HEADS * D4 + g * D4 + e % D4]);
-}
 
 fn put_kv(e: u32, k: vec4<f32>, v: vec4<f32>) {
     let j = e / D4;
