@@ -46,7 +46,7 @@ ALIGNED_FORMATS = {
 ALIGNED_INT8_FORMATS = {
     GGMLType.Q4_1: ("i8_q4_1a", ()),
     GGMLType.Q8_0: ("i8_q8_0a", ()),
-    GGMLType.Q6_K: ("i8_q6_ka", ("i8_q6",)),
+    GGMLType.Q6_K: ("i8_q6_ka", ()),
 }
 
 
@@ -536,7 +536,7 @@ def matvec_q8_shape(fmt, K: int, cpu: bool, subgroup_size: int | None, wg_memory
             if key.strip() not in cfg or not value.strip().isdigit():
                 raise ValueError(f"CERA_WEB_MATVEC8: {item!r} is not one of lanes=N, wg=N, sg=0|1")
             cfg[key.strip()] = int(value)
-        whole = aligned and fmt in (GGMLType.Q4_1, GGMLType.Q8_0)     # an item is a whole block (not Q6_K's)
+        whole = aligned and fmt in (GGMLType.Q4_1, GGMLType.Q8_0)     # an item is a whole block (Q6_K's: 64 weights)
         lanes, wg = cfg["lanes"] or matvec_q8_lanes(rows, cfg["wg"], K // 32 if whole else None), cfg["wg"]
         if lanes & (lanes - 1) or not 1 <= lanes <= 32 or wg not in (64, 128, 256) or wg < lanes:
             raise ValueError(f"CERA_WEB_MATVEC8: lanes={lanes} (a power of two up to 32), wg={wg} (64, 128, 256)")

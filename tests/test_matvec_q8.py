@@ -201,7 +201,7 @@ def test_matvec_q8_selection(monkeypatch):
     # aligned rows of 256 blocks or more: at most 16 lanes
     assert [shape(GGMLType.Q4_1, k, False, 32, rows=2048, aligned=True)["lanes"] for k in (2048, 8192)] == [32, 16]
     assert shape(GGMLType.Q4_1, 8192, False, 32, rows=2048)["lanes"] == 32
-    assert shape(GGMLType.Q6_K, 8192, False, 32, rows=2048, aligned=True)["lanes"] == 32    # its items are unchanged
+    assert shape(GGMLType.Q6_K, 8192, False, 32, rows=2048, aligned=True)["lanes"] == 32    # not whole blocks
     assert shape(GGMLType.Q4_1, 2048, False, None)["sg"] is False
     assert shape(GGMLType.F16, 2048, False, 32) is None                        # not an int8 format
     assert shape(GGMLType.Q8_0, 8192, False, 32) is not None                   # 8 KiB + 2 KiB: fits 16 KiB

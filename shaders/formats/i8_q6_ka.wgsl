@@ -1,20 +1,51 @@
-// Q6_K weights in the aligned layout (q6_ka.wgsl says where each field is) for matvec_q8.wgsl: the items of
-// i8_q6_k.wgsl (item b: word column c = b % 8 of super-block b / 8; the product is i8_q6.wgsl's q6_half), every
-// word read whole.
-alias WORD = u32;                 // W is array<u32>
+// Q6_K weights in the aligned layout (q6_ka.wgsl says where each field is) for matvec_q8.wgsl, read as vec4s (WORD):
+// item b is 64 weights, (n, p) = ((b % 4) / 2, b % 2) of super-block b / 4: the weights n*128 + k*32 + 16p .. +16
+// for k = 0..3. Their bits are three 16-byte loads: ql bytes 64n + 16p (low nibbles: k = 0, high: k = 2), ql bytes
+// 64n + 32 + 16p (k = 1, 3) and qh bytes 32n + 16p (bits 2k, 2k+1 of each byte: k's high two bits). Weight
+// n*128 + 32k + l has scale sc[8n + 2k + l/16] = sc[8n + 2k + p] (byte 2(k%2) + p of scale word 2n + k/2) and
+// activation block 4n + k of the super-block. 6-bit values 0..63 as int8; the -32 is taken off with the input sums:
+// d * sum_k dx_k sc_k (q_k · qx_k - 32 sum(qx_k)).
+alias WORD = vec4<u32>;           // W is array<vec4<u32>>
 const NBK: u32 = K / 256u;
-const SCW: u32 = WROWS * NBK * 48u;
-const DW: u32 = SCW + WROWS * NBK * 4u;
-const ITEMS: u32 = K / 32u;
+const SC4: u32 = WROWS * NBK * 12u;        // the first scale vec4 (super-block i's at SC4 + i)
+const D4W: u32 = SC4 + WROWS * NBK;        // the first d vec4 (super-block i's d: half i % 2 of word i / 2)
+const ITEMS: u32 = K / 64u;
+
+// (q - 32) · x over the 16 inputs from qx word w: q the 16 6-bit values of v, one a byte.
+fn q6_dot16(v: vec4<u32>, w: u32) -> i32 {
+    let x = vec4<u32>(qx[w], qx[w + 1u], qx[w + 2u], qx[w + 3u]);
+    let one = 0x01010101u;
+    return dot4I8Packed(v.x, x.x) + dot4I8Packed(v.y, x.y) + dot4I8Packed(v.z, x.z) + dot4I8Packed(v.w, x.w)
+         - 32 * (dot4I8Packed(one, x.x) + dot4I8Packed(one, x.y) + dot4I8Packed(one, x.z) + dot4I8Packed(one, x.w));
+}
+
+// The 16 6-bit values of k from ql bits l (nibble k / 2 of each byte) and qh bits h (bits 2k, 2k + 1).
+fn q6_values(l: vec4<u32>, h: vec4<u32>, k: u32) -> vec4<u32> {
+    return ((l >> vec4<u32>(4u * (k / 2u))) & vec4<u32>(0x0F0F0F0Fu))
+         | (((h >> vec4<u32>(2u * k)) & vec4<u32>(0x03030303u)) << vec4<u32>(4u));
+}
+
+// Signed byte 0 and byte 2 of w.
+fn sbyte0(w: u32) -> f32 { return f32(bitcast<i32>(w << 24u) >> 24u); }
+fn sbyte2(w: u32) -> f32 { return f32(bitcast<i32>(w << 8u) >> 24u); }
 
 fn item_dot(row: u32, b: u32) -> f32 {
-    let c = b % 8u;
-    let sb = b / 8u;
+    let sb = b / 4u;
+    let n = (b % 4u) / 2u;
+    let p = b % 2u;
     let i = row * NBK + sb;
-    var acc = 0.0;
-    for (var n = 0u; n < 2u; n++) {
-        acc += q6_half(W[48u * i + 16u * n + c], W[48u * i + 16u * n + 8u + c], W[48u * i + 32u + 8u * n + c],
-                       W[SCW + 4u * i + 2u * n], W[SCW + 4u * i + 2u * n + 1u], sb, n, c);
-    }
-    return unpack2x16float(W[DW + i / 2u])[i % 2u] * acc;
+    let l0 = W[12u * i + 4u * n + p];              // ql bytes 64n + 16p: k = 0 (low nibbles), k = 2 (high)
+    let l1 = W[12u * i + 4u * n + 2u + p];         // ql bytes 64n + 32 + 16p: k = 1, 3
+    let h = W[12u * i + 8u + 2u * n + p];          // qh bytes 32n + 16p
+    let sw = W[SC4 + i];
+    let s01 = sw[2u * n] >> (8u * p);              // sc[8n + p] in byte 0, sc[8n + 2 + p] in byte 2
+    let s23 = sw[2u * n + 1u] >> (8u * p);         // sc[8n + 4 + p], sc[8n + 6 + p]
+    let w = sb * 64u + 32u * n + 4u * p;           // qx word of input 256 sb + 128n + 16p (k = 0; k adds 8k)
+    let x = sb * 8u + 4u * n;                      // activation block of k = 0 (k adds k)
+    let d = unpack2x16float(W[D4W + i / 8u][(i / 2u) % 4u])[i % 2u];
+    let acc = xd[x] * sbyte0(s01) * f32(q6_dot16(q6_values(l0, h, 0u), w))
+            + xd[x + 1u] * sbyte2(s01) * f32(q6_dot16(q6_values(l1, h, 1u), w + 8u))
+            + xd[x + 2u] * sbyte0(s23) * f32(q6_dot16(q6_values(l0, h, 2u), w + 16u))
+            + xd[x + 3u] * sbyte2(s23) * f32(q6_dot16(q6_values(l1, h, 3u), w + 24u));
+    return d * acc;
 }
