@@ -437,6 +437,12 @@ def matmul_groups(N: int, lanes: int = 32, rpt: int = 1, wg: int = 64) -> int:
 # per thread, threads per workgroup, subgroup shuffles. CERA_WEB_MATVEC="rpt=1,wg=64,sg=0" overrides it (benchmarks
 # compare shapes in one run; tests force each path).
 MATVEC = {"rpt": 1, "wg": 64, "sg": 1, "lanes": 32}
+# CPU adapters (lavapipe, SwiftShader: one thread a row, every pass of any length): two rows a thread, so each input
+# load serves both. Software rasterizers load buffers lane by lane, which makes the input loads (32 a 32-weight block,
+# against 5-9 words of weights) the cost of a product; lavapipe, session 11 (bench_kernels --lanes 1 --variants):
+# Q8_0 49152x576 (SmolLM2's LM head) 154 -> 107 ms, Q4_1 1536x576 x 16 tokens 81 -> 49 ms; 3 or 4 rows were slower
+# (more live registers than AVX2 has).
+CPU_RPT = 2
 
 
 def matvec_shape(blocks_per_row: int, T: int, cpu: bool, subgroup_size: int | None) -> dict:
@@ -444,7 +450,7 @@ def matvec_shape(blocks_per_row: int, T: int, cpu: bool, subgroup_size: int | No
     lanes, tokens, rpt, wg, sg (subgroup_size: the adapter's smallest subgroup, None without subgroups)."""
     import os
     lanes = lanes_for(blocks_per_row, cpu)
-    shape = {"lanes": lanes, "tokens": 1 if cpu else min(T, 8), "rpt": 1, "wg": 64, "sg": False}
+    shape = {"lanes": lanes, "tokens": 1 if cpu else min(T, 8), "rpt": CPU_RPT if cpu else 1, "wg": 64, "sg": False}
     if cpu:
         return shape
     cfg = dict(MATVEC)

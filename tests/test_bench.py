@@ -100,7 +100,8 @@ def test_kernel_shape_choices(monkeypatch):
     assert gpu == {"lanes": 32, "tokens": 1, "rpt": 1, "wg": 64, "sg": True}
     assert kernels.matvec_shape(256, 1, False, 8)["sg"] is False      # subgroups narrower than a row's lanes
     assert kernels.matvec_shape(256, 1, False, None)["sg"] is False   # no subgroups feature
-    assert kernels.matvec_shape(256, 1, True, 32) == {"lanes": 1, "tokens": 1, "rpt": 1, "wg": 64, "sg": False}
+    assert kernels.matvec_shape(256, 1, True, 32) == {"lanes": 1, "tokens": 1, "rpt": 2, "wg": 64, "sg": False}
+    assert kernels.matvec_shape(256, 40, True, 32)["rpt"] == 2        # CPU prefill passes too (a token at a time)
     assert kernels.matvec_shape(256, 40, False, 32)["tokens"] == 8
     monkeypatch.setenv("CERA_WEB_MATVEC", "lanes=16,sg=0,rpt=2")
     assert kernels.matvec_shape(256, 1, False, 32) == {"lanes": 16, "tokens": 1, "rpt": 2, "wg": 64, "sg": False}
