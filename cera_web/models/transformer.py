@@ -174,7 +174,7 @@ class Transformer(GPUModel):
         if conv:
             self.bcx = buf(4 * T * 3 * s.hidden, label="bcx")            # [T, B | C | x] in_proj output
             self.conv_out = buf(4 * T * s.hidden, label="conv out")      # [T, hidden] C * conv(B * x)
-        self._norms, self._freqs, self._scratch, self._plan_all_logits = {}, {}, None, None
+        self._norms, self._freqs, self._scratch, self._plan_all_logits, self._normed = {}, {}, None, None, {}
         self._prefill_parts, self._parts_made = None, []
         self._argmax_pairs = None     # the two-stage argmax's (value, index) per slice, made on first use
         self.int8 = kernels.int8_enabled(dev)      # decode products with 8-bit activations (matvec_q8.wgsl)
@@ -257,6 +257,8 @@ class Transformer(GPUModel):
         n, k = self.shape(name)
         n = rows or n
         fmt = self.gguf.tensor(name).type
+        if gain is not None and self.dev.is_cpu and not self.int8:
+            x, gain = self.normed(rec, T, x, gain, k), None
         # a weight too big for one binding is split into row ranges: one dispatch each, writing its rows' outputs
         parts = [(weight, 0, n)] if weight is not None else self.pieces(name)
         ystride, yoff = kw.pop("ystride", None) or n, kw.pop("yoff", 0)
@@ -289,6 +291,16 @@ class Transformer(GPUModel):
                                          self.dev.is_cpu, self.dev.subgroup_size)
             rec.add(kernels.matmul(fmt, k, rows_here, **shape, **common), buffers,
                     kernels.spread(kernels.matmul_groups(rows_here, shape["lanes"], shape["rpt"], shape["wg"])), label)
+
+    def normed(self, rec, T, x, gain, k: int):
+        """A buffer holding rmsnorm(x) * gain for the T rows of a pass (rows of k), for CPU adapters: there the norm
+        fused into matmul.wgsl costs more than this separate pass (software adapters load buffers lane by lane, and the
+        fused kernel loads each input twice more, for the gain and the sum of squares); lavapipe, session 11:
+        Q4_1 SwiGLU 1536x576 with its norm 21.6 -> 8.8 ms a token, 200 -> 94 ms for 16 tokens."""
+        if k not in self._normed:
+            self._normed[k] = self.dev.create_buffer(4 * self.chunk * k, label="normed input")
+        rec.add(kernels.rmsnorm(k, self.spec.eps), [x, gain, self._normed[k], self.step], (T, 1, 1), "norm")
+        return self._normed[k]
 
     def q8_shape(self, fmt, k: int, rows: int, aligned: bool = False) -> dict | None:
         """matvec_q8's shape for a one-token product of `rows` rows of k of type fmt (aligned: in the aligned
