@@ -122,7 +122,7 @@ def cancel_in_prefill(monkeypatch):
 
 def pytest_addoption(parser):
     parser.addoption("--all", action="store_true", default=False,
-                     help="also run the tests marked slow (long real-model page tests that repeat what a faster test "
+                     help="also run the tests marked slow (long real-model tests that repeat what a faster test "
                           "covers; the default run, and CI's, leave them out to stay within the CI time budget)")
 
 

@@ -56,7 +56,14 @@ def fmt(spec):
         {"type": "json_schema", "json_schema": {"name": "t", "schema": spec}}
 
 
-@pytest.mark.parametrize("name, prompt, spec, settings", CASES, ids=[c[0] for c in CASES])
+# the default suite runs a greedy and a seeded schema and the grammar; --all adds the other two (a minute or two each
+# on the 2-core CI box; their schemas' features are covered without a model by tests/test_grammar.py)
+SLOW_CASES = ("place-greedy", "shapes-seeded")
+
+
+@pytest.mark.parametrize("name, prompt, spec, settings",
+                         [pytest.param(*c, marks=pytest.mark.slow) if c[0] in SLOW_CASES else c for c in CASES],
+                         ids=[c[0] for c in CASES])
 def test_constrained_output_validates_and_equals_reference(engines, name, prompt, spec, settings):
     gpu, cpu = engines
     got = asyncio.run(gpu.generate(prompt, chat=True, max_tokens=40, response_format=fmt(spec), **settings))
