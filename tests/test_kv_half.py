@@ -67,6 +67,7 @@ def smollm2_half(dev, smollm2_gguf):
     return run(Engine.load(smollm2_gguf, device=dev, context_size=256, chunk=64, kv_cache="f16"))   # dev is shared
 
 
+@pytest.mark.slow   # 3.5 min on 2 cores; test_half_cache_equals_the_reference_with_the_same_rounding covers it
 def test_smollm2_with_a_half_cache_against_transformers(smollm2_half):
     """Logits at the positions of two fixture prompts within HALF_VS_F32 of transformers' float32; the greedy tokens
     of a third equal."""
