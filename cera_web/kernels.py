@@ -46,7 +46,7 @@ ALIGNED_FORMATS = {
 ALIGNED_INT8_FORMATS = {
     GGMLType.Q4_1: ("i8_q4_1a", ()),
     GGMLType.Q8_0: ("i8_q8_0a", ()),
-    GGMLType.Q6_K: ("i8_q6_ka", ()),
+    GGMLType.Q6_K: ("i8_q6_ka", ("i8_words",)),
 }
 
 
@@ -477,9 +477,9 @@ def matvec_shape(blocks_per_row: int, T: int, cpu: bool, subgroup_size: int | No
 INT8_FORMATS = {
     GGMLType.Q8_0: ("i8_q8_0", ("bytes",)),
     GGMLType.Q4_1: ("i8_q4_1", ()),
-    GGMLType.Q4_K: ("i8_q4_k", ("kscales", "i8_kquant")),
-    GGMLType.Q5_K: ("i8_q5_k", ("kscales", "i8_kquant")),
-    GGMLType.Q6_K: ("i8_q6_k", ("bytes", "i8_q6")),
+    GGMLType.Q4_K: ("i8_q4_k", ("kscales", "i8_words", "i8_kquant")),
+    GGMLType.Q5_K: ("i8_q5_k", ("kscales", "i8_words", "i8_kquant")),
+    GGMLType.Q6_K: ("i8_q6_k", ("bytes", "i8_words", "i8_q6")),
     GGMLType.Q4_0: ("i8_q4_0", ("bytes",)),
     GGMLType.Q5_0: ("i8_q5_0", ("bytes",)),
 }

@@ -1,17 +1,7 @@
 // Shared by the k-quant formats of matvec_q8.wgsl whose super-blocks are 256 weights with a header vec4 (d | dmin,
 // then 12 bytes of 6-bit scales sc[s] and mins mn[s], read by kscales.wgsl) and whose values are unsigned (Q4_K, Q5_K):
-// the product of one item, 16 bytes of values of sub-block 2j (lo) and 16 of sub-block 2j + 1 (hi), with the input.
-
-// sum_i q[i] · x[i] and sum_i 1 · x[i] over 4 words of 4 int8.
-fn dot16(q: vec4<u32>, x: vec4<u32>) -> vec2<i32> {
-    let one = 0x01010101u;
-    return vec2<i32>(dot4I8Packed(q.x, x.x) + dot4I8Packed(q.y, x.y) + dot4I8Packed(q.z, x.z) + dot4I8Packed(q.w, x.w),
-                     dot4I8Packed(one, x.x) + dot4I8Packed(one, x.y) + dot4I8Packed(one, x.z) + dot4I8Packed(one, x.w));
-}
-
-fn qx4(w: u32) -> vec4<u32> {
-    return vec4<u32>(qx[w], qx[w + 1u], qx[w + 2u], qx[w + 3u]);
-}
+// the product of one item, 16 bytes of values of sub-block 2j (lo) and 16 of sub-block 2j + 1 (hi), with the input
+// (dot16, qx4: i8_words.wgsl).
 
 // Item m (m < 8) of super-block sb with header h: values lo (inputs 64j + 16(m%2) .. +16, j = m / 2, sub-block 2j)
 // and hi (the same + 32, sub-block 2j + 1), 4 values a word:

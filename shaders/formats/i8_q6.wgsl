@@ -9,18 +9,13 @@ fn q6_dot8(l: u32, h: u32, w: u32) -> i32 {
     return dot4I8Packed((l & 0x0F0F0F0Fu) | ((h & 0x03030303u) << 4u), x) - 32 * dot4I8Packed(0x01010101u, x);
 }
 
-// Signed byte i of word w.
-fn q6_scale(w: u32, i: u32) -> i32 {
-    return bitcast<i32>(w << (24u - 8u * i)) >> 24u;
-}
-
 // The half's products for column c of super-block sb, scaled by the activation blocks' dx (not by d).
 fn q6_half(l0: u32, l1: u32, h: u32, sa: u32, sc: u32, sb: u32, n: u32, c: u32) -> f32 {
     let pick = c / 4u;
     let w = sb * 64u + 32u * n + c;                           // qx word of inputs n*128 + 4c
     let x = sb * 8u + 4u * n;                                 // activation block of k = 0
-    return xd[x] * f32(q6_scale(sa, pick) * q6_dot8(l0, h, w))
-         + xd[x + 1u] * f32(q6_scale(sa, 2u + pick) * q6_dot8(l1, h >> 2u, w + 8u))
-         + xd[x + 2u] * f32(q6_scale(sc, pick) * q6_dot8(l0 >> 4u, h >> 4u, w + 16u))
-         + xd[x + 3u] * f32(q6_scale(sc, 2u + pick) * q6_dot8(l1 >> 4u, h >> 6u, w + 24u));
+    return xd[x] * f32(signed_byte(sa, pick) * q6_dot8(l0, h, w))
+         + xd[x + 1u] * f32(signed_byte(sa, 2u + pick) * q6_dot8(l1, h >> 2u, w + 8u))
+         + xd[x + 2u] * f32(signed_byte(sc, pick) * q6_dot8(l0 >> 4u, h >> 4u, w + 16u))
+         + xd[x + 3u] * f32(signed_byte(sc, 2u + pick) * q6_dot8(l1 >> 4u, h >> 6u, w + 24u));
 }

@@ -11,12 +11,10 @@ const SC4: u32 = WROWS * NBK * 12u;        // the first scale vec4 (super-block 
 const D4W: u32 = SC4 + WROWS * NBK;        // the first d vec4 (super-block i's d: half i % 2 of word i / 2)
 const ITEMS: u32 = K / 64u;
 
-// (q - 32) · x over the 16 inputs from qx word w: q the 16 6-bit values of v, one a byte.
+// (q - 32) · x over the 16 inputs from qx word w: q the 16 6-bit values of v, one a byte (dot16: i8_words.wgsl).
 fn q6_dot16(v: vec4<u32>, w: u32) -> i32 {
-    let x = vec4<u32>(qx[w], qx[w + 1u], qx[w + 2u], qx[w + 3u]);
-    let one = 0x01010101u;
-    return dot4I8Packed(v.x, x.x) + dot4I8Packed(v.y, x.y) + dot4I8Packed(v.z, x.z) + dot4I8Packed(v.w, x.w)
-         - 32 * (dot4I8Packed(one, x.x) + dot4I8Packed(one, x.y) + dot4I8Packed(one, x.z) + dot4I8Packed(one, x.w));
+    let s = dot16(v, qx4(w));
+    return s.x - 32 * s.y;
 }
 
 // The 16 6-bit values of k from ql bits l (nibble k / 2 of each byte) and qh bits h (bits 2k, 2k + 1).
@@ -24,10 +22,6 @@ fn q6_values(l: vec4<u32>, h: vec4<u32>, k: u32) -> vec4<u32> {
     return ((l >> vec4<u32>(4u * (k / 2u))) & vec4<u32>(0x0F0F0F0Fu))
          | (((h >> vec4<u32>(2u * k)) & vec4<u32>(0x03030303u)) << vec4<u32>(4u));
 }
-
-// Signed byte 0 and byte 2 of w.
-fn sbyte0(w: u32) -> f32 { return f32(bitcast<i32>(w << 24u) >> 24u); }
-fn sbyte2(w: u32) -> f32 { return f32(bitcast<i32>(w << 8u) >> 24u); }
 
 fn item_dot(row: u32, b: u32) -> f32 {
     let sb = b / 4u;
@@ -38,14 +32,14 @@ fn item_dot(row: u32, b: u32) -> f32 {
     let l1 = W[12u * i + 4u * n + 2u + p];         // ql bytes 64n + 32 + 16p: k = 1, 3
     let h = W[12u * i + 8u + 2u * n + p];          // qh bytes 32n + 16p
     let sw = W[SC4 + i];
-    let s01 = sw[2u * n] >> (8u * p);              // sc[8n + p] in byte 0, sc[8n + 2 + p] in byte 2
-    let s23 = sw[2u * n + 1u] >> (8u * p);         // sc[8n + 4 + p], sc[8n + 6 + p]
+    let s01 = sw[2u * n];                          // sc[8n + p] in byte p, sc[8n + 2 + p] in byte 2 + p
+    let s23 = sw[2u * n + 1u];                     // sc[8n + 4 + p], sc[8n + 6 + p]
     let w = sb * 64u + 32u * n + 4u * p;           // qx word of input 256 sb + 128n + 16p (k = 0; k adds 8k)
     let x = sb * 8u + 4u * n;                      // activation block of k = 0 (k adds k)
     let d = unpack2x16float(W[D4W + i / 8u][(i / 2u) % 4u])[i % 2u];
-    let acc = xd[x] * sbyte0(s01) * f32(q6_dot16(q6_values(l0, h, 0u), w))
-            + xd[x + 1u] * sbyte2(s01) * f32(q6_dot16(q6_values(l1, h, 1u), w + 8u))
-            + xd[x + 2u] * sbyte0(s23) * f32(q6_dot16(q6_values(l0, h, 2u), w + 16u))
-            + xd[x + 3u] * sbyte2(s23) * f32(q6_dot16(q6_values(l1, h, 3u), w + 24u));
+    let acc = xd[x] * f32(signed_byte(s01, p)) * f32(q6_dot16(q6_values(l0, h, 0u), w))
+            + xd[x + 1u] * f32(signed_byte(s01, 2u + p)) * f32(q6_dot16(q6_values(l1, h, 1u), w + 8u))
+            + xd[x + 2u] * f32(signed_byte(s23, p)) * f32(q6_dot16(q6_values(l0, h, 2u), w + 16u))
+            + xd[x + 3u] * f32(signed_byte(s23, 2u + p)) * f32(q6_dot16(q6_values(l1, h, 3u), w + 24u));
     return d * acc;
 }
