@@ -228,10 +228,12 @@ def test_smollm2_prefill_logits_int8(smollm2_gguf, monkeypatch):
         eng.close()
 
 
-def test_mixed_types_split_int8(tmp_path, monkeypatch):
+@pytest.mark.parametrize("ksplit", ["1", "2"], ids=["whole_k", "k_parts"])
+def test_mixed_types_split_int8(tmp_path, monkeypatch, ksplit):
     """test_formats' tiny llama mixing every type, each matrix split into row ranges (pieces at row offsets; Q/K/V as
     separate projections writing columns of one output): the int8 GEMM for its Q4_K, Q6_K, Q5_0, Q8_0 and Q4_1
-    matrices beside the float32 kernels for the rest, against the float32 numpy model."""
+    matrices beside the float32 kernels for the rest, against the float32 numpy model; each product whole, then in
+    two K parts (sum_parts after each row range: the path where a rebound loop variable once broke split weights)."""
     import asyncio
 
     from cera_web.engine import Engine
@@ -242,6 +244,7 @@ def test_mixed_types_split_int8(tmp_path, monkeypatch):
     V = write_tiny_llama(path, MIXED)
     monkeypatch.setenv("CERA_WEB_KERNELS", "gpu")
     monkeypatch.setenv("CERA_WEB_INT8", "1")
+    monkeypatch.setenv("CERA_WEB_I8_SPLIT", ksplit)
     dev = NativeDevice.create(limits_override={"max-storage-buffer-binding-size": SPLIT_LIMIT})
     engine = asyncio.run(Engine.load(path, device=dev, context_size=40))
     try:

@@ -326,12 +326,12 @@ class Transformer(GPUModel):
                                           kgroups=kg, **kw), [buf, self.xq, y, self.step],
                         kernels.matmul_i8_groups(rows_here, T, tr, pair=pair), label)
                 continue
-            parts = self.prefill_parts(4 * split * T * rows_here)      # K in parts, added into y by sum_parts
+            sums = self.prefill_parts(4 * split * T * rows_here)       # K in parts, added into y by sum_parts
             rec.add(kernels.matmul_i8(fmt, k, rows_here, rows=tr, pair=pair, kgroups=kg, ksplit=split, tmax=T,
-                                      aligned=kw["aligned"]), [buf, self.xq, parts, self.step],
+                                      aligned=kw["aligned"]), [buf, self.xq, sums, self.step],
                     kernels.matmul_i8_groups(rows_here, T, tr, split, pair), label)
             rec.add(kernels.sum_parts(rows_here, split, T, ystride=ystride, yoff=yoff + r0, accum=kw.get("accum", False)),
-                    [parts, y, self.step], kernels.sum_parts_groups(rows_here, T), label)
+                    [sums, y, self.step], kernels.sum_parts_groups(rows_here, T), label)
 
     # -- plans ---------------------------------------------------------------------------------------------------
     def record_body(self, T):
