@@ -78,7 +78,11 @@ def asset_path(name: str, *, root=None, manifest=None) -> Path:
 
 
 def default_model_path(ensure: bool = True, quiet: bool = False) -> Path:
-    """Path of the default GGUF model (SmolLM2-135M-Instruct Q4_1); fetched first unless ensure=False."""
+    """Path of the default GGUF model (SmolLM2-135M-Instruct Q4_1); fetched first unless ensure=False. It is an asset
+    of a checkout (assets.json at the repository root): an installed wheel has none, and says to name a model."""
+    if not (REPO_ROOT / MANIFEST_NAME).is_file():
+        raise CeraError(f"no model given, and no default model here (its pin, {MANIFEST_NAME}, is in a checkout of "
+                        f"cera_web, not in the installed package): pass --model PATH/TO/MODEL.gguf")
     store = _Store(None, None, quiet)
     name = store.manifest["default_model"]
     if ensure:

@@ -13,6 +13,8 @@ import time
 
 import numpy as np
 
+from .errors import CeraError
+
 TEXT = ("The history of the city begins with a small settlement on the river, where traders met to exchange grain, "
         "salt and cloth. Over the centuries it grew into a market town, then a walled city with a cathedral, a "
         "university and a busy port. ")
@@ -183,8 +185,12 @@ def synthetic_llama(path, shape: str = "smollm2-135m", quant: str = "q4_1", *, s
     byte-level tokenizer padded to the vocabulary: for speed measurements where real files cannot travel. The
     default is SmolLM2-135M's exact shapes and types (Q4_1 projections, Q8_0 embedding). ``overrides`` replace
     entries of the shape (e.g. layers=2 for tests). tokenizer: {"tokens", "merges", "types", "eos"} to use a real
-    vocabulary instead (the vocabulary size is then its). Needs the `gguf` package (a test dependency)."""
-    import gguf
+    vocabulary instead (the vocabulary size is then its). Needs the `gguf` package (the `bench` extra)."""
+    try:
+        import gguf
+    except ImportError:
+        raise CeraError("synthetic models are written with the gguf package, which is not installed: "
+                        "pip install 'cera_web[bench]' (or pip install gguf)") from None
 
     if shape not in SHAPES:
         raise ValueError(f"unknown synthetic shape {shape!r}: choose one of {', '.join(SHAPES)}")

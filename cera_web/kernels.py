@@ -13,7 +13,9 @@ from pathlib import Path
 from .errors import UnsupportedModelError
 from .gguf import GGML_BLOCK, GGMLType
 
-SHADER_DIR = Path(__file__).resolve().parent.parent / "shaders"
+# An installed wheel holds the kernels in the package (cera_web/shaders/); a checkout at the repository's top level.
+_HERE = Path(__file__).resolve().parent
+SHADER_DIR = _HERE / "shaders" if (_HERE / "shaders" / "common.wgsl").exists() else _HERE.parent / "shaders"
 
 # GGML tensor type -> (format file, the shared pieces of formats/ build appends with it: "bytes" for byte-addressed
 # reads of blocks that are not word aligned, "kscales" for the Q4_K/Q5_K super-block scales)
@@ -58,7 +60,7 @@ def _read(name: str) -> str:
     try:
         return path.read_text()
     except OSError as e:  # pragma: no cover - a broken install
-        raise FileNotFoundError(f"WGSL kernel {path} is missing ({e.strerror}); reinstall cera_web with shaders/") from None
+        raise FileNotFoundError(f"WGSL kernel {path} is missing ({e.strerror}); reinstall cera_web (its wheel holds cera_web/shaders/)") from None
 
 
 def _const(name, value) -> str:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The test command:  python3 tests/run.py [pytest arguments]   (default: -q)
+"""The test command:  python3 tests/run.py [pytest arguments]   (default: -q --durations=25)
 
 Sets up everything a fresh Debian machine with only python3 lacks, then runs pytest:
 
@@ -102,7 +102,7 @@ def main(argv):
     ensure_venv()
     say("checking the pinned assets (assets.json)")
     run([VENV_PYTHON, "-m", "cera_web.assets", "--models"], cwd=ROOT)
-    args = argv or ["-q"]
+    args = argv or ["-q", "--durations=25"]   # the 25 slowest tests in the log: the CI budget is watched from it
     cmd = [str(VENV_PYTHON), "-m", "pytest", *args]
     say("$ " + " ".join(cmd))
     sys.stdout.flush()
