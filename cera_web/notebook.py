@@ -187,7 +187,7 @@ async def open_model(url: str | None = None, *, output=None, cache: bool = True,
         buffer = got.buffer if got.buffer is not None else await got.blob.arrayBuffer()
         source = ArrayBufferSource(buffer, str(got.name))
     try:
-        engine, _fit = await _load_engine(source, device, view.progress, context_size)
+        engine, _fit = await _load_engine(source, device, view.progress, context_size=context_size)
     finally:
         view.finish()
     mem = memory_summary(engine)

@@ -4,10 +4,12 @@ Worker glue. The worker calls, in order (message shapes: the header of web/worke
 
     init(post)                          post(json_text) sends one message object to the page
     settings_form()                     JSON text: the generation settings for the page's settings form
-    await prepare(limits_json, cpu)     make the GPU device the next load uses (limits_json: "" or a JSON object of
+    await prepare(limits_json, backend) make the GPU device the next load uses (limits_json: "" or a JSON object of
                                         limits to lower, e.g. {"max-storage-buffer-binding-size": 16000000}, to
-                                        simulate a smaller GPU); cpu=True: when there is no GPU, load the next model
-                                        on the CPU (the numpy reference model) instead of failing
+                                        simulate a smaller GPU); backend: "auto" (the GPU, but the CPU where the
+                                        adapter is a software fallback and the model fits the CPU path: see
+                                        choose_backend), "webgpu" (the adapter whatever it is) or "cpu" (the numpy
+                                        reference model; no adapter needed)
     check_header(prefix, total, name)   the model store calls this as a download's first bytes arrive; returns JSON
                                         text: {"need": n} (show me n bytes), {"ok": fit} or {"error": {kind, message}}
     await load(array_buffer, name)      load a model from a JS ArrayBuffer holding the whole GGUF file
@@ -42,7 +44,6 @@ import math
 import sys
 import traceback
 
-from . import errors
 from .errors import CeraError, InputError
 from .gguf import parse_gguf
 from .models import model_spec
@@ -53,7 +54,8 @@ _engine = None        # the loaded Engine, replaced only by a successful load
 _generating = False   # True while generate() is running, so stop() never cancels a later run
 _device = None        # the device made by prepare() for the next load
 _device_limits = None   # the limits override it was made with
-_use_cpu = False      # prepare() found no GPU and was allowed the CPU: the next load runs on the numpy reference model
+_backend = "webgpu"   # the backend prepare() was asked for: "auto", "webgpu" or "cpu" (see choose_backend); a
+                      # load_source() without prepare() (CPython callers) takes the GPU as it is
 _chat = None          # the page's ChatSession on _engine (one, so its KV cache is reused from turn to turn)
 
 
@@ -131,28 +133,46 @@ def check_header(prefix, total, name: str, limits: dict | None = None) -> str:
 
 # -- loading ---------------------------------------------------------------------------------------------------------
 
-async def prepare(limits_json: str = "", cpu: bool = False) -> bool:
+BACKENDS = ("auto", "webgpu", "cpu")
+
+# The CPU path keeps a model's weights as float32 arrays in the wasm heap (cera_web.reference), which tops out near
+# 4 GiB: "auto" takes it only for models whose float32 weights stay under this (SmolLM2-135M: 0.54 GB; a 0.5B model:
+# 2 GB, left on the adapter).
+CPU_WEIGHT_BYTES = 1 << 30
+
+
+def choose_backend(backend: str, device, gguf) -> str:
+    """"cpu" or "webgpu" for a load: what was asked, except that "auto" takes the CPU path where the adapter is a
+    software fallback (SwiftShader, or any adapter that says it is a CPU: on a 2-core box its WebGPU decodes SmolLM2
+    ~20x slower than numpy in Pyodide) and the model's float32 weights fit CPU_WEIGHT_BYTES."""
+    if backend == "cpu" or device is None:
+        return "cpu"
+    if backend == "auto" and device.is_cpu and 4 * sum(t.n_elements for t in gguf.tensors.values()) <= CPU_WEIGHT_BYTES:
+        return "cpu"
+    return "webgpu"
+
+
+async def prepare(limits_json: str = "", backend: str = "auto") -> bool:
     """Make the device the next load uses (reusing one made before with the same limits). limits_json: a JSON object
-    of device limits to lower (kebab-case WebGPU names), to simulate a smaller GPU; "" for none. cpu: when no GPU
-    can be had (GPUUnavailableError), run the next load on the CPU instead of reporting the error."""
-    global _device, _device_limits, _use_cpu
-    _use_cpu = False
+    of device limits to lower (kebab-case WebGPU names), to simulate a smaller GPU; "" for none. backend: one of
+    BACKENDS ("cpu" makes no device: the next load runs on the numpy reference model). Posts an 'error' and returns
+    False when no GPU can be had for "auto" or "webgpu" (the page then offers the CPU)."""
+    global _device, _device_limits, _backend
     try:
+        if backend not in BACKENDS:
+            raise InputError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+        _backend = backend
         override = json.loads(limits_json) if limits_json else None
         if override is not None and (not isinstance(override, dict)
                                      or not all(isinstance(v, int) and v > 0 for v in override.values())):
             raise InputError(f"limits must be a JSON object of positive integers, got {limits_json!r}")
-        if _device is None or override != _device_limits:
+        if backend == "cpu" or _device is None or override != _device_limits:
             if _device is not None:
                 _device.destroy()
                 _device = None
-            from .gpu import get_device
-            try:
+            if backend != "cpu":
+                from .gpu import get_device
                 _device = await get_device(limits_override=override)
-            except errors.GPUUnavailableError:
-                if not cpu:
-                    raise
-                _use_cpu = True      # the numpy reference model: slow, but it runs anywhere
             _device_limits = override
     except Exception as exc:
         _report(exc, "load")
@@ -182,23 +202,27 @@ async def _load_from(source_class, data, name: str, origin: str) -> bool:
     return await load_source(source, origin)
 
 
-async def _load_engine(source, device, on_progress, context_size: int = CONTEXT_SIZE):
+async def _load_engine(source, device, on_progress, backend: str = "webgpu", context_size: int = CONTEXT_SIZE):
     """Parse and check ``source`` (bad files fail here, before a GPU is needed), then load it onto ``device`` (made
-    here when None). Returns (engine, fit_report); the device is destroyed when loading fails."""
+    here when None and the backend is not "cpu"), or on the CPU where choose_backend says so (the device is then
+    released). Returns (engine, fit_report); the device is destroyed when loading fails."""
     try:
         gguf = parse_gguf(source.read, source.size, name=getattr(source, "name", None))
         spec = model_spec(gguf)
         from .engine import Engine
-        if device == "cpu":     # no GPU: the numpy reference model (nothing to fit into GPU buffers)
-            engine = await Engine.load(source, device="cpu", context_size=context_size, on_progress=on_progress)
-            return engine, None
-        if device is None:
+        if device is None and backend != "cpu":
             from .gpu import get_device
             device = await get_device()
+        if choose_backend(backend, device, gguf) == "cpu":   # the numpy reference model: no GPU buffers to fit
+            if device is not None:
+                device.destroy()
+                device = None
+            engine = await Engine.load(source, device="cpu", context_size=context_size, on_progress=on_progress)
+            return engine, None
         fit = fit_report(gguf, device.limits, context_size, spec=spec)
         engine = await Engine.load(source, device=device, context_size=context_size, on_progress=on_progress)
     except BaseException:
-        if device is not None and device != "cpu":
+        if device is not None:
             device.destroy()
         raise
     return engine, fit
@@ -213,9 +237,7 @@ async def load_source(source, origin: str | None = None) -> bool:
 
     try:
         device, _device = _device, None    # the load owns the prepared device from here on
-        if _use_cpu and device is None:
-            device = "cpu"
-        engine, _fit = await _load_engine(source, device, on_progress)
+        engine, _fit = await _load_engine(source, device, on_progress, _backend)
     except Exception as exc:
         _report(exc, "load")
         return False
@@ -227,9 +249,21 @@ async def load_source(source, origin: str | None = None) -> bool:
             previous.close()   # release its GPU buffers
         except Exception as exc:
             traceback.print_exception(exc, file=sys.stderr)
+    cpu = not engine.model.on_gpu
     _send(type="ready", model=engine.name, backend=engine.backend, memory=memory_summary(engine), origin=origin,
-          cpu=not engine.model.on_gpu, split=split_tensors(engine), **_page_facts(engine))
+          cpu=cpu, backend_kind="cpu" if cpu else "webgpu", backend_reason=_backend_reason(cpu),
+          split=split_tensors(engine), **_page_facts(engine))
     return True
+
+
+def _backend_reason(cpu: bool) -> str:
+    """Why the page runs where it runs, in a sentence for the page."""
+    if not cpu:
+        return "WebGPU" + (" (asked for with ?backend=webgpu)" if _backend == "webgpu" else "")
+    if _backend == "cpu":
+        return "the CPU, as chosen"
+    return ("the CPU: this browser's WebGPU adapter is a software fallback that runs on the CPU, and the CPU path is "
+            "faster here (?backend=webgpu uses the adapter anyway)")
 
 
 def memory_summary(engine) -> dict | None:

@@ -336,7 +336,7 @@ def test_url_download_progress_memory_cache_and_reload(tab, site, smollm2_gguf):
     size = Path(smollm2_gguf).stat().st_size
     mb = f"{size / 1e6:.1f} MB"
     gets0, sent0 = site.gets[model], site.sent[model]     # the server is shared by the module's tests
-    tab.open()
+    tab.open("?backend=webgpu")      # uploaded to the GPU from the download and from the cache
     tab.wait_ready()
     seen = tab.seen()
     downloads = [s for s in seen if s.startswith("progress-text: Downloading:")]
@@ -465,7 +465,7 @@ def test_local_file_by_picker_and_by_drag_and_drop(tab, site):
 def test_embedding_over_the_binding_limit_is_split_and_generates(tab, site):
     """A device that binds at most 8 MB (lowered by ?max_binding): the 30 MB embedding table, which is also the LM
     head, goes up as 4 buffers of row ranges; the page says so and generates the reference continuation."""
-    tab.open("?max_binding=8000000")
+    tab.open("?max_binding=8000000&backend=webgpu")
     tab.wait_ready()
     tab.expect(tab.page.locator("#memory")).to_contain_text("token_embd.weight split into 4 buffers")
     case = next(p for p in json.loads(SMOL_REFERENCE.read_text())["prompts"] if p["name"] == "raw_capital")
@@ -482,7 +482,7 @@ def test_model_that_cannot_fit_is_refused_before_the_download(tab, site, smollm2
     model = "/models/SmolLM2-135M-Instruct.Q4_1.gguf"
     size = Path(smollm2_gguf).stat().st_size
     sent_before = site.sent[model]     # the server is shared by the module's tests
-    tab.open("?max_binding=1000000")
+    tab.open("?max_binding=1000000&backend=webgpu")
     try:
         tab.expect(tab.alert).to_have_attribute("data-kind", "UnsupportedModelError", timeout=LOAD_MS)
         tab.expect(tab.alert).to_contain_text("This model cannot run here: ")

@@ -379,7 +379,7 @@ def test_page_generates_with_each_family(browser, server_url):
     try:
         for family in ("lfm2", "qwen2", "qwen3"):
             page.route(f"{server_url}/fake/{family}.gguf", _serve((SMALL / f"{family}-q8_0.gguf").read_bytes()))
-        page.goto(f"{server_url}/?model=/fake/lfm2.gguf")
+        page.goto(f"{server_url}/?model=/fake/lfm2.gguf&backend=webgpu")
         status = page.get_by_role("status")
         for family in ("lfm2", "qwen2", "qwen3"):
             if family != "lfm2":

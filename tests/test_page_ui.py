@@ -173,6 +173,12 @@ def test_menu_chat_default_and_base_model_raw(browser, server_url):
         # the served model, with its size and (downloaded just now) cache state; selected, as it is the loaded one
         expect(menu.locator("option:checked")).to_have_text(f"{DEFAULT_FILE} · {size / 1e6:.1f} MB · cached")
         expect(page.locator("#model-name")).to_have_text(DEFAULT_FILE)
+        # the adapter here is SwiftShader, a software fallback: by default the page takes its faster CPU path, and
+        # the top bar says so
+        backend = page.get_by_label("Backend")
+        expect(backend).to_have_text("CPU")
+        expect(backend).to_have_attribute("title", re.compile(r"software fallback.*CPU \(numpy reference\)$"))
+        expect(page.locator("#backend")).to_have_text("CPU (numpy reference)")
         expect(page.locator("#drawer")).not_to_have_attribute("open", "")   # controls folded once it loaded
         expect(page.locator("#progress-row")).to_be_hidden()                 # no stale progress
         # chat is the default for a model with a chat template
@@ -476,7 +482,7 @@ def test_a_1gb_model_loads_without_holding_the_file_in_memory(browser, big_site)
     page's memory line shows the whole file in GPU buffers but a Python (wasm) heap of a small fraction of it, and the
     browser's own measure of the page's JS memory (workers included) is a small fraction too."""
     url, size = big_site
-    ui = UI(browser, url, query="?model=/big/big.gguf")
+    ui = UI(browser, url, query="?model=/big/big.gguf&backend=webgpu")
     try:
         ui.wait(timeout=LOAD_MS)
         ready = ui.received("ready")[-1]

@@ -56,7 +56,7 @@ def test_page_generates_with_a_real_checkpoint(browser, server_url, name):
             raise AssertionError(f"{e}\n{errors!r}\n" + "\n".join(console[-30:])) from None
 
     try:
-        page.goto(f"{server_url}/?model=/models/{path.name}")     # the page loads the model it is given
+        page.goto(f"{server_url}/?model=/models/{path.name}&backend=webgpu")     # the page loads the model it is given
         ready(LOAD_MS)
         expect(page.locator("#model-name")).to_have_text(path.name)
         page.get_by_label("Raw completion").check()               # Gemma 270M (no template) opens in it already

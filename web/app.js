@@ -18,7 +18,7 @@ const ui = {
   error: $('error'), output: $('output'), stats: $('stats'),
   promptLabel: $('prompt-label'), chatView: $('chat-view'), rawView: $('raw-view'), conversation: $('conversation'),
   settingsFields: $('settings-fields'), settingsHint: $('settings-hint'), resetSettings: $('reset-settings'),
-  cpuOffer: $('cpu-offer'), runCpu: $('run-cpu'),
+  cpuOffer: $('cpu-offer'), runCpu: $('run-cpu'), backendBadge: $('backend-badge'),
   structured: $('structured'), schema: $('structured-schema'), grammar: $('structured-grammar'),
   structuredError: $('structured-error'), tokenProbs: $('token-probs'),
 };
@@ -34,7 +34,7 @@ const state = {
   cached: new Set(),      // absolute URLs of the models in the browser cache
   meta: new Map(),        // index of an assistant message -> {tokens, tok_s, seed, json, logprobs} of its run
   running: null,          // the mode of the generation in flight
-  cpu: false,             // the person chose to run without WebGPU: loads ask for the CPU fallback
+  backend: 'auto',        // what loads ask for: 'auto', 'webgpu' or 'cpu' (?backend=, else the remembered choice)
   messages: [],           // the conversation as the worker's ChatSession holds it ({role, content})
   stopped: new Set(),     // indexes of assistant messages that were stopped before their end
   pending: null,          // the content element of the assistant turn being streamed
@@ -95,7 +95,8 @@ function formatBytes(n) {
 
 // Progress stages (from the worker and the engine); these count bytes.
 const STAGE_LABELS = {download: 'Downloading', verify: 'Checking the cached copy', parse: 'Reading the model header',
-                      upload: 'Uploading weights to the GPU', compile: 'Compiling GPU kernels'};
+                      upload: 'Uploading weights to the GPU', compile: 'Compiling GPU kernels',
+                      weights: 'Unpacking the weights for the CPU'};
 const BYTE_STAGES = new Set(['download', 'verify', 'upload']);
 
 // The rate of a byte stage: bytes since its first message over the time since then.
@@ -195,6 +196,9 @@ worker.onmessage = (event) => {
       ui.modelName.textContent = msg.file || state.loadingName;   // named by its file, as in the menu and cache
       ui.modelName.title = `Named in the file: ${msg.model}`;
       ui.backend.textContent = msg.backend;
+      ui.backendBadge.textContent = msg.backend_kind === 'cpu' ? 'CPU' : 'WebGPU';
+      ui.backendBadge.title = `Runs on ${msg.backend_reason}: ${msg.backend}`;
+      ui.backendBadge.hidden = false;
       state.split = msg.split;   // the tensors split across buffers (listed with the memory)
       ui.memory.textContent = msg.cpu ? 'none (running on the CPU)' : formatMemory(msg.memory);
       ui.status.textContent = 'Ready';
@@ -232,7 +236,7 @@ worker.onmessage = (event) => {
       break;
     case 'error':
       showError(msg.message, msg.kind, msg.during === 'load' || msg.during === 'cache-delete' ? 'load' : 'run');
-      if (msg.during === 'load' && msg.kind === 'GPUUnavailableError' && !state.modelLoaded && !state.cpu) {
+      if (msg.during === 'load' && msg.kind === 'GPUUnavailableError' && !state.modelLoaded && state.backend !== 'cpu') {
         ui.cpuOffer.hidden = false;   // offer the CPU fallback
       }
       if (msg.during && msg.during.startsWith('chat-')) {
@@ -305,6 +309,19 @@ function showCache({entries, usage, quota}) {
 const params = new URLSearchParams(location.search);
 const LIMITS = params.get('max_binding') ? {'max-storage-buffer-binding-size': Number(params.get('max_binding'))} : null;
 
+// ?backend=webgpu|cpu forces where the model runs; else the choice the person made ("Run on the CPU", remembered in
+// this browser), else 'auto' (WebGPU, or the CPU on a software fallback adapter: webapp.choose_backend).
+const BACKEND_KEY = 'cera_web.backend';
+const BACKENDS = ['auto', 'webgpu', 'cpu'];
+state.backend = (() => {
+  if (BACKENDS.includes(params.get('backend'))) return params.get('backend');
+  try {
+    const kept = localStorage.getItem(BACKEND_KEY);
+    if (BACKENDS.includes(kept)) return kept;
+  } catch (e) { /* storage off */ }
+  return 'auto';
+})();
+
 function startLoading(what) {
   clearError();
   ui.notice.textContent = '';
@@ -323,7 +340,7 @@ function loadModel(url) {
   startLoading(fileName(url));
   state.loadingUrl = absolute(url);
   showMenu();
-  worker.postMessage({type: 'load', url, limits: LIMITS, cpu: state.cpu});
+  worker.postMessage({type: 'load', url, limits: LIMITS, backend: state.backend});
 }
 
 // -- the model menu: the served models, with size and cache state ------------------------------------------------
@@ -387,7 +404,7 @@ function loadFile(file) {
   state.loadingUrl = null;
   showMenu();
   ui.modelUrl.value = '';
-  worker.postMessage({type: 'load', file, limits: LIMITS, cpu: state.cpu});
+  worker.postMessage({type: 'load', file, limits: LIMITS, backend: state.backend});
 }
 
 ui.modelFile.addEventListener('change', () => {
@@ -904,7 +921,8 @@ ui.tokenProbs.addEventListener('change', () => {
 // -- no WebGPU ---------------------------------------------------------------------------------------------------
 
 ui.runCpu.addEventListener('click', () => {
-  state.cpu = true;
+  state.backend = 'cpu';
+  try { localStorage.setItem(BACKEND_KEY, 'cpu'); } catch (e) { /* storage off: not remembered */ }
   ui.cpuOffer.hidden = true;
   loadModel(ui.modelUrl.value.trim() || initialUrl);
 });

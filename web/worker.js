@@ -22,14 +22,17 @@
 // Protocol. Every message is a plain object with a `type`.
 //
 // page → worker
-//   {type: 'load', url, limits, cpu}            load the model at `url` (the first load also boots Pyodide): from the
+//   {type: 'load', url, limits, backend}        load the model at `url` (the first load also boots Pyodide): from the
 //                                               browser cache when it holds a good copy, else downloaded (and kept).
 //                                               If the load fails, the model loaded before (if any) stays in use.
 //   {type: 'load', file, limits}                load a model from a File (file picker, drag-and-drop); not cached.
 //                                               limits (optional): device limits to lower, {kebab-case name: bytes},
 //                                               e.g. {'max-storage-buffer-binding-size': 16e6}, to simulate a GPU.
-//                                               cpu: true runs without WebGPU: Pyodide boots without an adapter and
-//                                               the engine runs the numpy reference model on the CPU (slow).
+//                                               backend: 'auto' (default: WebGPU, except on a software fallback
+//                                               adapter such as SwiftShader, where the CPU path is faster and is
+//                                               taken for models that fit it: webapp.choose_backend), 'webgpu' (the
+//                                               adapter, whatever it is) or 'cpu' (no adapter needed: the engine runs
+//                                               the numpy reference model in Pyodide).
 //   {type: 'generate', prompt, maxTokens, chat, settings}
 //                                               run one raw completion; `chat` wraps the prompt in the chat template;
 //                                               settings: the settings form's values as typed ({name: string|bool},
@@ -74,7 +77,8 @@
 //                                               backend describes the GPU adapter;
 //                                               memory: {weights, kv_cache, other, total, buffers} GPU bytes (null
 //                                               on the CPU); origin: 'cache', 'download' or 'file'; cpu: running on
-//                                               the CPU fallback
+//                                               the CPU; backend_kind: 'webgpu' or 'cpu'; backend_reason: why, in
+//                                               words for the page
 //   {type: 'cache', entries, usage, quota}      the cached models [{url, name, size, stored}], newest first, and the
 //                                               origin's storage use and quota in bytes (null when unknown)
 //   {type: 'token', id, text}                   one generated token and its new text ('' while a UTF-8 character
@@ -121,12 +125,12 @@ class WorkerError extends Error {
 let webapp = null;     // the cera_web.webapp module (a PyProxy) once Python is up
 let booting = null;    // the boot promise, shared by every message until it settles
 
-// WebGPU must be there before anything heavy is fetched: say exactly what is missing.
+// WebGPU must be there before anything heavy is fetched. The page shows the message (one sentence for a person, next
+// to the offer to run on the CPU); the details a developer needs go to the console.
 async function checkWebGPU() {
   if (!('gpu' in navigator) || !navigator.gpu) {
-    throw new WorkerError('GPUUnavailableError',
-      'WebGPU is not available in this browser (navigator.gpu is missing in the worker). ' +
-      'Use a recent Chrome or Edge with WebGPU enabled; headless Chromium needs --enable-unsafe-webgpu.');
+    console.warn('cera_web: navigator.gpu is missing in the worker (headless Chromium needs --enable-unsafe-webgpu)');
+    throw new WorkerError('GPUUnavailableError', 'This browser does not offer WebGPU, so the model cannot use the GPU.');
   }
   let adapter = null;
   try {
@@ -135,10 +139,9 @@ async function checkWebGPU() {
     adapter = null;
   }
   if (!adapter) {
+    console.warn('cera_web: navigator.gpu.requestAdapter() returned null (chrome://gpu says why)');
     throw new WorkerError('GPUUnavailableError',
-      'WebGPU is present but no GPU adapter was offered (navigator.gpu.requestAdapter() returned null). ' +
-      'Enable hardware acceleration or WebGPU in the browser settings (chrome://gpu shows why); ' +
-      'headless Chromium needs --enable-unsafe-webgpu.');
+      'This browser has WebGPU but offers no GPU to it (hardware acceleration may be switched off).');
   }
   const info = adapter.info || {};
   return [info.vendor, info.architecture, info.description].filter(Boolean).join(' ') || 'unknown adapter';
@@ -160,7 +163,7 @@ async function fetchOk(url, what) {
 // cpu: boot without WebGPU (the engine then runs on the CPU); else stop at once, saying what is missing.
 async function boot(cpu) {
   if (cpu) {
-    status('Loading Pyodide (no WebGPU: the model will run on the CPU)…');
+    status('Loading Pyodide (the model will run on the CPU)…');
   } else {
     status('Checking WebGPU…');
     const adapter = await checkWebGPU();
@@ -210,8 +213,9 @@ async function postCache() {
 // The model at msg.url (cache or download) or msg.file, loaded into the engine. webapp posts 'progress' and then
 // 'ready' or 'error'; it returns whether the load succeeded.
 async function load(msg) {
-  await ensureBooted(msg.cpu);
-  if (!await webapp.prepare(msg.limits ? JSON.stringify(msg.limits) : '', !!msg.cpu)) return;   // it posted the error
+  const backend = msg.backend || 'auto';
+  await ensureBooted(backend === 'cpu');
+  if (!await webapp.prepare(msg.limits ? JSON.stringify(msg.limits) : '', backend)) return;   // it posted the error
   if (msg.file) {
     status(`Reading ${msg.file.name}…`);
     post({type: 'notice', text: `Loading ${msg.file.name} from this computer (${(msg.file.size / 1e6).toFixed(1)} MB; not cached).`});
@@ -231,7 +235,7 @@ async function load(msg) {
     checkHeader,
   });
   post({type: 'notice', text: got.note});
-  status('Loading the model onto the GPU…');
+  status('Loading the model…');
   const origin = got.fromCache ? 'cache' : 'download';
   const ok = got.blob ? await webapp.load_blob(got.blob, got.name, origin)
                       : await webapp.load(got.buffer, got.name, origin);

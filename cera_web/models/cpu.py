@@ -67,10 +67,8 @@ class CPUModel:
         self.spec = spec
         self.kv_cache = kv_cache
         if on_progress:
-            on_progress("upload", 0, 1)
+            on_progress("weights", 0, 0)        # no GPU upload: the weights are unpacked to float32 (no count)
         self.ref = ReferenceModel.from_gguf(gguf, source, spec, kv_cache)
-        if on_progress:
-            on_progress("upload", 1, 1)
         self.rewindable = spec.rewindable     # the reference's conv state is not snapshotted: no rewinding
         self.vocab = spec.vocab
         self.context_size = context_size
