@@ -103,13 +103,14 @@ export class Cera {
   // Start a worker and load a model into it. options: model (a GGUF URL; default the bundled SmolLM2), onProgress
   // ({stage, done, total}: 'download' and 'verify' in bytes, then the engine's 'parse', 'upload', ...), onStatus
   // (text of each step), worker (the worker script's URL; default web/worker.js next to this module), limits (device
-  // limits to lower, {kebab-case name: bytes}), cpu (true: run on the CPU when there is no WebGPU, slowly).
+  // limits to lower, {kebab-case name: bytes}), backend ('auto': WebGPU, or the CPU path where the adapter is a
+  // software fallback such as SwiftShader; 'webgpu'; 'cpu': no adapter needed, slower than a GPU).
   // Resolves to a Cera whose .info is the worker's 'ready' message (model, backend, memory, ...).
-  static async load({model = DEFAULT_MODEL, onProgress, onStatus, worker, limits, cpu = false} = {}) {
+  static async load({model = DEFAULT_MODEL, onProgress, onStatus, worker, limits, backend = 'auto'} = {}) {
     const w = new Worker(worker || new URL('./worker.js', import.meta.url));
     const cera = new Cera(w);
     try {
-      await cera.loadModel(model, {onProgress, onStatus, limits, cpu});
+      await cera.loadModel(model, {onProgress, onStatus, limits, backend});
     } catch (e) {
       w.terminate();
       throw e;
@@ -130,12 +131,12 @@ export class Cera {
   }
 
   // Load another model into the same worker (the one loaded before stays in use if this fails).
-  loadModel(url, {onProgress, onStatus, limits, cpu = false} = {}) {
+  loadModel(url, {onProgress, onStatus, limits, backend = 'auto'} = {}) {
     if (this._loading) return Promise.reject(new Error('A model is loading already: wait for it.'));
     const href = new URL(url, globalThis.location ? globalThis.location.href : import.meta.url).href;
     return new Promise((resolve, reject) => {
       this._loading = {resolve, reject, onProgress, onStatus};
-      this.worker.postMessage({type: 'load', url: href, limits, cpu});
+      this.worker.postMessage({type: 'load', url: href, limits, backend});
     });
   }
 
