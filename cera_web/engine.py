@@ -124,6 +124,7 @@ class Engine:
         self.pacer = ReadPacer()
         self._chat_template = None
         self._cancel = False
+        self.on_prefill = None  # on_prefill(done, total): prompt tokens processed of this run's, after each chunk
         self._sampler = None
         self._trie = None       # the vocabulary's byte trie, for grammar masks (built on first use)
         self.overlap = True     # constrained decoding overlaps host and GPU work (_decode_constrained); False:
@@ -139,7 +140,8 @@ class Engine:
         """Parse a GGUF (a path or a source object), build its tokenizer and upload its weights to the GPU.
         device: a cera_web.gpu device, "cpu" for the numpy reference model on the CPU, or None for the best GPU —
         falling back to the CPU (with a message on stderr) when there is none, unless cpu_fallback is False.
-        chunk: prompt tokens per prefill pass (default 512 on GPUs, 64 on CPU adapters such as SwiftShader).
+        chunk: prompt tokens per prefill pass (default: the device's prefill_chunk: 512 on GPUs, 64 on CPU adapters
+        such as SwiftShader, 16 on the CPU; a Stop waits for the chunk in flight).
         kv_cache: the KV cache's element type: "f32" (the default), or "f16": half the memory (twice the context in
         the same bytes, as llama.cpp's default), keys and values rounded to halves as they are cached (logits move
         by ~1e-2; docs/DESIGN.md); on GPUs it needs the shader-f16 feature (UnsupportedModelError without)."""
@@ -173,7 +175,7 @@ class Engine:
             from .models.cpu import CPUDevice
             device = CPUDevice()
         if chunk is None:
-            chunk = 64 if device.is_cpu else 512
+            chunk = device.prefill_chunk
         chunk = max(1, min(chunk, context_size))
         model = load_model(device, gguf, source, context_size=context_size, chunk=chunk, on_progress=on_progress,
                            kv_cache=kv_cache)
@@ -381,6 +383,8 @@ class Engine:
         model = self.model
         self._cache = list(ids[:start])
         pos = start
+        if self.on_prefill:
+            self.on_prefill(0, len(ids) - start)
         while pos < len(ids):
             part = ids[pos:pos + model.chunk]
             last = pos + len(part) >= len(ids)
@@ -391,6 +395,8 @@ class Engine:
                 await model.read_log(1)
                 if self._cancel:
                     return None
+                if self.on_prefill:
+                    self.on_prefill(pos - start, len(ids) - start)
         first = (await model.read_log(1))[0]
         return None if self._cancel else first
 

@@ -242,6 +242,7 @@ async def load_source(source, origin: str | None = None) -> bool:
         _report(exc, "load")
         return False
     previous, _engine = _engine, engine
+    engine.on_prefill = _on_prefill
     from .engine import ChatSession
     _chat = ChatSession(engine)            # a new model starts a new conversation
     if previous is not None:
@@ -338,6 +339,10 @@ def parse_settings(form) -> dict:
     return out
 
 
+def _on_prefill(done: int, total: int) -> None:
+    _send(type="prompt", done=int(done), total=int(total))
+
+
 def _on_token(token_id: int, text: str) -> None:
     _send(type="token", id=int(token_id), text=text)
 
@@ -345,7 +350,8 @@ def _on_token(token_id: int, text: str) -> None:
 def _done(result, **extra) -> None:
     _send(type="done", text=result.text, stop_reason=result.stop_reason,
           prompt_tokens=[int(t) for t in result.prompt_tokens], tokens=[int(t) for t in result.tokens],
-          prefill_tok_s=_finite(result.prefill_tok_s), decode_tok_s=_finite(result.decode_tok_s),
+          prefill_tok_s=_finite(result.prefill_tok_s),
+          decode_tok_s=_finite(result.decode_tok_s) if len(result.tokens) > 1 else None,   # one token: no decode step
           prefill_ms=_finite(result.prefill_ms), decode_ms=_finite(result.decode_ms),
           reused_tokens=int(result.reused_tokens),
           seed=None if result.seed is None else str(result.seed),   # text: a 64-bit seed is beyond JS numbers

@@ -67,3 +67,30 @@ def test_cpu_chat_session_reuses_the_cache(cpu_engine):
     assert first.text.strip().startswith("The capital of France is Paris")
     second = run(chat.send("And of Italy?", temperature=0, max_tokens=8))
     assert second.reused_tokens > len(first.prompt_tokens)
+
+
+def test_cpu_prompt_progress_chunks_and_a_stop_between_them(cpu_engine):
+    """On the CPU a prompt is processed 16 tokens a pass (CPUDevice.prefill_chunk); on_prefill hears (0, n) and then
+    the tokens done after each pass; a cancel made while the prompt is processed ends the run after the pass in
+    flight (stop_reason "cancelled", no token). Then the engine generates normally again."""
+    prompt = (PROMPTS["raw_story"]["prompt_ids"] * 20)[:90]     # the engine's context is 128
+    n = len(prompt)
+    assert cpu_engine.model.chunk == 16 and n > 40
+    seen = []
+    cpu_engine.on_prefill = lambda done, total: seen.append((done, total))
+    try:
+        res = run(cpu_engine.generate(prompt, max_tokens=2))
+        assert seen == [(0, n)] + [(d, n) for d in range(16, n, 16)] and len(res.tokens) == 2
+
+        seen.clear()
+
+        def stop_at(done, total):
+            seen.append(done)
+            if done >= 32:
+                cpu_engine.cancel()
+        cpu_engine.on_prefill = stop_at
+        res = run(cpu_engine.generate(prompt, max_tokens=2))
+        assert res.stop_reason == "cancelled" and res.tokens == [] and seen == [0, 16, 32]
+    finally:
+        cpu_engine.on_prefill = None
+    assert len(run(cpu_engine.generate(prompt[:20], max_tokens=2)).tokens) == 2

@@ -247,12 +247,18 @@ def test_system_prompt_reaches_the_template(browser, server_url):
         assert done["messages"][0]["content"] == system
         # the stats count the prompt tokens processed: all of them on a first turn
         expect(ui.page.locator("#stats")).to_contain_text(f"({len(ids)} tokens")
+        expect(ui.page.locator("#stats")).to_contain_text(re.compile(r" · First token after \d+\.\d\d s$"))
+        # the prompt's progress came in chunks (16 tokens a pass on the CPU path): from 0 up, never past the total
+        progress = [(m["done"], m["total"]) for m in ui.received("prompt")]
+        assert len(ids) > 16 and progress[0] == (0, len(ids)) and progress[1] == (16, len(ids)), progress
+        assert all(t == len(ids) and a < b < t for (a, t), (b, _) in zip(progress, progress[1:])), progress
         # a second turn prefills only the new tokens; the stats say so and name the reused ones
         ui.say("more", 2)
         done = ui.received("done")[-1]
         assert done["reused_tokens"] > len(ids)
         new = len(done["prompt_tokens"]) - done["reused_tokens"]
         expect(ui.page.locator("#stats")).to_contain_text(f"({new} tokens, ")
+        assert ui.received("prompt")[-1]["total"] == new
         expect(ui.page.locator("#stats")).to_contain_text(f", {done['reused_tokens']} more from the cache")
         # Clear: status back to plain Ready, no stale stop reason
         ui.page.get_by_role("button", name="Clear", exact=True).click()

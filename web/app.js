@@ -145,9 +145,10 @@ function fmtRate(tokS, count, ms) {
 // already held from the last turn), so its rate is theirs.
 function statsText(msg) {
   const reused = msg.reused_tokens || 0;
+  const first = state.firstTokenMs == null ? '' : ` · First token after ${(state.firstTokenMs / 1000).toFixed(2)} s`;
   return `Prefill: ${fmtRate(msg.prefill_tok_s, msg.prompt_tokens.length - reused, msg.prefill_ms)}` +
     (reused ? `, ${reused} more from the cache` : '') +
-    ` · Decode: ${fmtRate(msg.decode_tok_s, msg.tokens.length, msg.decode_ms)}`;
+    ` · Decode: ${fmtRate(msg.decode_tok_s, msg.tokens.length, msg.decode_ms)}` + first;
 }
 
 // A "seed N" button: clicking it puts N in the Seed setting, so the next run repeats this one.
@@ -216,8 +217,26 @@ worker.onmessage = (event) => {
     case 'settings':
       buildSettings(msg);
       break;
+    case 'prompt': {    // the prompt is being processed: progress and rate in the status (and the reply bubble)
+      const now = performance.now();
+      if (msg.done === 0) state.promptT0 = now;
+      const seconds = (now - state.promptT0) / 1000;
+      const rate = msg.done > 0 && seconds > 0 ? ` · ${(msg.done / seconds).toFixed(1)} tok/s` : '';
+      const text = `Reading the prompt: ${msg.done} of ${msg.total} tokens${rate}`;
+      ui.status.textContent = text;
+      if (state.running === 'chat' && state.pending && !state.pendingText) {
+        state.pending.textContent = text;
+        state.pending.classList.add('prompt-progress');
+      }
+      break;
+    }
     case 'token':
+      if (state.firstTokenMs == null) {
+        state.firstTokenMs = performance.now() - state.runT0;
+        if (state.generating) ui.status.textContent = 'Generating…';
+      }
       if (state.running === 'chat' && state.pending) {
+        state.pending.classList.remove('prompt-progress');
         state.pendingText += msg.text;
         renderPending();
       } else {
@@ -497,6 +516,8 @@ function startRun(mode) {
     state.pendingText = '';
   }
   ui.status.textContent = 'Generating…';
+  state.runT0 = performance.now();
+  state.firstTokenMs = null;
   refreshControls();
 }
 

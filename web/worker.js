@@ -81,6 +81,8 @@
 //                                               words for the page
 //   {type: 'cache', entries, usage, quota}      the cached models [{url, name, size, stored}], newest first, and the
 //                                               origin's storage use and quota in bytes (null when unknown)
+//   {type: 'prompt', done, total}               a run's prompt is being processed: done of its total tokens (those
+//                                               not reused from the KV cache), at the start and after each chunk
 //   {type: 'token', id, text}                   one generated token and its new text ('' while a UTF-8 character
 //                                               is still incomplete)
 //   {type: 'done', text, stop_reason, prompt_tokens, tokens, reused_tokens (prompt tokens the KV cache held: not

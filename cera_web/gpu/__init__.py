@@ -27,6 +27,12 @@ class Device:
     subgroup_size: int | None = None   # the smallest subgroup the adapter runs (None: no subgroups feature)
     int8_dot: bool = False             # WGSL has packed_4x8_integer_dot_product (dot4I8Packed, pack4xI8)
 
+    @property
+    def prefill_chunk(self) -> int:
+        """Prompt tokens a prefill pass takes by default: 512 on GPUs; 64 on software adapters, where a pass of 512
+        would hold a Stop for minutes and the tiled kernels' padding costs more than it saves."""
+        return 64 if self.is_cpu else 512
+
     def create_buffer(self, nbytes: int, *, kind: str = "storage", label: str = ""):
         """kind: "storage" (read/write, copy src/dst), "uniform" (uniform + copy dst)."""
         raise NotImplementedError

@@ -7,6 +7,8 @@ twin of sample.wgsl when a sampler is set) and ``read_log`` returns it.
 """
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 
 from ..reference import ReferenceModel
@@ -22,6 +24,7 @@ class CPUDevice:
     limits: dict = {}
     features: set = set()
     calls = dispatches = submits = 0
+    prefill_chunk = 16        # ~2 s a pass for SmolLM2 in Pyodide on a 2-core box: a Stop waits at most that
 
     def __init__(self):
         self.live_buffers = []
@@ -116,6 +119,9 @@ class CPUModel:
         self._next = self._log[out_index] = self._head(logits, pos + 1)
 
     async def read_log(self, n: int) -> list[int]:
+        # Nothing to wait for, but yield to the event loop: in a browser worker this is where a Stop message (and
+        # the page's other messages) come in, as they do while a GPU model awaits its readback.
+        await asyncio.sleep(0)
         return self._log[:n]
 
     def memory(self):
