@@ -252,9 +252,22 @@ def test_system_prompt_reaches_the_template(browser, server_url):
         progress = [(m["done"], m["total"]) for m in ui.received("prompt")]
         assert len(ids) > 16 and progress[0] == (0, len(ids)) and progress[1] == (16, len(ids)), progress
         assert all(t == len(ids) and a < b < t for (a, t), (b, _) in zip(progress, progress[1:])), progress
-        # a second turn prefills only the new tokens; the stats say so and name the reused ones
-        ui.say("more", 2)
+        # a second turn prefills only the new tokens; the stats say so and name the reused ones. Typed as a person
+        # would: Shift+Enter adds a line, an Enter that ends an IME composition is the IME's, Enter sends.
+        expect(ui.message).to_have_attribute("placeholder", "Type a message; Enter sends it, Shift+Enter adds a line.")
+        ui.page.get_by_label("Max tokens").fill("2")
+        ui.message.fill("more")
+        ui.message.press("Shift+Enter")
+        ui.message.press_sequentially("lines")
+        ui.message.evaluate("""(m) => m.dispatchEvent(new KeyboardEvent('keydown', {key: 'Enter', isComposing: true,
+                                                                                  bubbles: true, cancelable: true}))""")
+        expect(ui.message).to_have_value("more\nlines")
+        assert len(ui.received("done")) == 1 and ui.status.text_content().startswith("Ready (")
+        ui.message.press("Enter")
+        ui.wait(r"^Ready \(", GENERATE_MS)
+        expect(ui.message).to_have_value("")
         done = ui.received("done")[-1]
+        assert done["messages"][3] == {"role": "user", "content": "more\nlines"}
         assert done["reused_tokens"] > len(ids)
         new = len(done["prompt_tokens"]) - done["reused_tokens"]
         expect(ui.page.locator("#stats")).to_contain_text(f"({new} tokens, ")
@@ -263,6 +276,16 @@ def test_system_prompt_reaches_the_template(browser, server_url):
         # Clear: status back to plain Ready, no stale stop reason
         ui.page.get_by_role("button", name="Clear", exact=True).click()
         expect(ui.status).to_have_text("Ready")
+        # a raw prompt is text: Enter adds a line, Ctrl+Enter generates
+        ui.page.get_by_label("Raw completion").check()
+        prompt = ui.page.get_by_label("Prompt", exact=True)
+        prompt.fill("one")
+        prompt.press("Enter")
+        expect(prompt).to_have_value("one\n")
+        assert len(ui.received("done")) == 2
+        prompt.press("Control+Enter")
+        ui.wait(r"^Ready \(", GENERATE_MS)
+        assert len(ui.received("done")) == 3 and ui.received("done")[-1]["text"]
     finally:
         ui.close()
 

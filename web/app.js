@@ -324,6 +324,10 @@ function showCache({entries, usage, quota}) {
   refreshControls();
 }
 
+// The composer's conventions depend on the keyboard: a touch screen's Enter adds a line; Macs say Cmd.
+const TOUCH = matchMedia('(pointer: coarse)').matches && !matchMedia('(any-pointer: fine)').matches;
+const MOD = /Mac|iPhone|iPad/.test(navigator.platform || '') ? 'Cmd' : 'Ctrl';
+
 // ?max_binding=BYTES lowers the device's storage-binding limit: what a smaller GPU would allow (for testing).
 const params = new URLSearchParams(location.search);
 const LIMITS = params.get('max_binding') ? {'max-storage-buffer-binding-size': Number(params.get('max_binding'))} : null;
@@ -661,8 +665,9 @@ function setMode(mode) {
   ui.promptLabel.textContent = chat ? 'Message' : 'Prompt';
   ui.stats.textContent = '';
   ui.generate.textContent = chat ? 'Send' : 'Generate';
-  ui.prompt.placeholder = chat ? 'Type a message; Ctrl+Enter sends it.'
-                               : 'Ask something, or start a text for the model to continue.';
+  ui.prompt.placeholder = chat ? (TOUCH ? 'Type a message; the Send button sends it.'
+                                       : 'Type a message; Enter sends it, Shift+Enter adds a line.')
+                               : `Start a text for the model to continue; ${MOD}+Enter generates.`;
   applyDefaults(false);
   refreshControls();
 }
@@ -948,8 +953,15 @@ ui.runCpu.addEventListener('click', () => {
   loadModel(ui.modelUrl.value.trim() || initialUrl);
 });
 
+// The composer, as chat apps have it: in chat, Enter sends and Shift+Enter adds a line (on a touch screen Enter adds
+// a line and the Send button sends); a raw prompt is text, so Enter adds a line there and Ctrl/Cmd+Enter generates.
+// A key that ends an IME composition (isComposing, or keyCode 229 in some browsers) is the IME's, never a send.
 ui.prompt.addEventListener('keydown', (event) => {
-  if (event.key === 'Enter' && (event.ctrlKey || event.metaKey)) ui.generateForm.requestSubmit();
+  if (event.key !== 'Enter' || event.isComposing || event.keyCode === 229) return;
+  const send = event.ctrlKey || event.metaKey || (state.mode === 'chat' && !event.shiftKey && !event.altKey && !TOUCH);
+  if (!send) return;
+  event.preventDefault();
+  ui.generateForm.requestSubmit();
 });
 
 ui.stop.addEventListener('click', () => {
