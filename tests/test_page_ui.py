@@ -291,7 +291,10 @@ def test_system_prompt_reaches_the_template(browser, server_url):
 
 
 HOSTILE = ("Here is **bold**, *it*, `x<y`.\n\n<script>window.__pwned = 1</script>\n"
-           "<img src=x onerror=\"window.__pwned = 2\">\n\n```html\n<b onmouseover=alert(1)>hi</b>\n```\n- one\n- two")
+           "<img src=x onerror=\"window.__pwned = 2\">\n\n```html\n<b onmouseover=alert(1)>hi</b>\n```\n- one\n- two\n\n"
+           "See [the guide](https://cera.test/guide?a=1), [mail](mailto:team@cera.test), "
+           "[no](javascript:window.__pwned=3) and [rel](/relative).\n\n"
+           "| name | *size* |\n|:-----|------:|\n| a \\| b | 1 |\n| c | 22 |\nafter")
 
 
 @pytest.mark.browser
@@ -315,9 +318,22 @@ def test_markdown_replies_are_built_as_text_never_html(browser, server_url):
         reply = ui.log.locator(".turn").last
         content = reply.locator(".content")
         expect(content.locator("strong")).to_have_text("bold")
-        expect(content.locator("em")).to_have_text("it")
+        expect(content.locator("p em")).to_have_text("it")
         expect(content.locator("p code")).to_have_text("x<y")
         expect(content.locator("li")).to_have_text(["one", "two"])
+        # links: http(s) and mailto only, in a new tab without opener or referrer; other URLs stay as typed
+        links = content.locator("a")
+        expect(links).to_have_text(["the guide", "mail"])
+        assert [links.nth(i).get_attribute("href") for i in range(2)] == ["https://cera.test/guide?a=1",
+                                                                          "mailto:team@cera.test"]
+        assert links.first.get_attribute("rel") == "noopener noreferrer" and links.first.get_attribute("target") == "_blank"
+        expect(content).to_contain_text("[no](javascript:window.__pwned=3) and [rel](/relative).")
+        # a pipe table, with its alignment, an escaped pipe and inline Markdown in a cell; the line after it is text
+        expect(content.locator("table th")).to_have_text(["name", "size"])
+        expect(content.locator("table th em")).to_have_text("size")
+        expect(content.locator("table tbody tr")).to_have_count(2)
+        expect(content.locator("table td")).to_have_text(["a | b", "1", "c", "22"])
+        assert content.locator("table td").nth(1).evaluate("(c) => c.style.textAlign") == "right"
         # the HTML in the reply is text: shown as typed, no elements made, nothing ran
         text = content.text_content()
         assert "<script>window.__pwned = 1</script>" in text and '<img src=x onerror="window.__pwned = 2">' in text
@@ -327,7 +343,9 @@ def test_markdown_replies_are_built_as_text_never_html(browser, server_url):
         expect(code).to_have_text("<b onmouseover=alert(1)>hi</b>")
         content.get_by_role("button", name="Copy code").click()
         assert page.evaluate("navigator.clipboard.readText()") == "<b onmouseover=alert(1)>hi</b>"
-        expect(reply.locator(".turn-meta")).to_have_text("3 tokens · 2.0 tok/s · seed 42")
+        expect(reply.locator(".turn-meta")).to_have_text("3 tokens · 2.0 tok/s · seed 42 · Copy")
+        reply.get_by_role("button", name="Copy reply").click()
+        assert page.evaluate("navigator.clipboard.readText()") == HOSTILE
         # a long streaming reply: the conversation follows it to its end
         page.evaluate("""() => {
             startRun('chat');

@@ -151,6 +151,25 @@ function statsText(msg) {
     ` · Decode: ${fmtRate(msg.decode_tok_s, msg.tokens.length, msg.decode_ms)}` + first;
 }
 
+// A "Copy" button for a whole reply (its Markdown source, as the model wrote it).
+function copyButton(text) {
+  const b = document.createElement('button');
+  b.type = 'button';
+  b.className = 'seed';
+  b.textContent = 'Copy';
+  b.setAttribute('aria-label', 'Copy reply');
+  b.addEventListener('click', async () => {
+    try {
+      await navigator.clipboard.writeText(text);
+      b.textContent = 'Copied';
+    } catch (e) {
+      b.textContent = 'Copy failed';
+    }
+    setTimeout(() => { b.textContent = 'Copy'; }, 1500);
+  });
+  return b;
+}
+
 // A "seed N" button: clicking it puts N in the Seed setting, so the next run repeats this one.
 function seedButton(seed) {
   const b = document.createElement('button');
@@ -559,6 +578,7 @@ function addTurn(role, text, stopped, meta) {
     line.className = 'turn-meta';
     line.append(`${meta.tokens} tokens · ${meta.tok_s == null ? '—' : meta.tok_s.toFixed(1)} tok/s`);
     if (meta.seed != null) line.append(' · ', seedButton(meta.seed));
+    if (role === 'assistant') line.append(' · ', copyButton(text));
     li.append(line);
   }
   const end = atEnd();

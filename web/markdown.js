@@ -2,16 +2,73 @@
 // HTML, so a reply containing <script> or <img onerror=...> shows as those characters.
 //
 // CeraMarkdown.render(text) -> DocumentFragment. Blocks: ``` fenced code (with a Copy button; an unclosed fence,
-// as while a reply streams, runs to the end), # headings, - * + and 1. list items, paragraphs (their line breaks
-// kept). Inline: `code`, **bold**, *italic*. Anything else (links, tables, HTML) stays as typed. Between blocks the
-// text's own newlines are kept as text nodes, so a reply without Markdown has exactly its own textContent.
+// as while a reply streams, runs to the end), # headings, - * + and 1. list items, pipe tables (a header row, a
+// |---|:--:| row, then rows), paragraphs (their line breaks kept). Inline: `code`, **bold**, *italic*, [text](url)
+// links for http:, https: and mailto: URLs only (opened in a new tab, rel="noopener noreferrer"; any other URL, such
+// as javascript:, stays as typed). Anything else (HTML included) stays as typed. Between blocks the text's own
+// newlines are kept as text nodes, so a reply without Markdown has exactly its own textContent.
 'use strict';
 
 self.CeraMarkdown = (() => {
   const FENCE = /^\s{0,3}(```|~~~)\s*([\w+#.-]*)\s*$/;
   const HEADING = /^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$/;
   const ITEM = /^\s{0,3}([-*+]|\d{1,9}[.)])\s+(.*)$/;
-  const INLINE = /(`+)([^`]|[^`][\s\S]*?[^`])\1(?!`)|\*\*(?=\S)([\s\S]*?\S)\*\*|\*(?=[^\s*])([^*]*?[^\s*])\*/g;
+  const INLINE = new RegExp([
+    /(`+)([^`]|[^`][\s\S]*?[^`])\1(?!`)/.source,      // `code`  (1: the ticks, 2: the code)
+    /\*\*(?=\S)([\s\S]*?\S)\*\*/.source,               // **bold** (3)
+    /\*(?=[^\s*])([^*]*?[^\s*])\*/.source,              // *italic* (4)
+    /\[([^\]\n]+)\]\(([^()\s]+)\)/.source,                // [text](url) (5, 6)
+  ].join('|'), 'g');
+  const TABLE_RULE = /^\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*$/;
+  const LINK_PROTOCOLS = new Set(['http:', 'https:', 'mailto:']);
+
+  // The URL of a link if it may be one (http, https or mailto, absolute), else null.
+  function safeUrl(url) {
+    try {
+      const u = new URL(url);
+      return LINK_PROTOCOLS.has(u.protocol) ? u.href : null;
+    } catch (e) {
+      return null;
+    }
+  }
+
+  // The cells of a table row: split on | (not \|), the outer pipes dropped.
+  function cells(line) {
+    const parts = line.trim().replace(/^\|/, '').replace(/(^|[^\\])\|$/, '$1').split(/(?<!\\)\|/);
+    return parts.map((c) => c.trim().replace(/\\\|/g, '|'));
+  }
+
+  // Whether lines[i] starts a table: a row with a pipe, then a rule with as many columns.
+  function tableAt(lines, i) {
+    return i + 1 < lines.length && lines[i].includes('|') && TABLE_RULE.test(lines[i + 1]) &&
+      cells(lines[i]).length === cells(lines[i + 1]).length;
+  }
+
+  function table(lines, i) {
+    const head = cells(lines[i]);
+    const align = cells(lines[i + 1]).map((c) => (c.endsWith(':') ? (c.startsWith(':') ? 'center' : 'right')
+                                                                     : c.startsWith(':') ? 'left' : ''));
+    const t = el('table');
+    const row = (texts, tag) => {
+      const tr = el('tr');
+      head.forEach((_, k) => {
+        const cell = el(tag);
+        if (align[k]) cell.style.textAlign = align[k];
+        inline(cell, texts[k] || '');
+        tr.append(cell);
+      });
+      return tr;
+    };
+    const thead = el('thead');
+    thead.append(row(head, 'th'));
+    const tbody = el('tbody');
+    let j = i + 2;
+    while (j < lines.length && lines[j].trim() && lines[j].includes('|')) tbody.append(row(cells(lines[j++]), 'td'));
+    t.append(thead, tbody);
+    const box = el('div', 'table-wrap');   // wide tables scroll inside the reply, not the page
+    box.append(t);
+    return [box, j];
+  }
 
   function el(tag, className) {
     const node = document.createElement(tag);
@@ -31,9 +88,20 @@ self.CeraMarkdown = (() => {
       } else if (m[3] !== undefined) {
         node = el('strong');
         inline(node, m[3]);
-      } else {
+      } else if (m[4] !== undefined) {
         node = el('em');
         inline(node, m[4]);
+      } else {
+        const href = safeUrl(m[6]);
+        if (href) {
+          node = el('a');
+          node.href = href;
+          node.target = '_blank';
+          node.rel = 'noopener noreferrer';
+          inline(node, m[5]);
+        } else {
+          node = document.createTextNode(m[0]);   // not a link we make: the text as typed
+        }
       }
       parent.append(node);
       last = m.index + m[0].length;
@@ -94,6 +162,12 @@ self.CeraMarkdown = (() => {
         i++;
         continue;
       }
+      if (tableAt(lines, i)) {
+        const [node, j] = table(lines, i);
+        add(node, i, j - 1);
+        i = j;
+        continue;
+      }
       const item = line.match(ITEM);
       if (item) {
         const ordered = /\d/.test(item[1]);
@@ -118,7 +192,7 @@ self.CeraMarkdown = (() => {
       }
       let j = i;   // a paragraph: up to a blank line or the start of another block
       while (j + 1 < lines.length && lines[j + 1].trim() && !FENCE.test(lines[j + 1]) && !HEADING.test(lines[j + 1]) &&
-             !ITEM.test(lines[j + 1])) j++;
+             !ITEM.test(lines[j + 1]) && !tableAt(lines, j + 1)) j++;
       const p = el('p');
       inline(p, lines.slice(i, j + 1).join('\n'));
       add(p, i, j);
