@@ -130,7 +130,7 @@ class _Compiler:
         unknown = [k for k in s if k not in SUPPORTED]
         if unknown:
             raise GrammarError(f"JSON Schema keyword {unknown[0]!r} (at {where}) is not supported; supported: "
-                               f"{', '.join(sorted(SUPPORTED - ANNOTATIONS))} (see cera_web.json_schema)")
+                               f"{', '.join(sorted(SUPPORTED - ANNOTATIONS))}")
         if "$ref" in s:
             rest = {k: v for k, v in s.items() if k not in ANNOTATIONS and k != "$ref"}
             if rest:

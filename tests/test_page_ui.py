@@ -172,6 +172,7 @@ def test_menu_chat_default_and_base_model_raw(browser, server_url):
         menu = page.get_by_label("Model", exact=True)
         # the served model, with its size and (downloaded just now) cache state; selected, as it is the loaded one
         expect(menu.locator("option:checked")).to_have_text(f"{DEFAULT_FILE} · {size / 1e6:.1f} MB · cached")
+        expect(page.locator("#model-state")).to_have_text(f"{size / 1e6:.1f} MB · cached")   # also beside the menu
         expect(page.locator("#model-name")).to_have_text(DEFAULT_FILE)
         # the adapter here is SwiftShader, a software fallback: by default the page takes its faster CPU path, and
         # the top bar says so
@@ -427,6 +428,14 @@ def test_errors_show_next_to_their_cause_without_class_names(browser, server_url
         expect(ui.alert).to_have_count(1)
         gap = ui.message.bounding_box()["y"] - (run_error.bounding_box()["y"] + run_error.bounding_box()["height"])
         assert 0 <= gap < 60, gap
+        # Reset to defaults fixes the field, and the error it caused goes
+        page.get_by_role("button", name="Reset to defaults").click()
+        expect(ui.setting("Top-p")).to_have_value("0.95")
+        expect(run_error).to_be_empty()
+        # the other pages are a link away
+        nav = page.get_by_role("navigation", name="More")
+        expect(nav.get_by_role("link", name="Notebook (Python cells)")).to_have_attribute("href", "/web/notebook.html")
+        expect(nav.get_by_role("link", name="JavaScript API example")).to_have_attribute("href", "/web/api.html")
     finally:
         ui.close()
 
@@ -446,6 +455,9 @@ def test_layout_fits_the_viewport(browser, server_url, tmp_path, width, height, 
         assert send["y"] + send["height"] <= height, send
         assert ui.log.bounding_box()["y"] < ui.message.bounding_box()["y"]
         assert ui.page_width() == [width, width, width]
+        # the model menu's entry for the default model (served, not loaded here) gives its size and cache state
+        expect(page.get_by_label("Model", exact=True).locator("option").nth(1)).to_have_text(
+            re.compile(rf"^{re.escape(DEFAULT_FILE)} · [\d.]+ MB · download$"))
         _screenshot(page, f"page-{width}x{height}-{scheme}.png", tmp_path)
         # with the settings panel and the model drawer open, still no sideways scrolling
         page.locator("#drawer summary").click()

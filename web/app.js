@@ -422,7 +422,11 @@ function showMenu() {
     option.textContent = state.modelLoaded || state.loading ? currentName : 'none loaded';
     ui.modelSelect.prepend(option);
   }
-  ui.modelState.textContent = state.loading ? 'loading…' : '';
+  // the loaded (or loading) model's size and cache state beside the menu: in view even where a phone cuts the
+  // menu's text short
+  const served = state.served.find((m) => absolute(m.url) === current);
+  ui.modelState.textContent = state.loading ? 'loading…'
+    : served ? `${formatBytes(served.size)} · ${state.cached.has(current) ? 'cached' : 'not cached'}` : '';
 }
 
 ui.modelSelect.addEventListener('change', () => {
@@ -778,7 +782,13 @@ function applyDefaults(all) {
   }
 }
 
-ui.resetSettings.addEventListener('click', () => applyDefaults(true));
+ui.resetSettings.addEventListener('click', () => {
+  applyDefaults(true);
+  if (ui.error.dataset.kind === 'InputError') {   // a setting's error: the defaults fixed it
+    ui.error.textContent = '';
+    delete ui.error.dataset.kind;
+  }
+});
 
 // The settings as typed: {name: text, or a boolean for checkboxes}; parsed and checked in Python.
 function readSettings() {
