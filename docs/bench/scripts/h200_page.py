@@ -31,19 +31,24 @@ FLAGS_FILE = Path("/tmp/pg_flags.json")
 # In order of preference. The base (tests/conftest.py's CHROMIUM_ARGS: --enable-unsafe-webgpu --no-sandbox, no
 # network) is always there; these are added after it.
 FLAG_SETS = {
-    # WebGPU alone: Dawn's Vulkan backend finds the GPU through the Vulkan loader; compositing stays as headless has it.
-    "webgpu": ["--ignore-gpu-blocklist", "--enable-logging=stderr"],
-    "webgpu-high-performance": ["--ignore-gpu-blocklist", "--use-webgpu-adapter=default",
-                                "--use-webgpu-power-preference=default-high-performance", "--enable-logging=stderr"],
-    # Chromium's own Vulkan (Skia, ANGLE) too: on a machine whose Vulkan device Skia cannot use (seen with lavapipe)
-    # the GPU process fails to make its context and requestAdapter() never answers.
-    "vulkan-angle-vulkan": ["--enable-features=Vulkan", "--use-angle=vulkan", "--use-vulkan=native",
-                            "--disable-vulkan-surface", "--ignore-gpu-blocklist", "--headless=new",
-                            "--enable-logging=stderr"],
-    "vulkan-no-gpu-sandbox": ["--enable-features=Vulkan", "--use-angle=vulkan", "--use-vulkan=native",
-                              "--disable-vulkan-surface", "--ignore-gpu-blocklist", "--disable-gpu-sandbox",
-                              "--disable-vulkan-fallback-to-gl-for-testing", "--headless=new",
+    # Headless Chromium forces SwiftShader for GL unless --enable-gpu (or --use-gl / --use-angle) is given, and then
+    # WebGPU offers only SwiftShader's fallback adapter; Dawn's Vulkan backend needs the Vulkan feature on Linux.
+    # Seen on the H200 (session 12): without --enable-gpu every set below gave the SwiftShader adapter; with
+    # --enable-features=Vulkan --use-angle=vulkan the GPU process crashed (exit code 11) three times, after which
+    # requestAdapter() never answered.
+    "gpu-vulkan": ["--enable-gpu", "--enable-features=Vulkan", "--ignore-gpu-blocklist", "--enable-logging=stderr"],
+    "gpu-vulkan-angle-egl": ["--enable-gpu", "--enable-features=Vulkan", "--use-gl=angle", "--use-angle=gl-egl",
+                             "--ignore-gpu-blocklist", "--enable-logging=stderr"],
+    "gpu-vulkan-no-surface": ["--enable-gpu", "--enable-features=Vulkan", "--use-vulkan=native",
+                              "--disable-vulkan-surface", "--disable-features=SkiaGraphite", "--ignore-gpu-blocklist",
                               "--enable-logging=stderr"],
+    "angle-vulkan": ["--use-angle=vulkan", "--ignore-gpu-blocklist", "--enable-logging=stderr"],
+    "gpu": ["--enable-gpu", "--ignore-gpu-blocklist", "--enable-logging=stderr"],
+    "gpu-vulkan-graphite": ["--enable-gpu", "--enable-features=Vulkan,SkiaGraphite", "--ignore-gpu-blocklist",
+                            "--enable-logging=stderr"],
+    "vulkan-angle-vulkan": ["--enable-features=Vulkan", "--use-angle=vulkan", "--use-vulkan=native",
+                            "--disable-vulkan-surface", "--ignore-gpu-blocklist", "--enable-logging=stderr"],
+    "webgpu": ["--ignore-gpu-blocklist", "--enable-logging=stderr"],
 }
 
 PROBE_JS = """async () => {
@@ -72,8 +77,16 @@ PROBE_JS = """async () => {
 }"""
 
 GPU_PAGE_JS = """() => {
-  const v = document.querySelector('info-view');
-  return (v && v.shadowRoot ? v.shadowRoot.innerText : document.body.innerText) || '';
+  const walk = (n) => {
+    let t = n.shadowRoot ? walk(n.shadowRoot) : '';
+    for (const c of n.childNodes) {
+      if (c.nodeType === 1 && (c.tagName === 'STYLE' || c.tagName === 'SCRIPT')) continue;
+      if (c.nodeType === 3) t += c.textContent;
+      else if (c.nodeType === 1 || c.nodeType === 11) t += walk(c) + (['DIV', 'TR', 'P', 'H3', 'LI'].includes(c.tagName) ? '\\n' : ' ');
+    }
+    return t;
+  };
+  return walk(document.body);
 }"""
 
 
@@ -125,7 +138,7 @@ def probe(outdir):
                     row["adapter"] = page.evaluate(PROBE_JS)
                     try:
                         page.goto("chrome://gpu")
-                        page.wait_for_timeout(1500)
+                        page.wait_for_timeout(2500)
                         row["chrome_gpu"] = page.evaluate(GPU_PAGE_JS)[:30000]
                     except Exception as e:      # noqa: BLE001 - the probe records, it does not judge
                         row["chrome_gpu_error"] = str(e)[:300]
