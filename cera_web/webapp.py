@@ -242,7 +242,6 @@ async def load_source(source, origin: str | None = None) -> bool:
         _report(exc, "load")
         return False
     previous, _engine = _engine, engine
-    engine.on_prefill = _on_prefill
     from .engine import ChatSession
     _chat = ChatSession(engine)            # a new model starts a new conversation
     if previous is not None:
@@ -380,6 +379,7 @@ async def _run(during: str, make_coro, **extra) -> bool:
         _report(InputError("no model is loaded yet: wait for loading to finish, or load a model URL"), during)
         return False
     _generating = True
+    _engine.on_prefill = _on_prefill       # the page's runs show their prompt's progress ('prompt' messages)
     try:
         result = await make_coro()
     except Exception as exc:
@@ -387,6 +387,7 @@ async def _run(during: str, make_coro, **extra) -> bool:
         return False
     finally:
         _generating = False
+        _engine.on_prefill = None
     _done(result, memory=memory_summary(_engine), **{k: v() if callable(v) else v for k, v in extra.items()})
     return True
 

@@ -1,15 +1,17 @@
 """The OpenAI-shaped API from JavaScript: the worker's 'api' protocol (cera_web.webapp.api, web/worker.js) and the ES
 module web/cera.js, against the Python API (cera_web.openai_api) run natively on the same requests.
 
-CPython (wgpu on lavapipe): the glue posts api-chunk / api-result / api-error messages whose payloads equal what
-engine.chat.completions.create returns; bad requests become one api-error and the next request still works.
+CPython: the glue posts api-chunk / api-result / api-error messages whose payloads equal what
+engine.chat.completions.create returns; bad requests become one api-error and the next request still works. What is
+tested is the protocol, not the kernels, so the glue's engine runs on the CPU backend (prepare(backend="cpu"): the
+numpy reference model, ~10x faster than lavapipe on two cores); the kernels' own tests hold the GPU path to the same
+references.
 
-Browser (headless Chromium, Pyodide, WebGPU on SwiftShader, the default model): web/api.html imports cera.js; its
-results equal the native Python API's for the same request. Greedy requests only where the page tests already match
-the reference (the "What is the capital of France?" chat turn: its 7 greedy tokens end with EOS), and few tokens
-(SwiftShader on two cores decodes about a token a second). Logprobs are compared within LOGPROB_TOL: SwiftShader and
-lavapipe sum float32 in different orders through 30 layers, so the two backends' logits differ by more than each
-one's distance from transformers (about 1e-4 natively); the tokens and their ranking must be equal.
+Browser (headless Chromium, Pyodide, the default model; the page's 'auto' backend takes the CPU path on SwiftShader):
+web/api.html imports cera.js; its results equal the native Python API's for the same request. Greedy requests only
+where the page tests already match the reference (the "What is the capital of France?" chat turn: its 7 greedy tokens
+end with EOS). Logprobs are compared within LOGPROB_TOL: numpy in Pyodide and natively may sum float32 in other
+orders (as SwiftShader and lavapipe do, through 30 layers); the tokens and their ranking must be equal.
 """
 from __future__ import annotations
 
@@ -53,15 +55,19 @@ def _in_thread(coro_fn, *args, **kw):
 
 @pytest.fixture(scope="module")
 def glue(smollm2_gguf):
-    """webapp with the default model loaded natively; the messages it posts collect in glue.sent (parsed)."""
+    """webapp with the default model loaded natively on the CPU backend; the messages it posts collect in glue.sent
+    (parsed)."""
     from cera_web.source import FileSource
     sent = []
     webapp.init(lambda text: sent.append(json.loads(text)))
+    assert _in_thread(webapp.prepare, "", "cpu"), sent
     assert _in_thread(webapp.load_source, FileSource(smollm2_gguf)), sent
+    assert sent[-1]["type"] == "ready" and sent[-1]["backend_kind"] == "cpu", sent[-1]
     webapp.sent = sent
     yield webapp
     webapp._engine.close()
     webapp._engine = webapp._chat = None
+    webapp._backend = "webgpu"      # as a fresh module: later glue callers load on the GPU
     del webapp.sent
 
 
