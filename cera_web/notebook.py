@@ -12,7 +12,7 @@ import time
 
 from . import errors
 from .errors import CeraError, InputError
-from .webapp import CONTEXT_SIZE, _load_engine, check_header, memory_summary
+from .webapp import CONTEXT_SIZE, _load_engine, _page_facts, check_header, memory_summary
 
 DEFAULT_MODEL_URL = "/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_STORE_JS = "/web/modelstore.js"   # the browser cache of models (web/modelstore.js)
@@ -106,10 +106,15 @@ class _View:
         label.textContent = " " + line
 
     def finish(self):
-        """Show the last state of every progress line (updates skipped by the interval)."""
+        """Show the last state of every byte-counting progress line (updates skipped by the interval); the lines of
+        the other stages (parse, compile, ...) are steps, not results, and go."""
         now = time.monotonic()
         for stage, st in self.stages.items():
-            if st["pending"]:
+            if stage not in self.BYTE_STAGES:
+                if st["row"] is not None:
+                    st["row"][0].parentNode.remove()
+                    st["row"] = None
+            elif st["pending"]:
                 self._show(stage, st, now)
 
     def note(self, text: str):
@@ -191,7 +196,7 @@ async def open_model(url: str | None = None, *, output=None, cache: bool = True,
     finally:
         view.finish()
     mem = memory_summary(engine)
-    view.note(f"{engine.name} on {engine.backend}: GPU memory {mem['total'] / 1e6:.1f} MB (weights "
+    view.note(f"{_page_facts(engine)['file']} on {engine.backend}: GPU memory {mem['total'] / 1e6:.1f} MB (weights "
               f"{mem['weights'] / 1e6:.1f} MB, KV cache {mem['kv_cache'] / 1e6:.1f} MB, other {mem['other'] / 1e6:.1f} MB)")
     return engine
 

@@ -534,21 +534,30 @@ def test_notebook_cells_load_a_model_and_stream_generations(tab, site):
         assert "Error" not in text, text
         return text
 
-    # the load cell, pointed at a tiny model (the default one takes minutes to generate with on a CPU)
-    _set_cell(p, 0, "from cera_web.webapp import open_model, stream, memory_summary\n\n"
-                    "engine = await open_model('/testmodels/qwen3-q8_0.gguf')")
-    text = run(0, "GPU memory")
-    assert "Downloaded qwen3-q8_0.gguf and kept it in the browser cache." in text
-    assert re.search(r"download: 0\.2 MB of 0\.2 MB \(100%\)", text), text
-    assert re.search(r"tiny random qwen3 on .*: GPU memory [\d.]+ MB \(weights 0\.2 MB, KV cache [\d.]+ MB", text)
-    tab.expect(p.locator("#boot")).to_have_text("Python is ready: run the cells.")
+    # a cell that uses a name no cell has defined yet: one line, no traceback, and what to run first
+    _set_cell(p, 3, "print(engine)")
+    run_buttons.nth(3).click()
+    tab.expect(outputs.nth(3)).to_have_text("NameError: name 'engine' is not defined (run the cell that defines "
+                                            "engine first, e.g. \"1. Load the model\")", timeout=LOAD_MS)
 
-    # greedy generation streams the reference text into the cell's output
+    # the load cell, pointed at a tiny model (the default one takes minutes to generate with on a CPU), and the
+    # generation cell started right after it, while it loads: it waits for the load, then greedy generation streams
+    # the reference text into its output
     case = _small_case("qwen3-q8_0")
     n = len(case["greedy_ids"])
+    _set_cell(p, 0, "from cera_web.webapp import open_model, stream, memory_summary\n\n"
+                    "engine = await open_model('/testmodels/qwen3-q8_0.gguf')")
     _set_cell(p, 1, f"result = await stream(engine, {case['prompt']!r}, max_tokens={n})")
+    run_buttons.nth(0).click()
     text = run(1, "tok/s")
     assert outputs.nth(1).locator(".cera-stream").text_content() == case["text"]
+    text0 = outputs.nth(0).inner_text()
+    assert "Downloaded qwen3-q8_0.gguf and kept it in the browser cache." in text0
+    assert re.search(r"download: 0\.2 MB of 0\.2 MB \(100%\)", text0), text0
+    assert re.search(r"qwen3-q8_0\.gguf on .*: GPU memory [\d.]+ MB \(weights 0\.2 MB, KV cache [\d.]+ MB", text0)
+    assert "parse" not in text0, text0      # steps' progress lines go once the model is loaded
+    tab.expect(p.locator("#boot")).to_have_text("Python is ready: run the cells.")
+    _set_cell(p, 3, "for part, size in memory_summary(engine).items():\n    print(f\"{part:>9}: {size:,}\")")
     assert re.search(rf"\n{n} tokens, max_tokens; prefill [\d.]+ tok/s, decode [\d.]+ tok/s", text), text
     # change the parameters and run again: sampled with a seed, twice the same
     _set_cell(p, 1, f"result = await stream(engine, {case['prompt']!r}, max_tokens=6, temperature=1.0, seed=7)")
