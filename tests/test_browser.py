@@ -3,8 +3,11 @@
 What a person sees: the model loads with progress, generation streams into the "Output" region and matches the
 reference greedy continuation, Stop stops, bad model files give clear errors while the loaded model keeps working.
 
-One page (in its own context of conftest's ``browser``) is shared by the whole module, since loading the model takes
-tens of seconds on a CPU-only WebGPU; every test leaves it idle with the default model loaded. The fixtures
+Two pages (each in its own context of conftest's ``browser``) are shared by the module's tests, since loading the
+model takes tens of seconds: ``gpu_app`` on the page's WebGPU path (?backend=webgpu: the adapter shown, the kernels'
+tokens equal to the reference) and ``app`` as a person opens it (backend 'auto', which on SwiftShader is the CPU
+path, ~20x faster there) for the interface (Stop, bad files, errors). Every test leaves its page idle with the
+default model loaded. The fixtures
 ``browser``, ``server_url`` and ``smollm2_gguf`` come from conftest.py; the reference continuations from
 tests/fixtures/smollm2_reference.json (transformers, float32).
 
@@ -139,9 +142,8 @@ def bad_models(smollm2_gguf):
     }
 
 
-@pytest.fixture(scope="module")
-def app(browser, server_url, bad_models):
-    """The page, opened once, with the default model loaded; fake model URLs routed to bad files."""
+def _open_app(browser, server_url, bad_models, query):
+    """The page opened with ``query``, the default model loaded; fake model URLs routed to bad files."""
     context = browser.new_context()
     page = context.new_page()
     for path, body in bad_models.items():
@@ -165,12 +167,25 @@ def app(browser, server_url, bad_models):
           }
         });
     """)
-    page.goto(server_url + "/?backend=webgpu")     # the page's WebGPU path (SwiftShader here): its kernels
+    page.goto(server_url + "/" + query)
     a.wait_ready()
     a.opened_in_chat = page.get_by_label("Chat", exact=True).is_checked()
     page.get_by_label("Raw completion").check()    # these tests drive the Prompt/Generate/Output flow
     yield a
     context.close()
+
+
+@pytest.fixture(scope="module")
+def gpu_app(browser, server_url, bad_models):
+    """The page on its WebGPU path (?backend=webgpu; SwiftShader here), opened once: the page's kernels."""
+    yield from _open_app(browser, server_url, bad_models, "?backend=webgpu")
+
+
+@pytest.fixture(scope="module")
+def app(browser, server_url, bad_models):
+    """The page as a person opens it (backend 'auto': the CPU path on SwiftShader, ~20x faster there), opened once:
+    the interface tests (Stop, bad files, errors) run on it."""
+    yield from _open_app(browser, server_url, bad_models, "")
 
 
 def _case(reference, name):
@@ -187,7 +202,8 @@ CHAT_CASE = "chat_capital"
 # -- (a) loading ------------------------------------------------------------------------------------------------
 
 
-def test_page_loads_default_model_and_shows_adapter(app, smollm2_gguf):
+def test_page_loads_default_model_and_shows_adapter(gpu_app, smollm2_gguf):
+    app = gpu_app
     page = app.page
     assert page.evaluate("window.__sent")[0] == "load"   # the default model loads on open, unasked
     expect(page).to_have_title(re.compile("cera_web"))
@@ -222,7 +238,8 @@ def test_page_loads_default_model_and_shows_adapter(app, smollm2_gguf):
 
 
 @pytest.mark.slow   # 32 tokens at ~1 tok/s; the chat case below checks the page's tokens against the reference too
-def test_raw_greedy_generation_matches_reference(app, reference):
+def test_raw_greedy_generation_matches_reference(gpu_app, reference):
+    app = gpu_app
     case = _case(reference, RAW_CASE)
     assert case["eos_position"] is None and len(case["greedy_ids"]) == 32
     app.generate(case["prompt"], max_tokens=32, chat=False)
@@ -235,8 +252,9 @@ def test_raw_greedy_generation_matches_reference(app, reference):
     assert re.search(r"Decode: [\d.]+ tok/s \(32 tokens, \d+ ms\)", stats), stats
 
 
-def test_chat_generation_matches_reference(app, reference):
+def test_chat_generation_matches_reference(gpu_app, reference):
     """The Chat template box wraps the prompt as one user turn of the model's template (with its system prompt)."""
+    app = gpu_app
     case = _case(reference, CHAT_CASE)
     assert [m["role"] for m in case["messages"]] == ["user"] and case["eos_position"] is not None
     app.generate(case["messages"][0]["content"], max_tokens=32, chat=True)
