@@ -1,7 +1,7 @@
 """The page's chat mode, settings panel and CPU fallback, in headless Chromium (real Pyodide, WebGPU on SwiftShader).
 
 - Two chat turns with the default model: both appear in the "Conversation" log, and each reply is what the engine
-  itself (CPython, wgpu-py on lavapipe, the same ChatSession calls) produces for the same conversation.
+  itself (CPython, the same ChatSession calls) produces for the same conversation.
 - Stop mid-reply keeps the partial reply, marked stopped; the page sends again; Clear empties the conversation; a
   bad setting shows the engine's InputError message (a tiny random model: fast).
 - Without WebGPU the page offers "Run on the CPU", which loads the model on the numpy reference model and
@@ -56,11 +56,12 @@ def _in_thread(fn):
 
 
 def _native_chat(model_path: Path) -> list[str]:
-    """The replies the engine gives to TURNS on this machine's Vulkan (lavapipe), with the page's settings."""
+    """The replies the engine gives to TURNS with the page's settings, natively on the CPU backend (the page's
+    backend on SwiftShader; its GPU path's tokens are held to the reference by test_browser)."""
     from cera_web.engine import ChatSession, Engine
 
     async def run():
-        engine = await Engine.load(str(model_path), context_size=2048, cpu_fallback=False)
+        engine = await Engine.load(str(model_path), context_size=2048, device="cpu")
         try:
             chat = ChatSession(engine)
             return [(await chat.send(text, max_tokens=TURN_TOKENS, temperature=0)).text for text in TURNS]
