@@ -65,6 +65,25 @@ class ChatSession:
         unset, for a different one). Replaces the last assistant message, or answers a trailing user message."""
         return await self._reply(self._turn(None), on_token, params, settings)
 
+    async def continue_reply(self, *, on_token=None, params=None, **settings) -> GenerationResult:
+        """Generate more of the last reply (one cut short by max_tokens, say), appended to it: the model sees the
+        conversation up to that reply, its generation prompt, and the reply so far as the start of its answer."""
+        msgs = list(self.messages)
+        if not msgs or msgs[-1]["role"] != "assistant":
+            raise InputError("there is no reply to continue: send a message first")
+        constraint = _constraint(settings.pop("response_format", None), settings.pop("grammar", None))
+        p = self._settings(params, settings)
+        engine = self.engine
+        text = engine.chat_template.render(msgs[:-1], add_generation_prompt=True) + msgs[-1]["content"]
+        ids = engine.tokenizer.encode(text, add_special=False, parse_special=True)
+        if len(ids) >= engine.context_size:
+            raise ContextOverflowError(f"the conversation needs {len(ids)} tokens but the context holds "
+                                       f"{engine.context_size}; start a new chat")
+        result = await engine.generate_ids(ids, p, on_token=on_token, reuse_cache=True, grammar=constraint)
+        self.last_result = result
+        self.messages = msgs[:-1] + [{"role": "assistant", "content": msgs[-1]["content"] + result.text}]
+        return result
+
     def prepare(self, text: str | None = None, *, params=None, **settings) -> tuple[list[dict], list[int], int]:
         """What send(text) (or, with text None, regenerate()) would run, without running it: the messages the
         model will see (after the overflow policy), their prompt token ids, and how many old messages that drops.

@@ -17,6 +17,8 @@ Worker glue. The worker calls, in order (message shapes: the header of web/worke
     await generate(prompt, max_tokens, chat, settings_json)     one raw completion (greedy unless settings say)
     await chat_send(text, settings_json)                       the next turn of the page's one ChatSession
     await chat_regenerate(settings_json)                       its last reply again
+    await chat_continue(settings_json)                         more of its last reply (after a max-tokens stop)
+    chat_set(messages_json)             the page's conversation becomes these messages (restored, or cut at an edit)
     chat_clear()                                               forget the conversation
     set_system(text)                    the system message of the conversation ("" for none): the worker sets it
                                         before each chat turn
@@ -419,6 +421,32 @@ async def chat_regenerate(settings_json: str = "") -> bool:
     async def run():
         return await _chat.regenerate(on_token=_on_token, **parse_settings(settings_json))
     return await _run("chat-regenerate", run, mode="chat", messages=_messages)
+
+
+async def chat_continue(settings_json: str = "") -> bool:
+    """Generate more of the last reply of the page's conversation (after a max-tokens stop), appended to it."""
+    async def run():
+        return await _chat.continue_reply(on_token=_on_token, **parse_settings(settings_json))
+    return await _run("chat-continue", run, mode="chat", messages=_messages)
+
+
+def chat_set(messages_json: str) -> bool:
+    """Make the page's conversation the given messages (JSON text of [{role, content}]): a conversation restored
+    after a reload or a model switch, or cut at an edited message. The next turn reuses the KV cache as far as the
+    rendered conversation matches. Posts an 'error' (during 'chat-set') and returns False for bad messages."""
+    global _chat
+    try:
+        if _engine is None:
+            raise InputError("no model is loaded yet: wait for loading to finish")
+        messages = json.loads(messages_json)
+        if not isinstance(messages, list):
+            raise InputError("messages must be a list of {role, content}")
+        from .engine import ChatSession
+        _chat = ChatSession(_engine, messages=messages)
+    except Exception as exc:
+        _report(exc, "chat-set")
+        return False
+    return True
 
 
 def _page_facts(engine) -> dict:

@@ -94,3 +94,22 @@ def test_cpu_prompt_progress_chunks_and_a_stop_between_them(cpu_engine):
     finally:
         cpu_engine.on_prefill = None
     assert len(run(cpu_engine.generate(prompt[:20], max_tokens=2)).tokens) == 2
+
+
+def test_continue_reply_extends_a_cut_reply_as_one_longer_reply_would(cpu_engine):
+    """A reply cut by max_tokens and then continued equals the reply generated in one go with the sum of the two
+    max_tokens (greedy): the continuation sees the conversation, the generation prompt and the reply so far."""
+    from cera_web.engine import ChatSession
+    from cera_web.errors import InputError
+    question = "Name three colours of the rainbow."
+    whole = ChatSession(cpu_engine)
+    want = run(whole.send(question, max_tokens=10, temperature=0, ignore_eos=True))
+    chat = ChatSession(cpu_engine)
+    first = run(chat.send(question, max_tokens=4, temperature=0, ignore_eos=True))
+    assert first.stop_reason == "max_tokens"
+    more = run(chat.continue_reply(max_tokens=6, temperature=0, ignore_eos=True))
+    assert first.tokens + more.tokens == want.tokens
+    assert chat.messages[-1] == {"role": "assistant", "content": want.text}
+    assert more.reused_tokens == len(first.prompt_tokens) + len(first.tokens) - 1   # the cache held all but one
+    with pytest.raises(InputError, match="no reply to continue"):
+        run(ChatSession(cpu_engine).continue_reply())

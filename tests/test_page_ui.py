@@ -365,6 +365,73 @@ def test_markdown_replies_are_built_as_text_never_html(browser, server_url):
 
 
 @pytest.mark.browser
+def test_conversations_are_kept_edited_and_continued(browser, server_url):
+    """A cut reply is continued in its own turn; an edited message replaces the turns from it; the conversation is
+    kept in the browser: a reload restores it (and the worker continues it), "New chat" starts another, the menu
+    switches between them, a model load keeps the one shown, Rename and Delete work."""
+    ui = UI(browser, server_url, query="?model=/fake/qwen3.gguf&mode=chat")
+    page = ui.page
+    page.on("dialog", lambda d: d.accept("Trip") if d.type == "prompt" else d.accept())
+    turns = ui.log.locator(".turn .content")
+    menu = page.get_by_label("Conversations")
+    try:
+        ui.wait()
+        ui.setting("Temperature").fill("0")
+        ui.setting("Ignore end of turn").check()
+        ui.say("hello", 3)
+        cut = ui.received("done")[-1]["messages"][1]["content"]
+        # Continue: the reply goes on in the same turn
+        page.get_by_role("button", name="Continue this reply").click()
+        ui.wait(r"^Ready \(", GENERATE_MS)
+        longer = ui.received("done")[-1]["messages"]
+        assert len(longer) == 2 and longer[1]["content"].startswith(cut) and len(longer[1]["content"]) > len(cut)
+        expect(turns).to_have_text(["hello", re.compile(".+")])
+        # Edit the first message: the composer gets its text; sending replaces it and what followed
+        page.get_by_role("button", name="Edit message 1").click()
+        expect(ui.message).to_have_value("hello")
+        expect(page.locator("#editing")).to_be_visible()
+        ui.message.fill("hi there")
+        ui.message.press("Enter")
+        ui.wait(r"^Ready \(", GENERATE_MS)
+        done = ui.received("done")[-1]
+        assert [m["content"] for m in done["messages"]][:1] == ["hi there"] and len(done["messages"]) == 2
+        expect(page.locator("#editing")).to_be_hidden()
+        ui.say("more", 2)
+        expect(turns).to_have_count(4)
+        kept = [t for t in turns.all_text_contents()]
+        # a reload restores it; the worker has it too (the next turn's messages start with it)
+        page.reload()
+        ui.wait()
+        expect(turns).to_have_text(kept)
+        expect(menu.locator("option:checked")).to_have_text("hello · 4 messages")   # titled by its first message
+        ui.setting("Temperature").fill("0")
+        ui.say("again", 2)
+        done = ui.received("done")[-1]
+        assert [m["content"] for m in done["messages"][:4]] == kept and len(done["messages"]) == 6
+        # another conversation, then back to the first
+        page.get_by_role("button", name="New chat").click()
+        expect(turns).to_have_count(0)
+        ui.say("fresh start", 2)
+        expect(menu.locator("option")).to_have_text(["New chat", "fresh start · 2 messages", "hello · 6 messages"])
+        menu.select_option(label="hello · 6 messages")
+        expect(turns).to_have_count(6)
+        # loading a model keeps the conversation shown
+        page.locator("#drawer summary").click()
+        page.get_by_label("Model URL").fill("/fake/qwen3.gguf")
+        page.get_by_role("button", name="Load", exact=True).click()
+        ui.wait(r"^Ready$")
+        expect(turns).to_have_count(6)
+        # rename, delete
+        page.get_by_role("button", name="Rename conversation").click()
+        expect(menu.locator("option:checked")).to_have_text("Trip · 6 messages")
+        page.get_by_role("button", name="Delete conversation").click()
+        expect(turns).to_have_count(0)
+        expect(menu.locator("option")).to_have_text(["New chat", "fresh start · 2 messages"])
+    finally:
+        ui.close()
+
+
+@pytest.mark.browser
 def test_seed_is_shown_and_reusable(browser, server_url):
     ui = UI(browser, server_url)
     try:

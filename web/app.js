@@ -19,6 +19,8 @@ const ui = {
   promptLabel: $('prompt-label'), chatView: $('chat-view'), rawView: $('raw-view'), conversation: $('conversation'),
   settingsFields: $('settings-fields'), settingsHint: $('settings-hint'), resetSettings: $('reset-settings'),
   cpuOffer: $('cpu-offer'), runCpu: $('run-cpu'), backendBadge: $('backend-badge'),
+  convSelect: $('conversation-select'), newChat: $('new-chat'), renameChat: $('rename-chat'),
+  deleteChat: $('delete-chat'), editing: $('editing'), cancelEdit: $('cancel-edit'),
   structured: $('structured'), schema: $('structured-schema'), grammar: $('structured-grammar'),
   structuredError: $('structured-error'), tokenProbs: $('token-probs'),
 };
@@ -43,7 +45,11 @@ const state = {
   split: null,            // {tensor: buffers} of the loaded model's weights split across buffers
   runJson: false,         // the run in flight is in a JSON mode of Structured output (its reply shows as JSON)
   raw: null,              // the last raw completion {text, json, logprobs}, shown again when the view changes
+  editAt: null,           // the index of the user message being edited (the composer holds its new text)
 };
+const CONV_KEY = 'cera_web.conversations';
+const CONV_MAX = 50;
+const convs = {list: [], current: null};   // the kept conversations (see "conversations" below)
 
 function refreshControls() {
   const busy = !state.modelLoaded || state.loading || state.generating;
@@ -55,6 +61,8 @@ function refreshControls() {
   ui.modelUrl.disabled = state.loading || state.generating;
   ui.modelFile.disabled = state.loading || state.generating;
   ui.modelSelect.disabled = state.loading || state.generating;
+  ui.convSelect.disabled = ui.newChat.disabled = state.generating;
+  ui.renameChat.disabled = ui.deleteChat.disabled = state.generating || !convs.current;
   for (const b of ui.cacheList.querySelectorAll('button')) b.disabled = state.loading || state.generating;
 }
 
@@ -224,9 +232,8 @@ worker.onmessage = (event) => {
       ui.status.textContent = 'Ready';
       ui.cpuOffer.hidden = true;
       hideProgress(true);
-      state.messages = [];        // a new model starts a new conversation (in the worker too)
-      state.stopped.clear();
-      state.meta.clear();
+      // the conversation goes on with the new model (the worker starts with none: give it this one)
+      if (state.messages.length) worker.postMessage({type: 'chat-set', messages: state.messages});
       renderConversation();
       modelHasTemplate(msg.chat_template);
       showMenu();
@@ -516,6 +523,14 @@ ui.generateForm.addEventListener('submit', (event) => {
   }
   const settings = {...readSettings(), max_tokens: maxTokens, ...extra};
   if (state.mode === 'chat') {
+    if (state.editAt != null) {   // an edited message: the conversation is cut before it, then it is sent
+      state.messages = state.messages.slice(0, state.editAt);
+      for (const marks of [state.stopped, state.meta]) {
+        for (const i of [...marks.keys()]) if (i >= state.editAt) marks.delete(i);
+      }
+      worker.postMessage({type: 'chat-set', messages: state.messages});
+      endEdit();
+    }
     state.messages.push({role: 'user', content: prompt});   // shown at once; the worker's reply confirms it
     renderConversation();
     state.messages.pop();
@@ -560,7 +575,7 @@ function follow(wasAtEnd) {
 
 // One turn of the Conversation list; returns the element its text goes in. Assistant text is rendered as Markdown
 // (web/markdown.js: DOM nodes, never HTML); the person's own text as typed. meta: {tokens, tok_s, seed} of the run.
-function addTurn(role, text, stopped, meta) {
+function addTurn(role, text, stopped, meta, index) {
   const li = document.createElement('li');
   li.className = `turn ${role}${stopped ? ' stopped' : ''}`;
   const label = document.createElement('span');
@@ -583,7 +598,17 @@ function addTurn(role, text, stopped, meta) {
     line.append(`${meta.tokens} tokens · ${meta.tok_s == null ? '—' : meta.tok_s.toFixed(1)} tok/s`);
     if (meta.seed != null) line.append(' · ', seedButton(meta.seed));
     if (role === 'assistant') line.append(' · ', copyButton(text));
+    if (meta.stop === 'max_tokens' && index === state.messages.length - 1) line.append(' · ', continueButton());
     li.append(line);
+  }
+  if (role === 'user' && index != null) {
+    const edit = document.createElement('button');
+    edit.type = 'button';
+    edit.className = 'seed turn-tools';
+    edit.textContent = 'Edit';
+    edit.setAttribute('aria-label', `Edit message ${index + 1}`);
+    edit.addEventListener('click', () => startEdit(index));
+    li.append(edit);
   }
   const end = atEnd();
   ui.conversation.append(li);
@@ -608,7 +633,7 @@ function renderPending() {
 function renderConversation() {
   ui.conversation.textContent = '';
   state.pending = null;
-  state.messages.forEach((m, i) => addTurn(m.role, m.content, state.stopped.has(i), state.meta.get(i)));
+  state.messages.forEach((m, i) => addTurn(m.role, m.content, state.stopped.has(i), state.meta.get(i), i));
   ui.conversation.scrollTop = ui.conversation.scrollHeight;
 }
 
@@ -628,10 +653,11 @@ function chatDone(msg) {
   }
   if (last >= 0 && messages[last].role === 'assistant') {
     state.meta.set(last, {tokens: msg.tokens.length, tok_s: msg.decode_tok_s, seed: msg.seed, json: state.runJson,
-                          logprobs: msg.logprobs});
+                          logprobs: msg.logprobs, stop: msg.stop_reason});
   }
   state.messages = messages;
   renderConversation();
+  saveConversation();
   // Stopped before any reply: the worker dropped the turn; give its message back to the box.
   if (msg.stop_reason === 'cancelled' && !msg.tokens.length && state.sending && !ui.prompt.value) {
     ui.prompt.value = state.lastSent || '';
@@ -666,7 +692,9 @@ ui.regenerate.addEventListener('click', () => {
 
 ui.clear.addEventListener('click', () => {
   worker.postMessage({type: 'chat-clear'});
+  endEdit();
   state.messages = [];
+  saveConversation();
   state.stopped.clear();
   state.meta.clear();
   renderConversation();
@@ -675,6 +703,142 @@ ui.clear.addEventListener('click', () => {
   if (state.modelLoaded) ui.status.textContent = 'Ready';   // not the last run's stop reason
   refreshControls();
 });
+
+// -- conversations: kept in this browser, restored after a reload, kept across model switches -------------------
+
+// localStorage[CONV_KEY] = {list: [{id, title, model, messages, updated}] newest first, current: id}. Only the
+// messages are kept (not the KV cache: the worker prefills a restored conversation on its next turn).
+
+function readConversations() {
+  try {
+    const kept = JSON.parse(localStorage.getItem(CONV_KEY) || 'null');
+    if (kept && Array.isArray(kept.list)) Object.assign(convs, {list: kept.list, current: kept.current});
+  } catch (e) { /* storage off or damaged: start with none */ }
+}
+
+function writeConversations() {
+  try {
+    localStorage.setItem(CONV_KEY, JSON.stringify({list: convs.list.slice(0, CONV_MAX), current: convs.current}));
+  } catch (e) { /* storage off or full: kept for this page only */ }
+}
+
+const currentConversation = () => convs.list.find((c) => c.id === convs.current) || null;
+
+// The conversation shown is saved after each turn (a new one gets its first message as its title); an emptied one
+// is dropped from the list.
+function saveConversation() {
+  let c = currentConversation();
+  if (!state.messages.some((m) => m.role !== 'system')) {
+    if (c) convs.list = convs.list.filter((x) => x !== c);
+    convs.current = null;
+  } else {
+    if (!c) {
+      const first = state.messages.find((m) => m.role === 'user');
+      c = {id: `${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}`,
+           title: (first ? first.content : 'Chat').replace(/\s+/g, ' ').trim().slice(0, 40)};
+      convs.current = c.id;
+    }
+    Object.assign(c, {messages: state.messages, model: ui.modelName.textContent, updated: Date.now()});
+    convs.list = [c, ...convs.list.filter((x) => x !== c)];
+  }
+  writeConversations();
+  showConversations();
+}
+
+function showConversations() {
+  ui.convSelect.textContent = '';
+  const fresh = document.createElement('option');
+  fresh.value = '';
+  fresh.textContent = 'New chat';
+  ui.convSelect.append(fresh);
+  for (const c of convs.list) {
+    const o = document.createElement('option');
+    o.value = c.id;
+    o.textContent = `${c.title} · ${c.messages.filter((m) => m.role !== 'system').length} messages`;
+    ui.convSelect.append(o);
+  }
+  ui.convSelect.value = convs.current || '';
+  ui.renameChat.disabled = ui.deleteChat.disabled = !convs.current;
+}
+
+// Show conversation c (null: a new, empty one) and give it to the worker.
+function openConversation(c) {
+  endEdit();
+  convs.current = c ? c.id : null;
+  state.messages = c ? c.messages.map((m) => ({role: m.role, content: m.content})) : [];
+  state.stopped.clear();
+  state.meta.clear();
+  renderConversation();
+  writeConversations();
+  showConversations();
+  if (state.modelLoaded) worker.postMessage({type: 'chat-set', messages: state.messages});
+  refreshControls();
+}
+
+ui.convSelect.addEventListener('change', () => {
+  if (state.generating) {
+    ui.convSelect.value = convs.current || '';
+    return;
+  }
+  openConversation(convs.list.find((c) => c.id === ui.convSelect.value) || null);
+});
+ui.newChat.addEventListener('click', () => { if (!state.generating) openConversation(null); });
+ui.renameChat.addEventListener('click', () => {
+  const c = currentConversation();
+  if (!c) return;
+  const title = prompt('Name this conversation', c.title);
+  if (title == null || !title.trim()) return;
+  c.title = title.trim().slice(0, 80);
+  writeConversations();
+  showConversations();
+});
+ui.deleteChat.addEventListener('click', () => {
+  const c = currentConversation();
+  if (!c || state.generating || !confirm(`Delete the conversation "${c.title}"?`)) return;
+  convs.list = convs.list.filter((x) => x !== c);
+  openConversation(null);
+});
+
+// Edit a sent message: its text goes back to the composer; sending replaces it and drops the turns after it.
+function startEdit(index) {
+  if (state.generating) return;
+  state.editAt = index;
+  ui.prompt.value = state.messages[index].content;
+  ui.editing.hidden = false;
+  ui.prompt.focus();
+}
+function endEdit() {
+  state.editAt = null;
+  ui.editing.hidden = true;
+}
+ui.cancelEdit.addEventListener('click', () => {
+  endEdit();
+  ui.prompt.value = '';
+});
+
+// "Continue" on a reply cut by max tokens: the model goes on with it (the text is appended to the same turn).
+function continueButton() {
+  const b = document.createElement('button');
+  b.type = 'button';
+  b.className = 'seed';
+  b.textContent = 'Continue';
+  b.setAttribute('aria-label', 'Continue this reply');
+  b.addEventListener('click', () => {
+    if (state.generating || !state.modelLoaded) return;
+    const maxTokens = Number(ui.maxTokens.value);
+    const last = state.messages.length - 1;
+    startRun('chat');
+    state.sending = false;
+    // the reply streams on where it stopped: its bubble is the one being written
+    if (state.pending) state.pending.closest('.turn').remove();   // the new, empty turn startRun added
+    const bubbles = ui.conversation.querySelectorAll('.turn.assistant .content');
+    state.pending = bubbles[bubbles.length - 1];
+    state.pendingText = state.messages[last].content;
+    worker.postMessage({type: 'chat-continue', settings: {...readSettings(), max_tokens: maxTokens},
+                        system: ui.system.value});
+  });
+  return b;
+}
 
 // -- mode --------------------------------------------------------------------------------------------------------
 
@@ -1002,6 +1166,11 @@ ui.stop.addEventListener('click', () => {
 // ?mode=chat|raw picks the mode the page opens in (default: chat for a model with a chat template, else raw).
 if (['chat', 'raw'].includes(params.get('mode'))) state.modeChosen = true;
 setMode(params.get('mode') === 'raw' ? 'raw' : 'chat');
+
+// The conversations kept in this browser: the last one shown comes back (the worker gets it once a model is ready).
+readConversations();
+showConversations();
+if (currentConversation()) openConversation(currentConversation());
 
 // ?model=URL picks another model to load on open.
 const initialUrl = params.get('model') || DEFAULT_MODEL_URL;

@@ -44,6 +44,9 @@
 //                                               kept between turns); the reply streams as 'token's, then 'done'.
 //                                               system (optional): the conversation's system message ('' for none)
 //   {type: 'chat-regenerate', settings, system} the last reply again
+//   {type: 'chat-continue', settings, system}   more of the last reply (after a max-tokens stop), appended to it
+//   {type: 'chat-set', messages}                the conversation becomes `messages` ([{role, content}]): one restored
+//                                               after a reload or kept across a model switch, or cut at an edit
 //   {type: 'chat-clear'}                        forget the conversation (a new model also starts a new one)
 //   {type: 'stop'}                              cancel the running generation (handled at once, not queued: the
 //                                               engine stops within one decode step and still sends 'done').
@@ -267,6 +270,13 @@ async function handle(msg) {
     needModel();
     if (msg.system != null) webapp.set_system(msg.system);
     await webapp.chat_regenerate(settingsJson(msg));
+  } else if (msg.type === 'chat-continue') {
+    needModel();
+    if (msg.system != null) webapp.set_system(msg.system);
+    await webapp.chat_continue(settingsJson(msg));
+  } else if (msg.type === 'chat-set') {
+    needModel();
+    webapp.chat_set(JSON.stringify(msg.messages || []));
   } else if (msg.type === 'chat-clear') {
     if (webapp) webapp.chat_clear();
   } else if (msg.type === 'api') {
