@@ -10,12 +10,16 @@
 #   call 1..4: carry [".pg/pg.tar.xz.0K"]                          command: bash docs/bench/scripts/h200_page.sh stash
 #   call 5:    carry [".pg/pg.tar.xz.04", ".gl", ".whl", ".pgb"]    command: bash docs/bench/scripts/h200_page.sh run 5
 # (a call carries the repository, about 8 MB, plus one 52 MiB piece: under the 64 MiB a call.)
+# If Chromium gives only SwiftShader's adapter (as on the H200 in session 12), the Dawn-for-Node stand-in:
+#   sh docs/bench/scripts/pack_node.sh here; calls 1..2 carry .pg/pgn.tar.xz.00, .01 (stash);
+#   call 3: carry [".pg/pgn.tar.xz.02", ".gl", ".whl", ".pgb"], command: bash docs/bench/scripts/h200_page.sh node 3
+#   (writes node.jsonl: node_page.mjs, Pyodide under Node on Dawn's Vulkan backend, and native.jsonl).
 # `run N` joins the N pieces, unpacks them to /opt/pgx, and writes to $OUT: env.txt, probe.json (adapter per flag
 # set, chrome://gpu's text), page.jsonl, native.jsonl, wllama.jsonl, chromium.log and log.txt.
 set -u
 OUT=${OUT:-/tmp/pg_out}
 mkdir -p $OUT /opt/pgparts
-cp -n .pg/pg.tar.xz.* /opt/pgparts/ 2>/dev/null
+cp -n .pg/*.tar.xz.* /opt/pgparts/ 2>/dev/null
 echo "pieces on the machine: $(ls /opt/pgparts | tr '\n' ' ')"
 if [ "${1:-}" = stash ]; then
   { date -u; uname -a; cat /etc/os-release | head -3; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
@@ -24,9 +28,37 @@ if [ "${1:-}" = stash ]; then
     which node chromium 2>&1; df -h /opt /tmp | tail -2; } > $OUT/env.txt 2>&1
   exit 0
 fi
-test "${1:-}" = run || { echo "usage: h200_page.sh stash | run N"; exit 2; }
+if [ "${1:-}" = node ]; then     # the Dawn-for-Node stand-in (pack_node.sh): pieces .pg/pgn.tar.xz.NN
+  N=${2:-3}
+  test $(ls /opt/pgparts/pgn.* | wc -l) -ge $N || { echo "missing pieces: have $(ls /opt/pgparts/pgn.* | wc -l) of $N"; exit 1; }
+  exec > >(tee $OUT/log.txt) 2>&1
+  set -x
+  R=$PWD
+  mkdir -p /opt/pgn && cat /opt/pgparts/pgn.tar.xz.* | xz -dc -T0 | tar -x -C /opt/pgn || exit 1
+  rm -rf /opt/pgsrc && mkdir -p /opt/pgsrc && xz -dc .pgb/src.tar.xz | tar -x -C /opt/pgsrc && cd /opt/pgsrc || exit 1
+  echo "code: $(cat /opt/pgsrc/COMMIT)" | tee -a $OUT/env.txt
+  cp -a /opt/pgn/.assets . || exit 1
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $R/.whl/*.whl
+  export PYTHONPATH=/tmp/site:$PWD XDG_RUNTIME_DIR=/tmp PYTHONUNBUFFERED=1
+  for f in $R/.gl/*.deb; do dpkg -x $f /; done; ldconfig
+  export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+  export VK_ICD_FILENAMES=$VK_DRIVER_FILES
+  ldconfig -p | grep -q 'libatomic.so.1 ' || export LD_LIBRARY_PATH=/opt/pgn/pgn/lib
+  NODE=/opt/pgn/pgn/node; W=/opt/pgn/pgn/webgpu; M=$PWD/.assets/models/SmolLM2-135M-Instruct.Q4_1.gguf
+  $NODE --version
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+  for a in "128 128" "512 128" "512 128"; do
+    timeout 150 $NODE docs/bench/scripts/node_page.mjs . $W $M $a backend=vulkan >> $OUT/node.jsonl; echo "node [$a] rc=$?"
+  done
+  for a in "--prompt-tokens 512 --decode-tokens 128" "--prompt-tokens 128 --decode-tokens 128"; do
+    timeout 120 python3 -m cera_web bench --model $M $a --repeats 3 >> $OUT/native.jsonl; echo "native [$a] rc=$?"
+  done
+  cut -c1-700 $OUT/node.jsonl $OUT/native.jsonl
+  exit 0
+fi
+test "${1:-}" = run || { echo "usage: h200_page.sh stash | run N | node N"; exit 2; }
 N=${2:-5}
-test $(ls /opt/pgparts | wc -l) -ge $N || { echo "missing pieces: have $(ls /opt/pgparts | wc -l) of $N"; exit 1; }
+test $(ls /opt/pgparts/pg.* | wc -l) -ge $N || { echo "missing pieces: have $(ls /opt/pgparts/pg.* | wc -l) of $N"; exit 1; }
 exec > >(tee $OUT/log.txt) 2>&1
 T0=$(date +%s)
 t() { echo "== t=$(( $(date +%s) - T0 ))s $*"; }
