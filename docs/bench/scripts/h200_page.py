@@ -33,9 +33,10 @@ FLAGS_FILE = Path("/tmp/pg_flags.json")
 FLAG_SETS = {
     # Headless Chromium forces SwiftShader for GL unless --enable-gpu (or --use-gl / --use-angle) is given, and then
     # WebGPU offers only SwiftShader's fallback adapter; Dawn's Vulkan backend needs the Vulkan feature on Linux.
-    # Seen on the H200 (session 12): without --enable-gpu every set below gave the SwiftShader adapter; with
-    # --enable-features=Vulkan --use-angle=vulkan the GPU process crashed (exit code 11) three times, after which
-    # requestAdapter() never answered.
+    # On the H200 (session 12, BENCHMARKS.md) none of these gave the GPU: with --enable-gpu, ANGLE's default GL wants
+    # an X display and Chromium's Vulkan instance fails (vkCreateInstance -7) under headless Ozone; --use-angle=vulkan
+    # puts GL on the GPU but WebGPU still gets SwiftShader (with the Vulkan feature too: a crashing GPU process or a
+    # null adapter); --use-angle=gl-egl gives Dawn an OpenGL ES adapter on the GPU in compatibility mode only.
     "gpu-vulkan": ["--enable-gpu", "--enable-features=Vulkan", "--ignore-gpu-blocklist", "--enable-logging=stderr"],
     "gpu-vulkan-angle-egl": ["--enable-gpu", "--enable-features=Vulkan", "--use-gl=angle", "--use-angle=gl-egl",
                              "--ignore-gpu-blocklist", "--enable-logging=stderr"],
