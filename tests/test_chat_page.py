@@ -172,6 +172,7 @@ def test_stop_regenerate_clear_and_bad_settings_on_a_tiny_model(browser, server_
         chat.say("tell me a long story", 1000)
         assistant = chat.log.locator(".turn").nth(1).locator(".content")
         expect(assistant).to_have_text(re.compile(r"."), timeout=GENERATE_MS)
+        expect(assistant).not_to_have_class(re.compile("prompt-progress"), timeout=GENERATE_MS)   # a token, not progress
         chat.stop.click()
         chat.wait_ready(r"^Ready \(stopped\)", 120_000)
         turns = chat.turns()
