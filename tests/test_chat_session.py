@@ -1,5 +1,7 @@
 """Multi-turn chat with the real default model (SmolLM2-135M, greedy unless stated): the KV cache kept between turns
-gives the same tokens as running the whole conversation from scratch; regenerate, cancel, reset, context limits."""
+gives the same tokens as running the whole conversation from scratch; regenerate, cancel, reset, context limits.
+The session's bookkeeping is under test, so the engine runs on the CPU backend (the numpy reference model, ~10x
+faster than lavapipe here); test_models holds the GPU models' cache reuse to generation from scratch."""
 import asyncio
 
 import pytest
@@ -7,8 +9,6 @@ import pytest
 from cera_web.engine import ChatSession
 from cera_web.errors import ContextOverflowError, InputError
 from cera_web.sampling import GREEDY
-
-pytestmark = pytest.mark.gpu
 
 CTX = 96
 GREEDY10 = GREEDY.replace(max_tokens=10)
@@ -21,7 +21,7 @@ def run(coro):
 @pytest.fixture(scope="module")
 def engine(smollm2_gguf):
     from cera_web.engine import Engine
-    eng = run(Engine.load(smollm2_gguf, context_size=CTX, chunk=8))
+    eng = run(Engine.load(smollm2_gguf, context_size=CTX, chunk=8, device="cpu"))
     yield eng
     eng.close()
 

@@ -1,6 +1,8 @@
 """The OpenAI-shaped API (cera_web.openai_api) on the real model: response dict shapes, streaming equal to the
 non-streamed reply, n choices reproducible with a seed, tool calls constrained so they parse and call the Python
-function, logprobs, JSON schema, and the raw-text completions. Replies are kept to a few tokens (lavapipe is slow).
+function, logprobs, JSON schema, and the raw-text completions. The API's shapes and bookkeeping are under test, not
+the kernels (test_engine, test_constrained and test_matvec_q8 hold the GPU path to the references), so the engine
+runs on the CPU backend (the numpy reference model: ~10x faster than lavapipe on two cores). Replies are kept short.
 """
 import asyncio
 import json
@@ -21,7 +23,7 @@ def run(coro):
 @pytest.fixture(scope="module")
 def engine(smollm2_gguf):
     from cera_web.engine import Engine
-    eng = run(Engine.load(smollm2_gguf, context_size=512))
+    eng = run(Engine.load(smollm2_gguf, context_size=512, device="cpu"))
     yield eng
     eng.close()
 
