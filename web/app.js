@@ -436,8 +436,17 @@ function showMenu() {
     : served ? `${formatBytes(served.size)} · ${state.cached.has(current) ? 'cached' : 'not cached'}` : '';
 }
 
+// A download over this many bytes asks first (a phone on a metered connection, a slow line).
+const CONFIRM_BYTES = 200e6;
+
 ui.modelSelect.addEventListener('change', () => {
   const url = ui.modelSelect.value;
+  const served = state.served.find((m) => m.url === url);
+  if (served && served.size > CONFIRM_BYTES && !state.cached.has(absolute(url)) &&
+      !confirm(`Download ${served.file} (${formatBytes(served.size)})? It is kept in this browser afterwards.`)) {
+    showMenu();   // the menu shows the loaded model again
+    return;
+  }
   if (url && !state.loading && !state.generating) {
     ui.modelUrl.value = url;
     loadModel(url);
