@@ -159,25 +159,6 @@ function statsText(msg) {
     ` · Decode: ${fmtRate(msg.decode_tok_s, msg.tokens.length, msg.decode_ms)}` + first;
 }
 
-// A "Copy" button for a whole reply (its Markdown source, as the model wrote it).
-function copyButton(text) {
-  const b = document.createElement('button');
-  b.type = 'button';
-  b.className = 'seed';
-  b.textContent = 'Copy';
-  b.setAttribute('aria-label', 'Copy reply');
-  b.addEventListener('click', async () => {
-    try {
-      await navigator.clipboard.writeText(text);
-      b.textContent = 'Copied';
-    } catch (e) {
-      b.textContent = 'Copy failed';
-    }
-    setTimeout(() => { b.textContent = 'Copy'; }, 1500);
-  });
-  return b;
-}
-
 // A "seed N" button: clicking it puts N in the Seed setting, so the next run repeats this one.
 function seedButton(seed) {
   const b = document.createElement('button');
@@ -606,7 +587,7 @@ function addTurn(role, text, stopped, meta, index) {
     line.className = 'turn-meta';
     line.append(`${meta.tokens} tokens · ${meta.tok_s == null ? '—' : meta.tok_s.toFixed(1)} tok/s`);
     if (meta.seed != null) line.append(' · ', seedButton(meta.seed));
-    if (role === 'assistant') line.append(' · ', copyButton(text));
+    if (role === 'assistant') line.append(' · ', CeraMarkdown.copyButton(text, 'Copy reply', 'seed'));
     if (meta.stop === 'max_tokens' && index === state.messages.length - 1) line.append(' · ', continueButton());
     li.append(line);
   }

@@ -109,21 +109,28 @@ self.CeraMarkdown = (() => {
     if (last < text.length) parent.append(text.slice(last));
   }
 
-  function codeBlock(code, lang) {
-    const box = el('div', 'code-block');
-    const copy = el('button', 'copy');
+  // A "Copy" button that puts `text` on the clipboard (named `label` for assistive technology); the page uses it for
+  // whole replies too.
+  function copyButton(text, label, className = 'copy') {
+    const copy = el('button', className);
     copy.type = 'button';
     copy.textContent = 'Copy';
-    copy.setAttribute('aria-label', 'Copy code');
+    copy.setAttribute('aria-label', label);
     copy.addEventListener('click', async () => {
       try {
-        await navigator.clipboard.writeText(code);
+        await navigator.clipboard.writeText(text);
         copy.textContent = 'Copied';
       } catch (e) {
         copy.textContent = 'Copy failed';
       }
       setTimeout(() => { copy.textContent = 'Copy'; }, 1500);
     });
+    return copy;
+  }
+
+  function codeBlock(code, lang) {
+    const box = el('div', 'code-block');
+    const copy = copyButton(code, 'Copy code');
     const pre = el('pre');
     const c = el('code');
     if (lang) c.dataset.lang = lang;
@@ -202,5 +209,5 @@ self.CeraMarkdown = (() => {
     return out;
   }
 
-  return {render};
+  return {render, copyButton};
 })();
