@@ -4,7 +4,7 @@
     python serve.py [--host 127.0.0.1] [--port 8000] [--allow-host NAME] [--no-fetch] [--models default|all]
                     [--verbose]
 
-First makes sure the assets in assets.json are fetched (see cera_web/assets.py), then serves:
+First makes sure the assets in assets.json are fetched (see cera_web/tools/assets.py), then serves:
 
     /                    web/index.html
     /web/...             web/
@@ -12,9 +12,9 @@ First makes sure the assets in assets.json are fetched (see cera_web/assets.py),
     /models/...          .assets/models/    (GGUF files; Range requests, ETag, Last-Modified)
     /pyscript/...        .assets/pyscript/  (only when that optional asset was fetched)
     /app/cera_web.zip    cera_web/**/*.py|json and shaders/**/*.wgsl, zipped in memory once, rebuilt when a
-                         source file changes (its size or modification time); without the native-only tools
-                         (benchmarks and asset fetching, TOOLS)
-    /app/cera_web_tools.zip   the TOOLS modules alone, for web/bench.html (cached the same way)
+                         source file changes (its size or modification time); without the cera_web.tools
+                         subpackage (CLI, benchmarks, asset fetching: TOOLS), which the runtime never imports
+    /app/cera_web_tools.zip   the cera_web.tools subpackage alone, for web/bench.html (cached the same way)
     /models/index.json   {"models": [...]}: the models of assets.json present on disk, for the page's menu
     /pyodide/wheels/index.json   {"wheels": [file names]}: the wheels the worker installs, listed per request
                          (unless such a file exists; a static host serves a written copy)
@@ -65,9 +65,9 @@ FOLDERS = {
 INDEX = ("web", "index.html")
 APP_ZIP = "/app/cera_web.zip"
 TOOLS_ZIP = "/app/cera_web_tools.zip"
-# native-only modules: not part of the browser bundle (web/bench.html fetches them from TOOLS_ZIP)
-TOOLS = ("cera_web/assets.py", "cera_web/bench.py", "cera_web/bench_grammar.py", "cera_web/bench_kernels.py",
-         "cera_web/bench_logprobs.py")
+# the cera_web.tools subpackage (CLI, asset fetching, benchmarks), which the runtime never imports: not part of the
+# browser bundle (web/bench.html fetches it from TOOLS_ZIP)
+TOOLS = "cera_web/tools"
 WHEELS_INDEX = "/pyodide/wheels/index.json"
 MODELS_INDEX = "/models/index.json"     # the page's model menu (models_index)
 
@@ -102,7 +102,7 @@ BACKLOG = 256
 
 
 def load_assets_module():
-    """cera_web/assets.py, loaded without running cera_web/__init__.py.
+    """cera_web/tools/assets.py, loaded without running cera_web/__init__.py.
 
     The package's __init__ may import numpy (the engine), which a bare system Python lacks; assets.py
     and errors.py are stdlib only. A private package object with the same __path__ lets assets.py's
@@ -113,7 +113,7 @@ def load_assets_module():
         pkg = types.ModuleType(name)
         pkg.__path__ = [str(ROOT / "cera_web")]
         sys.modules[name] = pkg
-    return importlib.import_module(name + ".assets")
+    return importlib.import_module(name + ".tools.assets")
 
 
 def build_app_zip(root: Path = ROOT, tools: bool = False) -> bytes:
@@ -124,7 +124,7 @@ def build_app_zip(root: Path = ROOT, tools: bool = False) -> bytes:
     """
     files = [p for p in sorted((root / "cera_web").rglob("*")) if p.suffix in (".py", ".json")]
     files += sorted((root / "shaders").rglob("*.wgsl"))
-    files = [p for p in files if (p.relative_to(root).as_posix() in TOOLS) == tools]
+    files = [p for p in files if p.relative_to(root).is_relative_to(TOOLS) == tools]
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
         for p in files:

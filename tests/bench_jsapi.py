@@ -52,7 +52,7 @@ def main():
     from conftest import CHROMIUM, CHROMIUM_ARGS
     from playwright.sync_api import sync_playwright
 
-    from cera_web.assets import ensure_assets
+    from cera_web.tools.assets import ensure_assets
     ensure_assets(quiet=True)
     server = serve.make_server("127.0.0.1", 0)
     threading.Thread(target=server.serve_forever, daemon=True).start()

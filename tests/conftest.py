@@ -54,7 +54,7 @@ def repo_root() -> Path:
 
 @pytest.fixture(scope="session")
 def smollm2_gguf() -> Path:
-    from cera_web.assets import default_model_path
+    from cera_web.tools.assets import default_model_path
 
     return default_model_path(ensure=True)
 
@@ -62,7 +62,7 @@ def smollm2_gguf() -> Path:
 @pytest.fixture(scope="session")
 def server_url():
     import serve
-    from cera_web.assets import ensure_assets
+    from cera_web.tools.assets import ensure_assets
 
     ensure_assets()
     server = serve.make_server("127.0.0.1", 0)

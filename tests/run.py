@@ -101,7 +101,7 @@ def main(argv):
     install_system_packages()
     ensure_venv()
     say("checking the pinned assets (assets.json)")
-    run([VENV_PYTHON, "-m", "cera_web.assets", "--models"], cwd=ROOT)
+    run([VENV_PYTHON, "-m", "cera_web.tools.assets", "--models"], cwd=ROOT)
     args = argv or ["-q", "--durations=25"]   # the 25 slowest tests in the log: the CI budget is watched from it
     cmd = [str(VENV_PYTHON), "-m", "pytest", *args]
     say("$ " + " ".join(cmd))

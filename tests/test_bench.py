@@ -3,7 +3,7 @@ import asyncio
 
 import pytest
 
-from cera_web import bench
+from cera_web.tools import bench
 from cera_web.gguf import open_gguf
 from cera_web.pacing import ReadPacer
 
@@ -111,7 +111,7 @@ def test_kernel_shape_choices(monkeypatch):
 
 
 def test_bench_kernels_gemm_reports_gflops(dev):
-    from cera_web import bench_kernels
+    from cera_web.tools import bench_kernels
     from cera_web.gguf import GGMLType
     out = asyncio.run(bench_kernels.run([GGMLType.Q4_1], [(64, 256)], device=dev, repeats=1, target_ms=1,
                                         rotate_mib=1, gemm_tokens=16, tiles=[(64, 64, 1), (32, 32, 4)]))

@@ -139,7 +139,7 @@ def test_prefill_attention_heads_of_128_matches_numpy(tmp_path, monkeypatch, til
     rule gives them) or attention.wgsl: prompt logits over chunks of 24 tokens (later chunks read the earlier ones'
     keys; 48 query rows a chunk: one full 32-row block and a partial one) equal the numpy reference model's."""
     from cera_web import kernels
-    from cera_web.bench import synthetic_llama
+    from cera_web.tools.bench import synthetic_llama
     from cera_web.engine import Engine
     monkeypatch.setenv("CERA_WEB_ATTN_TILED", tiled)
     path = tmp_path / "h128.gguf"

@@ -329,7 +329,7 @@ def test_unsupported_type_fails_at_load(tmp_path):
 
 
 def test_bench_kernels_reports_every_type_and_lane_count(dev):
-    from cera_web.bench_kernels import main, parse_shapes, run
+    from cera_web.tools.bench_kernels import main, parse_shapes, run
 
     types = [GGMLType.Q4_K, GGMLType.Q5_0, GGMLType.BF16]
     out = asyncio.run(run(types, [(64, 512)], [1, 32], repeats=1, target_ms=2, rotate_mib=1, device=dev))

@@ -366,7 +366,7 @@ def test_matmul_i8_tile(monkeypatch):
 def test_bench_kernels_gemm_reports_int8_beside_f32(dev):
     import asyncio
 
-    from cera_web import bench_kernels
+    from cera_web.tools import bench_kernels
     out = asyncio.run(bench_kernels.run([GGMLType.Q4_1, GGMLType.Q4_K, GGMLType.F16], [(64, 256)], device=dev,
                                         repeats=1, target_ms=1, rotate_mib=1, gemm_tokens=16))
     assert [r["type"] for r in out["gemm"]] == ["Q4_1", "Q4_K", "F16"]

@@ -447,7 +447,7 @@ def test_bench_kernels_times_prefill_attention(dev):
     and split, GFLOP/s from the causal key count (T tokens after pos0: 4 * head size * heads * sum of keys)."""
     import asyncio
 
-    from cera_web import bench_kernels
+    from cera_web.tools import bench_kernels
     out = asyncio.run(bench_kernels.run([], [], device=dev, repeats=1, target_ms=1, rotate_mib=1, gemm_tokens=8,
                                         attention=[(4, 2)], attention_pos0=3, splits=[1, 2]))
     rows = out["attention"]

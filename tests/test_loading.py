@@ -77,7 +77,7 @@ class _CountingHandler(serve.Handler):
 
 @pytest.fixture(scope="module")
 def site():
-    from cera_web.assets import ensure_assets
+    from cera_web.tools.assets import ensure_assets
     ensure_assets()
     server = serve.AppServer(("127.0.0.1", 0), serve.ROOT, False)
     server.RequestHandlerClass = _CountingHandler

@@ -237,7 +237,7 @@ def test_bench_kernels_times_int8_beside_f32(dev):
     """bench_kernels reports the int8 kernel's product of the same weights beside matmul.wgsl's (the lead's
     before/after on the H200), each --variants8 shape, Q4_1 in the aligned layout and in the file's."""
     import asyncio
-    from cera_web import bench_kernels
+    from cera_web.tools import bench_kernels
     out = asyncio.run(bench_kernels.run([GGMLType.Q4_1, GGMLType.F16], [(64, 256)], device=dev, repeats=1,
                                         target_ms=1, rotate_mib=1, serial=False, lanes_list=[1],
                                         variants8=[dict(lanes=1, wg=64, sg=0), dict(lanes=4, wg=64, sg=0)]))

@@ -1,4 +1,4 @@
-"""The real checkpoints (optional assets: `python -m cera_web.assets --models`; tests/run.py fetches them) on the GPU
+"""The real checkpoints (optional assets: `python -m cera_web.tools.assets --models`; tests/run.py fetches them) on the GPU
 (native wgpu; lavapipe on CI) against tests/fixtures/real_reference.json, which tests/fixtures/make_real_reference.py
 made with transformers loading the same GGUF in float32 (it dequantizes the Q4_K/Q5_0/Q6_K/Q8_0 blocks exactly).
 
@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cera_web import assets
+from cera_web.tools import assets
 
 pytestmark = pytest.mark.gpu
 
@@ -48,7 +48,7 @@ def engines():
 
     def get(name):
         if not assets.is_installed(name):
-            pytest.skip(f"{name} is not fetched: python -m cera_web.assets --models (tests/run.py does)")
+            pytest.skip(f"{name} is not fetched: python -m cera_web.tools.assets --models (tests/run.py does)")
         if name not in cache:
             for other in list(cache):           # one real model in memory at a time (close() ends its device)
                 cache.pop(other).close()

@@ -1,7 +1,7 @@
 """The real checkpoints in the page (headless Chromium, real Pyodide, WebGPU on SwiftShader): the page loads Gemma 3
 270M and Qwen2.5-Coder-0.5B from the server (`?model=/models/FILE`) and generates, in raw completion, transformers' greedy tokens
 (tests/fixtures/real_reference.json) for the raw prompt "The capital of France is". Optional assets: skipped when
-not fetched (`python -m cera_web.assets --models`; tests/run.py fetches them).
+not fetched (`python -m cera_web.tools.assets --models`; tests/run.py fetches them).
 
 A few tokens only: SwiftShader on two cores decodes these models at seconds a token. The first GREEDY steps of this
 prompt have reference margins well above the float32 noise (checked below), so the text must match exactly.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cera_web import assets
+from cera_web.tools import assets
 from cera_web.gguf import open_gguf
 from cera_web.tokenizer import Tokenizer
 
@@ -36,7 +36,7 @@ PAGE_CI = "gemma3-270m"
                                   for n in sorted(REF["models"])])
 def test_page_generates_with_a_real_checkpoint(browser, server_url, name):
     if not assets.is_installed(name):
-        pytest.skip(f"{name} is not fetched: python -m cera_web.assets --models (tests/run.py does)")
+        pytest.skip(f"{name} is not fetched: python -m cera_web.tools.assets --models (tests/run.py does)")
     path = assets.asset_path(name)
     case = next(p for p in REF["models"][name]["prompts"] if p["name"] == "capital")
     assert min(case["margins"][:GREEDY]) > 0.05

@@ -1,5 +1,5 @@
 """serve.py (routes, MIME types, Range, caching headers, refusal of everything else) and the pinned assets
-it serves (cera_web/assets.py + assets.json).
+it serves (cera_web/tools/assets.py + assets.json).
 
 Most HTTP tests run against a throw-away site built in a temp folder, so the expected bytes and the
 secrets that must never leak are known exactly; a few run against the real checkout and real assets.
@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 import pytest
 
 import serve
-from cera_web import assets
+from cera_web.tools import assets
 from cera_web.errors import CeraError
 
 SECRET = b"TOP-SECRET-do-not-serve"
@@ -321,13 +321,14 @@ def test_real_app_zip_matches_the_checkout_and_imports_like_it(server_url, repo_
         names = set(zf.namelist())
         zf.extractall(tmp_path / "app")
     # independent listing of what should ship
-    expected, unshipped = set(), []
+    expected, tools_expected, unshipped = set(), set(), []
     for top, exts in (("cera_web", (".py", ".json")), ("shaders", (".wgsl",))):
         for dirpath, dirnames, filenames in os.walk(repo_root / top):
             dirnames[:] = [d for d in dirnames if d != "__pycache__" and not d.startswith(".")]
             for f in filenames:
                 rel = (Path(dirpath) / f).relative_to(repo_root).as_posix()
-                if rel in serve.TOOLS:          # native-only: served in the tools zip (checked below)
+                if Path(rel).is_relative_to(serve.TOOLS):   # the tools subpackage: in the tools zip (below)
+                    tools_expected.add(rel)
                     continue
                 if f.endswith(exts):
                     expected.add(rel)
@@ -335,7 +336,8 @@ def test_real_app_zip_matches_the_checkout_and_imports_like_it(server_url, repo_
                     unshipped.append(rel)
     assert names == expected
     status, _, tools = request(server_url, "/app/cera_web_tools.zip")
-    assert status == 200 and set(zipfile.ZipFile(io.BytesIO(tools)).namelist()) == set(serve.TOOLS)
+    assert status == 200 and set(zipfile.ZipFile(io.BytesIO(tools)).namelist()) == tools_expected
+    assert {"cera_web/tools/bench.py", "cera_web/tools/assets.py", "cera_web/tools/cli.py"} <= tools_expected
     assert not unshipped, (f"{unshipped} would not reach the browser: /app/cera_web.zip ships only "
                            f".py and .json files from cera_web/ (see serve.build_app_zip)")
 
@@ -802,3 +804,29 @@ def test_silent_clients_are_dropped_after_the_idle_timeout(model_server):
     finally:
         for s in [*silent, half]:
             s.close()
+
+
+def test_runtime_modules_never_import_the_tools_subpackage(repo_root):
+    """The browser bundle leaves cera_web/tools out by structure, which holds only while no runtime module imports it
+    (at the top or inside a function): every `import`/`from ... import` of cera_web outside tools/ is checked."""
+    import ast
+    offenders = []
+    pkg = repo_root / "cera_web"
+    for path in sorted(pkg.rglob("*.py")):
+        rel = path.relative_to(repo_root)
+        if rel.is_relative_to("cera_web/tools") or rel.name == "__main__.py":   # __main__: the CLI's entry shim
+            continue
+        parts = list(rel.with_suffix("").parts)
+        package = parts[:-1] if rel.name != "__init__.py" else parts[:-1]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom):
+                base = package[:len(package) - (node.level - 1)] if node.level else []
+                target = ".".join(base + ([node.module] if node.module else []))
+                names = [target] + [f"{target}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            if any(n == "cera_web.tools" or n.startswith("cera_web.tools.") for n in names):
+                offenders.append(f"{rel}:{node.lineno}")
+    assert not offenders, f"runtime modules import cera_web.tools: {offenders}"

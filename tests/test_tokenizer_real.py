@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cera_web import assets
+from cera_web.tools import assets
 from cera_web.errors import GGUFFormatError
 from cera_web.gguf import open_gguf
 from cera_web.tokenizer import BYTE, CONTROL, NORMAL, USER_DEFINED, StreamDecoder, Tokenizer
@@ -27,7 +27,7 @@ def reference():
 def real_tokenizer(name):
     path = assets.asset_path(name)
     if not assets.is_installed(name):
-        pytest.skip(f"{path.name} is not fetched: python -m cera_web.assets --models (tests/run.py does)")
+        pytest.skip(f"{path.name} is not fetched: python -m cera_web.tools.assets --models (tests/run.py does)")
     return Tokenizer.from_gguf(open_gguf(path))
 
 

@@ -27,7 +27,7 @@ is checked.
     default_model_path(ensure=True) -> Path                  the default GGUF model
     model_names() -> list                                    every model asset (default first)
 
-`python -m cera_web.assets [NAME ...] [--models] [--list] [--quiet]` does the same from a shell
+`python -m cera_web.tools.assets [NAME ...] [--models] [--list] [--quiet]` does the same from a shell
 (--models: the default assets plus every model asset).
 """
 
@@ -45,9 +45,9 @@ import tempfile
 import zipfile
 from pathlib import Path, PurePosixPath
 
-from .errors import CeraError
+from ..errors import CeraError
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 MANIFEST_NAME = "assets.json"
 
 _CHUNK = 1 << 20  # bytes per read when copying and hashing
@@ -562,7 +562,7 @@ def _pip_command(root):
 def _main(argv=None):
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m cera_web.assets", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m cera_web.tools.assets", description=__doc__.split("\n")[0])
     ap.add_argument("names", nargs="*", help="assets to fetch (default: all non-optional)")
     ap.add_argument("--list", action="store_true", help="list the assets and whether each is installed")
     ap.add_argument("--models", action="store_true",

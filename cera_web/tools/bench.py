@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from .errors import CeraError
+from ..errors import CeraError
 
 TEXT = ("The history of the city begins with a small settlement on the river, where traders met to exchange grain, "
         "salt and cloth. Over the centuries it grew into a market town, then a walled city with a cathedral, a "
@@ -90,7 +90,7 @@ async def profile(engine, prompt_tokens: int = 512, repeats: int = 20) -> dict:
     import time as _time
     model, dev = engine.model, engine.dev
     try:
-        from .gpu.native import NativeDevice, time_dispatches
+        from ..gpu.native import NativeDevice, time_dispatches
         time_dispatches = time_dispatches if isinstance(dev, NativeDevice) else None
     except ImportError:     # Pyodide: no wgpu-py
         time_dispatches = None
@@ -159,7 +159,7 @@ def random_weights(rng, type_name: str, rows: int, cols: int) -> np.ndarray:
     billions of weights (no quantizer runs)."""
     if type_name == "F16":
         return (np.frombuffer(rng.bytes(rows * cols), np.int8).reshape(rows, cols) * (0.05 / 127)).astype(np.float16)
-    from .gguf import GGML_BLOCK, GGMLType
+    from ..gguf import GGML_BLOCK, GGMLType
     elems, nbytes = GGML_BLOCK[GGMLType[type_name]]
     blocks = np.frombuffer(rng.bytes(rows * cols // elems * nbytes), np.uint8).reshape(-1, nbytes).copy()
 
@@ -258,7 +258,7 @@ def synthetic_llama(path, shape: str = "smollm2-135m", quant: str = "q4_1", *, s
 
 def synthetic_info(path) -> dict:
     """What a synthetic file holds, for the JSON: tensor types with their counts, and the parameter count."""
-    from .gguf import open_gguf
+    from ..gguf import open_gguf
     g = open_gguf(str(path))
     types = {}
     for t in g.tensors.values():

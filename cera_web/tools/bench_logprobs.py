@@ -2,7 +2,7 @@
 the same decode with logprobs and the top 5 alternatives (logprobs.wgsl after the sampler, read back with the
 tokens), plus the host time of webapp.token_probs (the per-token texts the page shows). JSON on stdout.
 
-    python -m cera_web.bench_logprobs [--model PATH] [--decode-tokens 128] [--runs 3]
+    python -m cera_web.tools.bench_logprobs [--model PATH] [--decode-tokens 128] [--runs 3]
 """
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import time
 
 
 async def bench(model: str, decode_tokens: int, runs: int) -> dict:
-    from .engine import Engine
-    from .webapp import token_probs
+    from ..engine import Engine
+    from ..webapp import token_probs
     engine = await Engine.load(model)
     try:
         ids = engine.encode_chat([{"role": "user", "content": "Write a long story about a cat."}])
@@ -43,7 +43,7 @@ async def bench(model: str, decode_tokens: int, runs: int) -> dict:
 
 def main(argv=None):
     from .assets import default_model_path
-    ap = argparse.ArgumentParser(prog="python -m cera_web.bench_logprobs", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m cera_web.tools.bench_logprobs", description=__doc__.splitlines()[0])
     ap.add_argument("--model", help="GGUF file (default: the default model)")
     ap.add_argument("--decode-tokens", type=int, default=128)
     ap.add_argument("--runs", type=int, default=3)

@@ -1,9 +1,9 @@
 """Matrix-vector kernel bandwidth, one JSON object on stdout.
 
-    python -m cera_web.bench_kernels [--types Q4_K,Q6_K] [--shapes 4096x4096,14336x4096] [--lanes 32]
+    python -m cera_web.tools.bench_kernels [--types Q4_K,Q6_K] [--shapes 4096x4096,14336x4096] [--lanes 32]
                                      [--variants "rpt=1,wg=64,sg=0;rpt=2,wg=128,sg=1"]
                                      [--no-int8] [--variants8 "lanes=16,wg=256,sg=1;lanes=8,wg=256,sg=1"]
-    python -m cera_web.bench_kernels --gemm [TOKENS] [--types Q4_1] [--shapes 2048x2048] [--tiles "64,64,1;32,32,4"]
+    python -m cera_web.tools.bench_kernels --gemm [TOKENS] [--types Q4_1] [--shapes 2048x2048] [--tiles "64,64,1;32,32,4"]
                                      [--no-int8]
 
 For each weight type and shape NxK (N rows of K weights, as in the model: 14336x4096 is an FFN gate/up matrix), the
@@ -49,8 +49,8 @@ import time
 
 import numpy as np
 
-from . import kernels
-from .gguf import GGML_BLOCK, GGMLType
+from .. import kernels
+from ..gguf import GGML_BLOCK, GGMLType
 
 
 # Llama-3.2-1B's prefill products: Wo, Q/K/V stacked, gate/up stacked, down
@@ -346,7 +346,7 @@ async def run(types, shapes, lanes_list=None, *, repeats=None, target_ms=None, r
     """Matrix-vector bandwidth per type and shape; with gemm_tokens, the prefill GEMM's GFLOP/s over that many tokens
     instead (tiles: the tiles to compare, default the one the engine picks), and beside it in "gemm8" the int8 GEMM
     (matmul_i8) for types that have one when the device has dot4I8Packed and int8."""
-    from .gpu.native import NativeDevice
+    from ..gpu.native import NativeDevice
     dev = device or NativeDevice.create()
     cpu = dev.is_cpu
     lanes_list = lanes_list or ([32, 1] if cpu else [32])
@@ -421,7 +421,7 @@ async def run(types, shapes, lanes_list=None, *, repeats=None, target_ms=None, r
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m cera_web.bench_kernels", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m cera_web.tools.bench_kernels", description=__doc__.split("\n\n")[0])
     p.add_argument("--types", help="comma-separated GGML types (default: every type with a GPU kernel)")
     p.add_argument("--shapes", help="comma-separated NxK (rows x row length); default 4096x4096,14336x4096, with "
                                     "--gemm Llama-3.2-1B's " + GEMM_SHAPES)

@@ -1,7 +1,7 @@
 """Benchmark of the grammar engine's per-step host cost (JSON on stdout).
 
-    python -m cera_web.bench_grammar [--gguf FILE] [--vocab 150000] [--steps 200] [--runs 8]
-    python -m cera_web.bench_grammar --decode [--gguf FILE | --vocab-json F] [--decode-tokens 128]
+    python -m cera_web.tools.bench_grammar [--gguf FILE] [--vocab 150000] [--steps 200] [--runs 8]
+    python -m cera_web.tools.bench_grammar --decode [--gguf FILE | --vocab-json F] [--decode-tokens 128]
 
 For a few JSON schemas and grammars, random walks over the real vocabulary (each token drawn from the step's mask,
 seeded) play the part of generations; each step's ``mask()`` and ``advance()`` are timed. The first run of a schema
@@ -25,8 +25,8 @@ import time
 
 import numpy as np
 
-from .grammar import Grammar, Matcher, TokenTrie, recogniser_for
-from .json_schema import schema_to_grammar
+from ..grammar import Grammar, Matcher, TokenTrie, recogniser_for
+from ..json_schema import schema_to_grammar
 
 CASES = {
     "json_object": None,
@@ -81,7 +81,7 @@ DECODE_SCHEMA = {"type": "array", "minItems": 8, "maxItems": 12, "items": {
 
 
 async def decode_bench(engine, decode_tokens: int, steps_per_read: int) -> dict:
-    from . import grammar as gm
+    from .. import grammar as gm
     spent = []
     mask = gm.Matcher.mask
 
@@ -151,9 +151,9 @@ def main(argv=None):
     if a.save_vocab or a.decode:
         return _engine_main(a)
     from .assets import default_model_path
-    from .gguf import parse_gguf
-    from .source import FileSource
-    from .tokenizer import Tokenizer
+    from ..gguf import parse_gguf
+    from ..source import FileSource
+    from ..tokenizer import Tokenizer
     src = FileSource(a.gguf or default_model_path())
     tok = Tokenizer.from_gguf(parse_gguf(src.read, src.size))
     tb = [None if tok.is_special(i) else tok.token_bytes(i) for i in range(tok.vocab_size)]
@@ -196,8 +196,8 @@ def _engine_main(a):
 
     from .assets import default_model_path
     if a.save_vocab:
-        from .gguf import parse_gguf
-        from .source import FileSource
+        from ..gguf import parse_gguf
+        from ..source import FileSource
         src = FileSource(a.gguf or default_model_path())
         g = parse_gguf(src.read, src.size)
         md = g.metadata
@@ -210,7 +210,7 @@ def _engine_main(a):
         from .bench import synthetic_llama
         path = synthetic_llama(Path(tempfile.mkdtemp()) / "synthetic.gguf",
                                tokenizer=json.loads(Path(a.vocab_json).read_text()))
-    from .engine import Engine
+    from ..engine import Engine
 
     async def go():
         engine = await Engine.load(path or default_model_path(), context_size=1024)

@@ -1,0 +1,166 @@
+"""Command line: ``python -m cera_web generate|bench|info``.
+
+    python -m cera_web generate --prompt "The capital of France is" --max-tokens 16 --temperature 0 --json
+    python -m cera_web info path/to/model.gguf
+
+Errors exit with status 1 and a one-line message (``--debug`` shows the traceback); a malformed command line
+(unknown option, a value of the wrong type) exits with status 2 and the usage, as argparse does.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+from ..errors import CeraError
+from ..models.spec import KV_WIDTH
+
+
+def _model_path(path):
+    if path:
+        return path
+    from .assets import default_model_path
+    return default_model_path(ensure=True, quiet=True)
+
+
+async def _generate(args):
+    from ..engine import Engine
+    from ..sampling import SamplingParams
+    settings = {k: getattr(args, k) for k in ("temperature", "top_k", "top_p", "min_p", "repeat_penalty",
+                                              "repeat_window", "seed") if getattr(args, k) is not None}
+    SamplingParams.from_dict(settings)      # bad settings are refused before the model loads
+    engine = await Engine.load(_model_path(args.model), context_size=args.context,
+                               device="cpu" if args.cpu else None, kv_cache=args.kv_cache)
+    engine.steps_per_read = args.steps_per_read
+    stream = None if args.json else (lambda tok, piece: print(piece, end="", flush=True))
+    if args.stop:
+        settings["stop"] = args.stop
+    result = await engine.generate(args.prompt, max_tokens=args.max_tokens, on_token=stream, chat=args.chat,
+                                   ignore_eos=args.ignore_eos, **settings)
+    if args.json:
+        out = result.as_dict()
+        out["backend"] = engine.backend
+        out["model"] = engine.name
+        print(json.dumps(out, ensure_ascii=False))
+    else:
+        print()
+        print(f"[{len(result.prompt_tokens)} prompt tokens at {result.prefill_tok_s:.1f} tok/s, "
+              f"{len(result.tokens)} generated at {result.decode_tok_s:.1f} tok/s, stop: {result.stop_reason}; "
+              f"{engine.backend}]", file=sys.stderr)
+
+
+async def _bench(args):
+    from . import bench
+    from ..engine import Engine
+    path = args.model
+    if args.synthetic:
+        import tempfile
+        if args.synthetic not in bench.SHAPES or args.quant not in bench.QUANTS:
+            raise CeraError(f"--synthetic takes one of {', '.join(bench.SHAPES)} and --quant one of "
+                            f"{', '.join(bench.QUANTS)}; got {args.synthetic!r} and {args.quant!r}")
+        # kept between runs (the same name and seed always give the same file): a 1.5B model takes a while to write
+        folder = Path(tempfile.gettempdir()) / "cera_web_synthetic"
+        folder.mkdir(exist_ok=True)
+        path = folder / f"v2-{args.synthetic}-{args.quant}.gguf"
+        if not path.exists():
+            part = path.with_suffix(".part")
+            bench.synthetic_llama(part, args.synthetic, args.quant)
+            part.rename(path)
+    engine = await Engine.load(_model_path(path), context_size=args.context, chunk=args.chunk, kv_cache=args.kv_cache)
+    out = await bench.run(engine, args.prompt_tokens, args.decode_tokens, args.steps_per_read, args.repeats,
+                          args.decode_after)
+    if args.synthetic:
+        out["synthetic"] = {"shape": args.synthetic, "quant": args.quant, **bench.SHAPES[args.synthetic],
+                            **bench.synthetic_info(path)}
+    if args.profile:
+        out["profile"] = await bench.profile(engine, args.prompt_tokens)
+    print(json.dumps(out))
+
+
+def _info(args):
+    from ..gguf import GGML_BLOCK, open_gguf
+    g = open_gguf(_model_path(args.path))
+    arch = g.architecture
+    print(f"file: {args.path}  ({g.file_size / 2**20:.1f} MiB, GGUF v{g.version}, alignment {g.alignment})")
+    print(f"name: {g.get('general.name', '?')}   architecture: {arch}")
+    for key, value in g.metadata.items():
+        if key.startswith(arch + ".") or key in ("tokenizer.ggml.model", "tokenizer.ggml.pre",
+                                                   "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"):
+            print(f"  {key} = {value}")
+    counts = {}
+    for t in g.tensors.values():
+        n, b = counts.get(t.type.name, (0, 0))
+        counts[t.type.name] = (n + 1, b + t.nbytes)
+    print("tensor types: " + ", ".join(f"{k} x{n} ({b / 2**20:.1f} MiB)" for k, (n, b) in sorted(counts.items())))
+    if args.tensors:
+        for t in g.tensors.values():
+            print(f"  {t.name:40s} {t.type.name:6s} {'x'.join(map(str, t.shape)):>16s} {t.nbytes:>12,d} B")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m cera_web", description=__doc__.splitlines()[0])
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    g = sub.add_parser("generate", help="generate text from a prompt")
+    g.add_argument("--model", help="GGUF file (default: the bundled SmolLM2-135M-Instruct)")
+    g.add_argument("--prompt", required=True)
+    g.add_argument("--max-tokens", type=int, default=64)
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); e.g. 0.7 to sample")
+    g.add_argument("--top-k", type=int, help="keep the k most likely tokens (sampling defaults: see README)")
+    g.add_argument("--top-p", type=float)
+    g.add_argument("--min-p", type=float)
+    g.add_argument("--repeat-penalty", type=float)
+    g.add_argument("--repeat-window", type=int)
+    g.add_argument("--seed", type=int, help="same seed, prompt and settings give the same tokens")
+    g.add_argument("--stop", action="append", help="a text that ends the output (repeatable)")
+    g.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-turn tokens")
+    g.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    g.add_argument("--context", type=int, default=2048, help="context size in tokens")
+    g.add_argument("--kv-cache", choices=tuple(KV_WIDTH), default="f32",
+                   help="the KV cache's element type: f16 halves its memory (GPUs with shader-f16)")
+    g.add_argument("--steps-per-read", type=int, default=None,
+                   help="decode steps submitted per token readback (default: adapts to about 30 ms a read)")
+    g.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+    g.add_argument("--cpu", action="store_true",
+                   help="run the numpy reference model on the CPU (also used when no GPU adapter exists)")
+    b = sub.add_parser("bench", help="measure prefill and decode speed (JSON)")
+    b.add_argument("--model", help="GGUF file (default: the bundled SmolLM2-135M-Instruct)")
+    b.add_argument("--prompt-tokens", type=int, default=512)
+    b.add_argument("--decode-tokens", type=int, default=128)
+    b.add_argument("--steps-per-read", type=int, default=None,
+                   help="decode steps a readback (default: adaptive, as generate and the page use)")
+    b.add_argument("--chunk", type=int, default=512, help="prefill chunk size in tokens")
+    b.add_argument("--context", type=int, default=2048)
+    b.add_argument("--kv-cache", choices=tuple(KV_WIDTH), default="f32", help="the KV cache's element type")
+    b.add_argument("--decode-after", type=int, default=16,
+                   help="prompt tokens before the decode run (default 16, as llama-bench's tg; e.g. 1536 to decode "
+                        "late in a long conversation)")
+    b.add_argument("--repeats", type=int, default=1)
+    b.add_argument("--profile", action="store_true", help="also time each kind of dispatch alone")
+    b.add_argument("--synthetic", nargs="?", const="smollm2-135m", metavar="SHAPE",
+                   help="a random-weight model of a named shape instead of a file: smollm2-135m (the default), "
+                        "llama-3.2-1b, qwen2.5-1.5b (needs the gguf package)")
+    b.add_argument("--quant", default="q4_1",
+                   help="tensor types of --synthetic: q4_1 (Q4_1 projections, Q8_0 embedding; the default), q8_0, "
+                        "q4_k_m (Q4_K/Q6_K as llama.cpp's Q4_K_M), f16")
+    i = sub.add_parser("info", help="describe a GGUF file")
+    i.add_argument("path", nargs="?")
+    i.add_argument("--tensors", action="store_true", help="list every tensor")
+    args = p.parse_args(argv)
+    try:
+        if args.cmd == "generate":
+            asyncio.run(_generate(args))
+        elif args.cmd == "bench":
+            asyncio.run(_bench(args))
+        elif args.cmd == "info":
+            _info(args)
+    except (CeraError, OSError) as e:
+        if args.debug:
+            raise
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
