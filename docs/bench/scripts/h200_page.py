@@ -8,7 +8,7 @@
     python3 h200_page.py wllama MODEL WLLAMA_DIR [--prompt 512 --decode 128 --decode-after 16 --repeats 3]
                                                  wllama (llama.cpp compiled to wasm, its WebGPU backend, every layer on
                                                  the GPU), in the same browser with the same flags, on the same token
-                                                 ids as cera_web.bench; one JSON object (llama.cpp's own timings)
+                                                 ids as cera_web.tools.bench; one JSON object (llama.cpp's own timings)
 
 CHROMIUM (env, default /opt/pgx/chromium): the browser to start (h200_page.sh writes a wrapper there that sets
 LD_LIBRARY_PATH to the bundled libraries the machine lacks and sends Chromium's stderr to $PG_CHROME_LOG).
@@ -202,7 +202,7 @@ async function main() {
   const webgpu = w.isSupportWebGPU();
   const comp = (p, n) => w.createCompletion({prompt: p, max_tokens: n, temperature: 0, ignore_eos: true,
                                              cache_prompt: false});
-  await comp(cfg.warm, 4);                        // warm-up, as cera_web.bench
+  await comp(cfg.warm, 4);                        // warm-up, as cera_web.tools.bench
   const runs = [];
   for (let r = 0; r < cfg.repeats; r++) {
     status('run ' + r);
@@ -243,7 +243,7 @@ def wllama(argv):
     p.add_argument("--timeout-s", type=float, default=400)
     a = p.parse_args(argv)
     sys.path[:0] = [str(ROOT)]
-    from cera_web.bench import prompt_ids
+    from cera_web.tools.bench import prompt_ids
     from cera_web.gguf import open_gguf
     from cera_web.tokenizer import Tokenizer
     tok = Tokenizer.from_gguf(open_gguf(a.model))

@@ -1,6 +1,6 @@
 // The page's engine without the page: Pyodide under Node on Dawn (the `webgpu` npm package, Dawn for Node), the
 // stand-in issue 26 allows where headless Chromium cannot reach the GPU. It runs what web/bench.html runs
-// (cera_web.bench.run in Pyodide, through cera_web.gpu.browser) and prints the same JSON, plus the adapter.
+// (cera_web.tools.bench.run in Pyodide, through cera_web.gpu.browser) and prints the same JSON, plus the adapter.
 //
 //   node node_page.mjs REPO WEBGPU_DIR MODEL [PROMPT_TOKENS=128] [DECODE_TOKENS=128] [DAWN_OPTION ...]
 //
@@ -50,7 +50,7 @@ const out = await pyodide.runPythonAsync(`
 import sys
 sys.path.insert(0, "/repo")
 import json, js
-from cera_web import bench
+from cera_web.tools import bench
 from cera_web.engine import Engine
 from cera_web.gpu.browser import ArrayBufferSource
 a = js.benchArgs.to_py()

@@ -1,0 +1,132 @@
+"""The page in Chromium on the H200 under a carried Xvfb (issue 26, session 13): called by h200_s13_page.sh.
+
+    python3 h200_s13_page.py probe OUTDIR      launch Chromium once per flag set below (headed on Ozone X11 under
+                                               $DISPLAY, or headless); for each, navigator.gpu.requestAdapter()'s
+                                               info, features and limits and chrome://gpu's text, into
+                                               OUTDIR/probe.json. The first set (in this order) whose adapter is a
+                                               real GPU's is chosen for the steps below (/tmp/pg_flags.json).
+    python3 h200_s13_page.py page [tests/bench_browser.py args]     tests/bench_browser.py unchanged, in the chosen
+                                               browser mode and flags
+    python3 h200_s13_page.py wllama MODEL WLLAMA_DIR [h200_page.py wllama args]
+                                               h200_page.py's wllama runner (every layer on WebGPU) likewise
+
+Session 12 (h200_page.py) found only SwiftShader in headless Chromium: its Vulkan instance failed there
+(vkCreateInstance -7, a surface extension missing under headless Ozone). Under X11, Chromium's Vulkan instance asks
+for VK_KHR_xcb_surface, which NVIDIA's Vulkan driver has: hence Xvfb.
+"""
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import h200_page  # noqa: E402  (the probe's page scripts, the server, the wllama runner)
+
+CHROMIUM = h200_page.CHROMIUM
+FLAGS_FILE = h200_page.FLAGS_FILE
+X11 = "--ozone-platform=x11"
+LOG = "--enable-logging=stderr"
+BL = "--ignore-gpu-blocklist"
+
+# (name, headless, extra flags after tests/conftest.py's CHROMIUM_ARGS), in order of preference.
+FLAG_SETS = [
+    ("x11-vulkan", False, [X11, "--enable-features=Vulkan", BL, LOG]),
+    ("x11-vulkan-angle", False, [X11, "--enable-features=Vulkan", "--use-angle=vulkan", BL, LOG]),
+    ("x11-vulkan-no-surface", False, [X11, "--enable-features=Vulkan", "--disable-vulkan-surface", BL, LOG]),
+    ("x11-vulkan-angle-no-surface", False, [X11, "--enable-features=Vulkan", "--use-angle=vulkan",
+                                            "--disable-vulkan-surface", BL, LOG]),
+    ("x11-vulkan-graphite", False, [X11, "--enable-features=Vulkan,SkiaGraphite", BL, LOG]),
+    ("x11-default", False, [X11, BL, LOG]),
+    ("headless-x11-vulkan", True, [X11, "--enable-features=Vulkan", BL, LOG]),
+    ("headless-x11-vulkan-angle", True, [X11, "--enable-features=Vulkan", "--use-angle=vulkan", BL, LOG]),
+]
+# Recorded, never chosen: the compatibility adapter (GL ES underneath), which cera_web does not ask for.
+COMPAT_SETS = [
+    ("x11-angle-gles-compat", False, [X11, "--use-gl=angle", "--use-angle=gl-egl", BL, LOG]),
+]
+# requestAdapter/requestDevice get 15 s (h200_page.py: 25): a real adapter answers in about one
+PROBE_JS = h200_page.PROBE_JS.replace("25000", "15000").replace("in 25 s", "in 15 s")
+COMPAT_PROBE_JS = PROBE_JS.replace("{powerPreference: 'high-performance'}",
+                                   "{powerPreference: 'high-performance', featureLevel: 'compatibility'}")
+assert COMPAT_PROBE_JS != PROBE_JS != h200_page.PROBE_JS
+
+
+def _good(row):
+    info = (row.get("adapter") or {}).get("info") or {}
+    return bool(info) and not info.get("isFallbackAdapter") and info.get("architecture") != "swiftshader" \
+        and bool((row.get("adapter") or {}).get("device_ok"))
+
+
+def probe(outdir):
+    from playwright.sync_api import sync_playwright
+    outdir = Path(outdir)
+    folder = Path("/tmp/pg_probe")
+    folder.mkdir(exist_ok=True)
+    (folder / "index.html").write_text("<!doctype html><title>probe</title><p>probe</p>")
+    server, url = h200_page._serve(folder)
+    base = h200_page._base_args()
+    results = {"display": os.environ.get("DISPLAY"), "chromium": CHROMIUM}
+    chosen = None
+    FLAGS_FILE.unlink(missing_ok=True)
+    with sync_playwright() as pw:
+        for (name, headless, extra), js in [(s, PROBE_JS) for s in FLAG_SETS] + \
+                                           [(s, COMPAT_PROBE_JS) for s in COMPAT_SETS]:
+            row = {"flags": base + extra, "headless": headless, "compatibility": js is COMPAT_PROBE_JS}
+            t0 = time.time()
+            try:
+                browser = pw.chromium.launch(executable_path=CHROMIUM, args=base + extra, headless=headless,
+                                             timeout=60000)
+                try:
+                    page = browser.new_page()
+                    page.goto(url + "/index.html")
+                    row["adapter"] = page.evaluate(js)
+                    try:
+                        page.goto("chrome://gpu")
+                        page.wait_for_timeout(2500)
+                        row["chrome_gpu"] = page.evaluate(h200_page.GPU_PAGE_JS)[:30000]
+                    except Exception as e:      # noqa: BLE001 - the probe records, it does not judge
+                        row["chrome_gpu_error"] = str(e)[:300]
+                finally:
+                    browser.close()
+            except Exception as e:      # noqa: BLE001
+                row["error"] = str(e)[:2000]
+            row["seconds"] = round(time.time() - t0, 1)
+            results[name] = row
+            info = (row.get("adapter") or {}).get("info")
+            print(name, "headless" if headless else "headed", json.dumps(info), row.get("error", "")[:300],
+                  flush=True)
+            if chosen is None and not row["compatibility"] and _good(row):
+                chosen = name
+                FLAGS_FILE.write_text(json.dumps({"name": name, "headless": headless, "args": base + extra}))
+    server.shutdown()
+    results["chosen"] = chosen
+    (outdir / "probe.json").write_text(json.dumps(results, indent=1))
+    print("chosen:", chosen)
+    return 0 if chosen else 3
+
+
+def _force_mode():
+    """Launch every browser in the chosen mode: bench_browser.py and h200_page.py ask for headless=True."""
+    from playwright.sync_api._generated import BrowserType
+    headless = json.loads(FLAGS_FILE.read_text()).get("headless", True) if FLAGS_FILE.exists() else True
+    launch = BrowserType.launch
+
+    def launch_in_mode(self, *a, **kw):
+        kw["headless"] = headless
+        return launch(self, *a, **kw)
+    BrowserType.launch = launch_in_mode
+
+
+if __name__ == "__main__":
+    cmd, rest = sys.argv[1], sys.argv[2:]
+    if cmd == "probe":
+        sys.exit(probe(rest[0]))
+    elif cmd == "page":
+        _force_mode()
+        h200_page.page(rest)
+    elif cmd == "wllama":
+        _force_mode()
+        h200_page.wllama(rest)
+    else:
+        sys.exit(__doc__)
