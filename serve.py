@@ -1,29 +1,37 @@
 #!/usr/bin/env python3
 """Serve the cera_web page and its pinned assets on this machine.
 
-    python serve.py [--host 127.0.0.1] [--port 8000] [--allow-host NAME] [--no-fetch] [--models default|all]
-                    [--verbose]
+    python serve.py [--host 127.0.0.1] [--port 8000] [--allow-host NAME] [--cors ORIGIN] [--no-fetch]
+                    [--models default|all] [--verbose]
 
 First makes sure the assets in assets.json are fetched (see cera_web/tools/assets.py), then serves:
 
     /                    web/index.html
     /web/...             web/
     /pyodide/...         .assets/pyodide/   (Pyodide core, numpy, wheels/ for jinja2 + markupsafe)
+    /pyodide/wheels/cera_web-VERSION-py3-none-any.whl
+                         the cera_web wheel (VERSION from pyproject.toml), built in memory with zipfile from
+                         cera_web/**/*.py and shaders/**/*.wgsl (as cera_web/shaders/), the layout `pip wheel .` gives;
+                         built once, rebuilt when a source file changes (its size or modification time). The page's
+                         worker, cera.js, the notebooks and web/bench.html all install this one wheel
     /models/...          .assets/models/    (GGUF files; Range requests, ETag, Last-Modified)
     /pyscript/...        .assets/pyscript/  (only when that optional asset was fetched)
-    /app/cera_web.zip    cera_web/**/*.py|json and shaders/**/*.wgsl, zipped in memory once, rebuilt when a
-                         source file changes (its size or modification time); without the cera_web.tools
-                         subpackage (CLI, benchmarks, asset fetching: TOOLS), which the runtime never imports
-    /app/cera_web_tools.zip   the cera_web.tools subpackage alone, for web/bench.html (cached the same way)
     /models/index.json   {"models": [...]}: the models of assets.json present on disk, for the page's menu
-    /pyodide/wheels/index.json   {"wheels": [file names]}: the wheels the worker installs, listed per request
-                         (unless such a file exists; a static host serves a written copy)
+    /pyodide/wheels/index.json   {"wheels": [file names]}: the wheels the worker installs (cera_web's and those in
+                         the folder), listed per request (unless such a file exists; a static host serves a written
+                         copy: `python serve.py --write-wheel DIR` writes the wheel)
 
 and nothing else: no listings, no dot files, nothing outside those folders (symlinks included).
 
 Every response carries Cross-Origin-Opener-Policy: same-origin and Cross-Origin-Embedder-Policy:
 require-corp, so the page is cross-origin isolated (SharedArrayBuffer, fine-grained timers). That is
 harmless here because everything the page loads comes from this same origin.
+
+Cross-origin use (a notebook site or a page on another origin fetching the model, the wheel and Pyodide): none
+by default (Cross-Origin-Resource-Policy: same-origin, no CORS headers). `--cors ORIGIN` (repeatable; `*` for any)
+answers requests whose Origin header is ORIGIN with Access-Control-Allow-Origin (and the preflight, OPTIONS, for
+Range and revalidation headers), and sends Cross-Origin-Resource-Policy: cross-origin, so a cross-origin isolated
+page (COEP require-corp) may also load Pyodide's scripts (importScripts, no CORS) from here.
 
 Under load: a listen backlog of 256 (200 concurrent Range readers are all served), a thread per connection,
 and an idle timeout (IDLE_TIMEOUT s) after which a client that sends or reads nothing is dropped. Requests whose
@@ -63,13 +71,17 @@ FOLDERS = {
     "pyscript": ".assets/pyscript",
 }
 INDEX = ("web", "index.html")
-APP_ZIP = "/app/cera_web.zip"
-TOOLS_ZIP = "/app/cera_web_tools.zip"
-# the cera_web.tools subpackage (CLI, asset fetching, benchmarks), which the runtime never imports: not part of the
-# browser bundle (web/bench.html fetches it from TOOLS_ZIP)
+# the cera_web.tools subpackage (CLI, asset fetching, benchmarks), which the runtime never imports (the wheel holds it:
+# web/bench.html imports it; the page, cera.js and the notebooks never do)
 TOOLS = "cera_web/tools"
-WHEELS_INDEX = "/pyodide/wheels/index.json"
+WHEELS = "/pyodide/wheels/"     # the cera_web wheel is served here, beside its dependencies
+WHEELS_INDEX = WHEELS + "index.json"
 MODELS_INDEX = "/models/index.json"     # the page's model menu (models_index)
+
+# CORS (--cors): the request headers a preflight allows (Range reads of models, revalidation) and the response headers
+# a cross-origin script may read (sizes for progress, Range answers, cache validators)
+CORS_REQUEST_HEADERS = "Range, If-None-Match, If-Modified-Since, If-Range"
+CORS_EXPOSE = "Content-Length, Content-Range, Accept-Ranges, ETag, Last-Modified"
 
 MIME = {
     ".html": "text/html; charset=utf-8",
@@ -116,33 +128,77 @@ def load_assets_module():
     return importlib.import_module(name + ".tools.assets")
 
 
-def build_app_zip(root: Path = ROOT, tools: bool = False) -> bytes:
-    """The Python package and the shaders, as the worker unpacks them into Pyodide's file system, without the
-    TOOLS modules (tools=True: those modules alone).
+def project(root: Path = ROOT) -> dict:
+    """pyproject.toml's [project] table."""
+    import tomllib
 
-    Entries are cera_web/... and shaders/... with a fixed timestamp, so equal sources give equal bytes.
-    """
-    files = [p for p in sorted((root / "cera_web").rglob("*")) if p.suffix in (".py", ".json")]
-    files += sorted((root / "shaders").rglob("*.wgsl"))
-    files = [p for p in files if p.relative_to(root).is_relative_to(TOOLS) == tools]
+    return tomllib.loads((root / "pyproject.toml").read_text())["project"]
+
+
+def wheel_name(root: Path = ROOT) -> str:
+    """cera_web-VERSION-py3-none-any.whl, VERSION from pyproject.toml."""
+    meta = project(root)
+    return f"{meta['name']}-{meta['version']}-py3-none-any.whl"
+
+
+def wheel_files(root: Path = ROOT) -> list[tuple[str, Path]]:
+    """(name in the wheel, file) of every runtime file: cera_web/**/*.py and shaders/**/*.wgsl as cera_web/shaders/
+    (what pyproject.toml's setuptools tables put in `pip wheel .`'s wheel), without dot files, __pycache__ and
+    symlinks leading out of the repository."""
+    found = [(p.relative_to(root).as_posix(), p) for p in (root / "cera_web").rglob("*.py")]
+    found += [("cera_web/" + p.relative_to(root).as_posix(), p) for p in (root / "shaders").rglob("*.wgsl")]
+    out = []
+    for name, p in sorted(found):
+        rel = p.relative_to(root)
+        if not p.is_file() or any(s.startswith(".") or s == "__pycache__" for s in rel.parts):
+            continue
+        if p.resolve().is_relative_to(root.resolve()):
+            out.append((name, p))
+    return out
+
+
+def wheel_metadata(root: Path = ROOT) -> str:
+    """The wheel's METADATA (core metadata 2.1) from pyproject.toml: name, version, summary, requirements, extras."""
+    meta = project(root)
+    lines = ["Metadata-Version: 2.1", f"Name: {meta['name']}", f"Version: {meta['version']}",
+             f"Summary: {meta.get('description', '')}", f"Requires-Python: {meta.get('requires-python', '')}"]
+    lines += [f"Requires-Dist: {req}" for req in meta.get("dependencies", [])]
+    for extra, reqs in meta.get("optional-dependencies", {}).items():
+        lines.append(f"Provides-Extra: {extra}")
+        for req in reqs:
+            name, _, marker = req.partition(";")
+            marker = f"({marker.strip()}) and " if marker.strip() else ""
+            lines.append(f"Requires-Dist: {name.strip()}; {marker}extra == \"{extra}\"")
+    return "\n".join(lines) + "\n"
+
+
+def build_wheel(root: Path = ROOT) -> bytes:
+    """The cera_web wheel, built with zipfile: wheel_files, then the .dist-info (METADATA, WHEEL, top_level.txt,
+    RECORD with every file's sha256). A fixed timestamp, so equal sources give equal bytes."""
+    import base64
+
+    meta = project(root)
+    info = f"{meta['name']}-{meta['version']}.dist-info"
+    entries = [(name, p.read_bytes()) for name, p in wheel_files(root)]
+    entries += [(f"{info}/METADATA", wheel_metadata(root).encode()),
+                (f"{info}/WHEEL", b"Wheel-Version: 1.0\nGenerator: cera_web serve.py\nRoot-Is-Purelib: true\n"
+                                  b"Tag: py3-none-any\n"),
+                (f"{info}/top_level.txt", b"cera_web\n")]
+    record = "".join(f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},"
+                     f"{len(data)}\n" for name, data in entries) + f"{info}/RECORD,,\n"
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
-        for p in files:
-            rel = p.relative_to(root)
-            if not p.is_file() or any(s.startswith(".") or s == "__pycache__" for s in rel.parts):
-                continue
-            if not p.resolve().is_relative_to(root.resolve()):
-                continue  # a symlink pointing out of the repository
-            info = zipfile.ZipInfo(rel.as_posix(), date_time=(1980, 1, 1, 0, 0, 0))
-            info.compress_type = zipfile.ZIP_DEFLATED
-            info.external_attr = 0o644 << 16
-            zf.writestr(info, p.read_bytes())
+        for name, data in [*entries, (f"{info}/RECORD", record.encode())]:
+            zinfo = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            zinfo.compress_type = zipfile.ZIP_DEFLATED
+            zinfo.external_attr = 0o644 << 16
+            zf.writestr(zinfo, data)
     return buf.getvalue()
 
 
-def app_zip_stamp(root: Path = ROOT) -> tuple:
-    """What build_app_zip's output depends on: every candidate file's path, size and modification time."""
-    files = [*(root / "cera_web").rglob("*"), *(root / "shaders").rglob("*.wgsl")]
+def wheel_stamp(root: Path = ROOT) -> tuple:
+    """What build_wheel's output depends on: pyproject.toml's and every candidate file's path, size and mtime."""
+    files = [root / "pyproject.toml", *(root / "cera_web").rglob("*"), *(root / "shaders").rglob("*.wgsl")]
     out = []
     for p in sorted(files):
         try:
@@ -154,10 +210,11 @@ def app_zip_stamp(root: Path = ROOT) -> tuple:
 
 
 def wheels_index(root: Path = ROOT) -> bytes:
-    """The JSON list of the pure-Python wheels in .assets/pyodide/wheels, which the page's worker installs."""
+    """The JSON list of the wheels the page's worker installs: cera_web's (wheel_name) and the pure-Python wheels in
+    .assets/pyodide/wheels (its dependencies jinja2 and markupsafe)."""
     folder = root / FOLDERS["pyodide"] / "wheels"
-    names = sorted(p.name for p in folder.glob("*.whl") if p.is_file()) if folder.is_dir() else []
-    return json.dumps({"wheels": names}).encode()
+    names = {p.name for p in folder.glob("*.whl") if p.is_file()} if folder.is_dir() else set()
+    return json.dumps({"wheels": sorted(names | {wheel_name(root)})}).encode()
 
 
 def models_index(root: Path = ROOT) -> bytes:
@@ -273,15 +330,44 @@ class Handler(BaseHTTPRequestHandler):
         # Cross-origin isolation for the page; harmless since everything is same-origin.
         self.send_header("Cross-Origin-Opener-Policy", "same-origin")
         self.send_header("Cross-Origin-Embedder-Policy", "require-corp")
-        self.send_header("Cross-Origin-Resource-Policy", "same-origin")
+        cors = self.server.cors
+        self.send_header("Cross-Origin-Resource-Policy", "cross-origin" if cors else "same-origin")
+        origin = self._cors_origin()
+        if origin:
+            self.send_header("Access-Control-Allow-Origin", origin)
+            self.send_header("Access-Control-Expose-Headers", CORS_EXPOSE)
+        if cors and "*" not in cors:
+            self.send_header("Vary", "Origin")
         self.send_header("X-Content-Type-Options", "nosniff")
         super().end_headers()
+
+    def _cors_origin(self) -> str | None:
+        """The Access-Control-Allow-Origin value for this request: its Origin when --cors names it ('*' for any)."""
+        origin = self.headers.get("Origin")
+        if origin is None or not self.server.cors:
+            return None
+        return "*" if "*" in self.server.cors else origin if origin in self.server.cors else None
 
     def do_GET(self):
         self._handle(head=False)
 
     def do_HEAD(self):
         self._handle(head=True)
+
+    def do_OPTIONS(self):
+        """A CORS preflight: answered for a --cors origin (GET/HEAD with Range and revalidation headers)."""
+        if not self._host_allowed():
+            return
+        if self._cors_origin() is None:
+            self.send_error(HTTPStatus.FORBIDDEN, "cross-origin requests are not allowed from this origin; start "
+                                                  "serve.py with --cors ORIGIN to allow them")
+            return
+        self.send_response(HTTPStatus.NO_CONTENT)
+        self.send_header("Access-Control-Allow-Methods", "GET, HEAD")
+        self.send_header("Access-Control-Allow-Headers", CORS_REQUEST_HEADERS)
+        self.send_header("Access-Control-Max-Age", "600")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
 
     # -- routing
 
@@ -291,8 +377,8 @@ class Handler(BaseHTTPRequestHandler):
         target = self._resolve()
         if isinstance(target, int):
             self.send_error(target)
-        elif target in ("zip", "tools zip"):
-            self._send_bytes(self.server.app_zip(target == "tools zip"), "application/octet-stream", head)
+        elif target == "wheel":
+            self._send_bytes(self.server.wheel(), MIME[".whl"], head)
         elif target == "models":
             self._send_bytes(models_index(self.server.root), MIME[".json"], head)
         elif target == "wheels":
@@ -313,8 +399,8 @@ class Handler(BaseHTTPRequestHandler):
         return False
 
     def _resolve(self):
-        """The file a request path names, "zip", "tools zip", "wheels" (the index), or an HTTP status to refuse
-        with."""
+        """The file a request path names, "wheel" (cera_web's), "models", "wheels" (the index), or an HTTP status to
+        refuse with."""
         raw = self.path.split("?", 1)[0].split("#", 1)[0]
         if not raw.startswith("/"):
             return HTTPStatus.BAD_REQUEST  # absolute-form or junk request target
@@ -322,10 +408,8 @@ class Handler(BaseHTTPRequestHandler):
             path = unquote(raw, errors="strict")
         except UnicodeDecodeError:
             return HTTPStatus.BAD_REQUEST
-        if path == APP_ZIP:
-            return "zip"
-        if path == TOOLS_ZIP:
-            return "tools zip"
+        if path == WHEELS + self.server.wheel_name():
+            return "wheel"
         if path == MODELS_INDEX:
             return "models"
         # '%' left after one decoding means double encoding (%252e); '\\' and NUL are never legitimate.
@@ -435,27 +519,35 @@ class AppServer(ThreadingHTTPServer):
     daemon_threads = True  # Ctrl-C must not wait for idle keep-alive connections
     request_queue_size = BACKLOG  # listen backlog: 5 (the default) dropped 21-99 of 200 concurrent clients
 
-    def __init__(self, address, root: Path, verbose: bool, *, idle_timeout: float = IDLE_TIMEOUT, allow_hosts=()):
+    def __init__(self, address, root: Path, verbose: bool, *, idle_timeout: float = IDLE_TIMEOUT, allow_hosts=(),
+                 cors=()):
         self.root = Path(root).resolve()
         self.verbose = verbose
         self.idle_timeout = idle_timeout
         self.hosts = allowed_hosts(address[0], allow_hosts)
-        self._zips = {}                 # tools flag -> (stamp, bytes)
-        self._zip_lock = threading.Lock()
+        self.cors = frozenset(cors)     # origins allowed to read what is served ('*': any); empty: none
+        self._wheel = None              # (stamp, name, bytes)
+        self._wheel_lock = threading.Lock()
         if ":" in address[0]:
             import socket
 
             self.address_family = socket.AF_INET6
         super().__init__(address, Handler)
 
-    def app_zip(self, tools: bool = False) -> bytes:
-        """build_app_zip(root, tools), built once and again only when a source file's size or mtime changes."""
-        with self._zip_lock:
-            stamp = app_zip_stamp(self.root)
-            cached = self._zips.get(tools)
-            if cached is None or cached[0] != stamp:
-                cached = self._zips[tools] = (stamp, build_app_zip(self.root, tools))
-            return cached[1]
+    def _cached_wheel(self) -> tuple:
+        """(stamp, name, bytes): build_wheel(root), built once and again only when a source file's (or
+        pyproject.toml's) size or mtime changes."""
+        with self._wheel_lock:
+            stamp = wheel_stamp(self.root)
+            if self._wheel is None or self._wheel[0] != stamp:
+                self._wheel = (stamp, wheel_name(self.root), build_wheel(self.root))
+            return self._wheel
+
+    def wheel(self) -> bytes:
+        return self._cached_wheel()[2]
+
+    def wheel_name(self) -> str:
+        return self._cached_wheel()[1]
 
     def server_bind(self):
         # HTTPServer.server_bind looks the host name up (socket.getfqdn), which can stall on a machine
@@ -465,10 +557,29 @@ class AppServer(ThreadingHTTPServer):
 
 
 def make_server(host: str = "127.0.0.1", port: int = 8000, *, root=None, verbose=False,
-                idle_timeout: float = IDLE_TIMEOUT, allow_hosts=()) -> AppServer:
-    """A bound, not yet running server; call serve_forever() (port 0 picks a free port)."""
+                idle_timeout: float = IDLE_TIMEOUT, allow_hosts=(), cors=()) -> AppServer:
+    """A bound, not yet running server; call serve_forever() (port 0 picks a free port). cors: origins
+    ('http://host:port', or '*') allowed to read what is served (see --cors)."""
     return AppServer((host, port), ROOT if root is None else root, verbose, idle_timeout=idle_timeout,
-                     allow_hosts=allow_hosts)
+                     allow_hosts=allow_hosts, cors=cors)
+
+
+def cors_origin(text: str) -> str:
+    """--cors's value: '*' or an origin, scheme://host[:port] with nothing after it."""
+    from urllib.parse import urlsplit
+
+    if text == "*":
+        return text
+    try:
+        u = urlsplit(text)
+        u.port                                      # noqa: B018 (raises ValueError for a bad port)
+    except ValueError:
+        u = None
+    if u is None or u.scheme not in ("http", "https") or not u.hostname or u.path or u.query or u.fragment \
+            or u.username is not None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an origin: give scheme://host[:port] with no path, "
+                                         f"e.g. http://localhost:8888 (or * for any origin)")
+    return text
 
 
 def parse_args(argv=None):
@@ -479,6 +590,12 @@ def parse_args(argv=None):
     ap.add_argument("--allow-host", action="append", default=[], metavar="NAME",
                     help="also answer requests whose Host header is NAME (repeatable; IP addresses, the --host "
                          "name and localhost always are)")
+    ap.add_argument("--cors", action="append", default=[], type=cors_origin, metavar="ORIGIN",
+                    help="let pages on ORIGIN (e.g. http://localhost:8888; repeatable; * for any) fetch the model, "
+                         "the wheel and Pyodide from here (CORS and Cross-Origin-Resource-Policy headers; none by "
+                         "default)")
+    ap.add_argument("--write-wheel", metavar="DIR",
+                    help="write the cera_web wheel into DIR (for a static host) and exit")
     ap.add_argument("--no-fetch", action="store_true",
                     help="do not fetch missing assets; serve what is there")
     ap.add_argument("--models", choices=("default", "all"), default="default",
@@ -489,6 +606,12 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.write_wheel:
+        out = Path(args.write_wheel) / wheel_name()
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(build_wheel())
+        print(out)
+        return 0
     assets = load_assets_module()
     if args.no_fetch:
         missing = [n for n in assets.asset_names(include_optional=False) if not assets.is_installed(n)]
@@ -502,7 +625,7 @@ def main(argv=None) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 1
     try:
-        server = make_server(args.host, args.port, verbose=args.verbose, allow_hosts=args.allow_host)
+        server = make_server(args.host, args.port, verbose=args.verbose, allow_hosts=args.allow_host, cors=args.cors)
     except OSError as exc:
         print(f"error: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}. "
               f"Pass --port N to use another port.", file=sys.stderr)

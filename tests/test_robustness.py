@@ -498,7 +498,7 @@ def test_binds_elsewhere_only_when_told():
             line = proc.stdout.readline()
         assert line.startswith("cera_web: serving http://127.0.0.2:"), line
         port = int(line.split(":")[3].split("/")[0])
-        assert get(port, "/app/cera_web.zip", host="127.0.0.2")[0] == 200
+        assert get(port, "/pyodide/wheels/index.json", host="127.0.0.2")[0] == 200
         with pytest.raises(OSError):                 # nothing listens on 127.0.0.1 at that port
             get(port, "/")
     finally:

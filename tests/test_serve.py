@@ -81,7 +81,10 @@ SITE_FILES = {
     ".assets/pyodide/x.zip": b"PK-zip",
     ".assets/models/tiny.gguf": MODEL,
     "secret.txt": SECRET + b"-root",
-    "pyproject.toml": SECRET + b"-pyproject",
+    "pyproject.toml": b"# " + SECRET + b"-pyproject\n[project]\nname = 'cera_web'\nversion = '9.8.7'\n"
+                      b"description = 'a test site'\nrequires-python = '>=3.11'\n"
+                      b"dependencies = ['numpy>=1.26', 'wgpu>=0.19; sys_platform != \"emscripten\"']\n"
+                      b"optional-dependencies = {bench = ['gguf>=0.10']}\n",
     "assets.json": SECRET + b"-manifest",
     ".git/config": SECRET + b"-git",
     "cera_web/__init__.py": b"NAME = 'site'\n",
@@ -126,7 +129,7 @@ def site(tmp_path_factory):
     ("/pyodide/wheels/w-1.0-py3-none-any.whl", "application/octet-stream"),
     ("/pyodide/x.zip", "application/octet-stream"),
     ("/models/tiny.gguf", "application/octet-stream"),
-    ("/app/cera_web.zip", "application/octet-stream"),
+    ("/pyodide/wheels/cera_web-9.8.7-py3-none-any.whl", "application/octet-stream"),
 ])
 def test_routes_and_mime_types(site, path, ctype):
     status, headers, body = request(site, path)
@@ -135,7 +138,7 @@ def test_routes_and_mime_types(site, path, ctype):
     assert int(headers["Content-Length"]) == len(body)
     if path == "/":
         assert body == SITE_FILES["web/index.html"]
-    elif not path.startswith("/app/"):
+    elif "/cera_web-" not in path:      # the wheel built from the sources: test_wheel_holds_exactly_...
         folder = {"web": "web", "pyodide": ".assets/pyodide", "models": ".assets/models"}
         first, rest = path[1:].split("/", 1)
         assert body == SITE_FILES[f"{folder[first]}/{rest}"]
@@ -249,24 +252,64 @@ def test_head_and_caching_headers(site):
     status, _, body = request(site, "/models/tiny.gguf", headers={"Range": "bytes=0-1", "If-Range": '"old"'})
     assert (status, body) == (200, MODEL)
     # app files always revalidate; every response asks for cross-origin isolation
-    for path in ("/", "/web/app.js", "/app/cera_web.zip", "/models/tiny.gguf"):
+    for path in ("/", "/web/app.js", "/pyodide/wheels/cera_web-9.8.7-py3-none-any.whl", "/models/tiny.gguf"):
         _, headers, _ = request(site, path)
         assert headers["Cache-Control"] == "no-cache", path
         assert headers["Cross-Origin-Opener-Policy"] == "same-origin"
         assert headers["Cross-Origin-Embedder-Policy"] == "require-corp"
 
 
-def test_app_zip_holds_exactly_the_package_and_shaders(site):
-    status, headers, body = request(site, "/app/cera_web.zip")
+WHEEL = "/pyodide/wheels/cera_web-9.8.7-py3-none-any.whl"
+
+
+def record_hash(data: bytes) -> str:
+    import base64
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def test_wheel_holds_exactly_the_package_and_shaders(site):
+    status, headers, body = request(site, WHEEL)
     assert status == 200
     with zipfile.ZipFile(io.BytesIO(body)) as zf:
         contents = {name: zf.read(name) for name in zf.namelist()}
-    shipped = ["cera_web/__init__.py", "cera_web/sub/__init__.py", "cera_web/sub/mod.py",
-               "cera_web/table.json", "shaders/a.wgsl", "shaders/formats/b.wgsl"]
-    assert contents == {name: SITE_FILES[name] for name in shipped}
-    # equal sources give equal bytes (and ETag), so revalidation works
-    assert request(site, "/app/cera_web.zip")[2] == body
-    assert request(site, "/app/cera_web.zip", headers={"If-None-Match": headers["ETag"]})[0] == 304
+    info = "cera_web-9.8.7.dist-info/"
+    shipped = {"cera_web/__init__.py": "cera_web/__init__.py", "cera_web/sub/__init__.py": "cera_web/sub/__init__.py",
+               "cera_web/sub/mod.py": "cera_web/sub/mod.py", "cera_web/shaders/a.wgsl": "shaders/a.wgsl",
+               "cera_web/shaders/formats/b.wgsl": "shaders/formats/b.wgsl"}
+    assert {n: d for n, d in contents.items() if not n.startswith(info)} == {
+        name: SITE_FILES[src] for name, src in shipped.items()}
+    assert sorted(n for n in contents if n.startswith(info)) == [info + n for n in
+                                                                ("METADATA", "RECORD", "WHEEL", "top_level.txt")]
+    meta = contents[info + "METADATA"].decode().splitlines()
+    assert meta[:5] == ["Metadata-Version: 2.1", "Name: cera_web", "Version: 9.8.7", "Summary: a test site",
+                        "Requires-Python: >=3.11"]
+    assert meta[5:] == ["Requires-Dist: numpy>=1.26", 'Requires-Dist: wgpu>=0.19; sys_platform != "emscripten"',
+                        "Provides-Extra: bench", 'Requires-Dist: gguf>=0.10; extra == "bench"']
+    assert b"Root-Is-Purelib: true\nTag: py3-none-any\n" in contents[info + "WHEEL"]
+    # RECORD: every other file with its hash and size, itself without
+    record = [line.split(",") for line in contents[info + "RECORD"].decode().splitlines()]
+    assert sorted(r[0] for r in record) == sorted(contents)
+    for name, digest, size in record:
+        if name == info + "RECORD":
+            assert (digest, size) == ("", "")
+        else:
+            assert (digest, size) == (record_hash(contents[name]), str(len(contents[name]))), name
+    # listed for the worker with the folder's wheels
+    assert json.loads(request(site, "/pyodide/wheels/index.json")[2]) == {
+        "wheels": ["cera_web-9.8.7-py3-none-any.whl", "w-1.0-py3-none-any.whl"]}
+    # equal sources give equal bytes (and ETag), so revalidation works; another version is not served
+    assert request(site, WHEEL)[2] == body
+    assert request(site, WHEEL, headers={"If-None-Match": headers["ETag"]})[0] == 304
+    assert request(site, "/pyodide/wheels/cera_web-9.8.6-py3-none-any.whl")[0] == 404
+    assert request(site, "/app/cera_web.zip")[0] == 404
+
+
+def test_write_wheel_writes_the_served_bytes(tmp_path, server_url):
+    out = subprocess.run([sys.executable, str(Path(serve.__file__)), "--write-wheel", str(tmp_path)],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    written = Path(out.strip())
+    assert written == tmp_path / serve.wheel_name() and written.name.startswith("cera_web-")
+    assert written.read_bytes() == request(server_url, "/pyodide/wheels/" + written.name)[2]
 
 
 def test_default_bind_is_loopback():
@@ -297,7 +340,7 @@ def test_cli_prints_url_logs_only_when_verbose_and_stops_on_ctrl_c(verbose):
             line = proc.stdout.readline()
         assert line.startswith("cera_web: serving http://127.0.0.1:"), line
         base = line.split()[2].rstrip("/")
-        assert request(base, "/app/cera_web.zip")[0] == 200
+        assert request(base, "/pyodide/wheels/index.json")[0] == 200
         assert request(base, "/no-such-thing")[0] == 404
         time.sleep(0.2)
         proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
@@ -308,41 +351,39 @@ def test_cli_prints_url_logs_only_when_verbose_and_stops_on_ctrl_c(verbose):
     assert proc.returncode == 0
     assert "stopped" in out
     assert "Traceback" not in out
-    assert ('"GET /app/cera_web.zip HTTP/1.1" 200' in out) == verbose
+    assert ('"GET /pyodide/wheels/index.json HTTP/1.1" 200' in out) == verbose
 
 
 # ----------------------------------------------------------------------------- the real checkout
 
 
-def test_real_app_zip_matches_the_checkout_and_imports_like_it(server_url, repo_root, tmp_path):
-    status, _, body = request(server_url, "/app/cera_web.zip")
+def test_real_wheel_matches_the_checkout_and_imports_like_it(server_url, repo_root, tmp_path):
+    index = json.loads(request(server_url, "/pyodide/wheels/index.json")[2])["wheels"]
+    name = next(w for w in index if w.startswith("cera_web-"))
+    status, _, body = request(server_url, "/pyodide/wheels/" + name)
     assert status == 200
     with zipfile.ZipFile(io.BytesIO(body)) as zf:
-        names = set(zf.namelist())
-        zf.extractall(tmp_path / "app")
-    # independent listing of what should ship
-    expected, tools_expected, unshipped = set(), set(), []
-    for top, exts in (("cera_web", (".py", ".json")), ("shaders", (".wgsl",))):
+        names = {n for n in zf.namelist() if ".dist-info/" not in n}
+        zf.extractall(tmp_path / "site")
+    # independent listing of what should ship: the package's modules (the tools subpackage too: bench.html imports
+    # it, the page never does) and the shaders under cera_web/shaders/
+    expected, unshipped = set(), []
+    for top, exts in (("cera_web", (".py",)), ("shaders", (".wgsl",))):
         for dirpath, dirnames, filenames in os.walk(repo_root / top):
             dirnames[:] = [d for d in dirnames if d != "__pycache__" and not d.startswith(".")]
             for f in filenames:
                 rel = (Path(dirpath) / f).relative_to(repo_root).as_posix()
-                if Path(rel).is_relative_to(serve.TOOLS):   # the tools subpackage: in the tools zip (below)
-                    tools_expected.add(rel)
-                    continue
                 if f.endswith(exts):
-                    expected.add(rel)
+                    expected.add(rel if top == "cera_web" else "cera_web/" + rel)
                 elif top == "cera_web" and not f.startswith(".") and not f.endswith(".pyc"):
                     unshipped.append(rel)
     assert names == expected
-    status, _, tools = request(server_url, "/app/cera_web_tools.zip")
-    assert status == 200 and set(zipfile.ZipFile(io.BytesIO(tools)).namelist()) == tools_expected
-    assert {"cera_web/tools/bench.py", "cera_web/tools/assets.py", "cera_web/tools/cli.py"} <= tools_expected
-    assert not unshipped, (f"{unshipped} would not reach the browser: /app/cera_web.zip ships only "
-                           f".py and .json files from cera_web/ (see serve.build_app_zip)")
+    assert {"cera_web/tools/bench.py", "cera_web/tools/assets.py", "cera_web/tools/cli.py"} <= names
+    assert not unshipped, (f"{unshipped} would not reach the browser: the wheel ships only .py files from "
+                           f"cera_web/ (see serve.wheel_files and pyproject.toml)")
 
-    # Every module must import from the unpacked zip exactly as it does from the checkout (a module
-    # that needs a file the zip lacks would fail only in the first case).
+    # Every module must import from the unpacked wheel exactly as it does from the checkout (a module
+    # that needs a file the wheel lacks would fail only in the first case).
     modules = sorted(n[:-3].replace("/", ".").removesuffix(".__init__")
                      for n in names if n.endswith(".py") and not n.endswith("__main__.py"))
     probe = (
@@ -353,10 +394,10 @@ def test_real_app_zip_matches_the_checkout_and_imports_like_it(server_url, repo_
         "        importlib.import_module(m); out[m] = 'ok'\n"
         "    except BaseException as e:\n"
         "        out[m] = type(e).__name__\n"
-        "import cera_web\n"
+        "import cera_web, cera_web.kernels\n"
         "out['__file__'] = cera_web.__file__\n"
-        "out['shaders'] = sorted(p.relative_to(pathlib.Path(cera_web.__file__).parent.parent).as_posix()\n"
-        "                        for p in (pathlib.Path(cera_web.__file__).parent.parent / 'shaders').rglob('*.wgsl'))\n"
+        "out['shaders'] = sorted(p.relative_to(cera_web.kernels.SHADER_DIR).as_posix()\n"
+        "                        for p in cera_web.kernels.SHADER_DIR.rglob('*.wgsl'))\n"
         "print(json.dumps(out))\n"
     )
 
@@ -367,12 +408,13 @@ def test_real_app_zip_matches_the_checkout_and_imports_like_it(server_url, repo_
         assert res.returncode == 0, res.stderr
         return json.loads(res.stdout.strip().splitlines()[-1])
 
-    from_zip, from_repo = probe_in(tmp_path / "app"), probe_in(repo_root)
-    assert Path(from_zip.pop("__file__")).resolve().is_relative_to((tmp_path / "app").resolve())
+    from_wheel, from_repo = probe_in(tmp_path / "site"), probe_in(repo_root)
+    assert Path(from_wheel.pop("__file__")).resolve().is_relative_to((tmp_path / "site").resolve())
     from_repo.pop("__file__")
-    assert from_zip == from_repo
-    assert from_zip["cera_web"] == "ok"
-    assert from_zip["shaders"] == sorted(n for n in names if n.startswith("shaders/"))
+    assert from_wheel == from_repo
+    assert from_wheel["cera_web"] == "ok"
+    assert from_wheel["shaders"] == sorted(n.removeprefix("cera_web/shaders/") for n in names
+                                           if n.startswith("cera_web/shaders/"))
 
 
 def test_real_assets_are_served_with_their_pinned_bytes(server_url, repo_root):
@@ -617,21 +659,18 @@ def test_a_native_wheel_is_rejected(tmp_path):
 
 
 def test_pyodide_boots_from_the_served_assets(server_url, page):
-    """Real Pyodide in headless Chromium: numpy through the lock file, the wheels, the app zip."""
+    """Real Pyodide in headless Chromium: numpy through the lock file, the wheels listed (cera_web's among them)."""
     page.goto(server_url + "/pyodide/package.json")
     result = page.evaluate("""async () => {
         const { loadPyodide } = await import('/pyodide/pyodide.mjs');
         const py = await loadPyodide({ indexURL: '/pyodide/' });
         await py.loadPackage('numpy', { checkIntegrity: true });
-        await py.loadPackage(['/pyodide/wheels/markupsafe-2.1.5-py3-none-any.whl',
-                              '/pyodide/wheels/jinja2-3.1.6-py3-none-any.whl']);
-        const app = await fetch('/app/cera_web.zip');
-        py.unpackArchive(await app.arrayBuffer(), 'zip', { extractDir: '/home/pyodide/app' });
+        const {wheels} = await (await fetch('/pyodide/wheels/index.json')).json();
+        await py.loadPackage(wheels.map((w) => '/pyodide/wheels/' + w));
         const out = py.runPython(`
 import json, sys, pathlib
-sys.path.insert(0, '/home/pyodide/app')
-import numpy, jinja2, markupsafe, cera_web, cera_web.errors
-root = pathlib.Path(cera_web.__file__).parent.parent
+import numpy, jinja2, markupsafe, cera_web, cera_web.errors, cera_web.kernels
+root = cera_web.kernels.SHADER_DIR
 json.dumps({
     'numpy': numpy.__version__,
     'sum': int(numpy.arange(10).sum()),
@@ -639,7 +678,8 @@ json.dumps({
     'render': jinja2.Template('{{ x|e }}!').render(x='<b>'),
     'markupsafe_native': markupsafe.escape.__module__,
     'cera_web': cera_web.__file__,
-    'shaders': len(list((root / 'shaders').rglob('*.wgsl'))),
+    'shaders': len(list(root.rglob('*.wgsl'))),
+    'tools': 'cera_web.tools' in sys.modules,
 })`);
         return { isolated: self.crossOriginIsolated, py: JSON.parse(out) };
     }""")
@@ -648,8 +688,9 @@ json.dumps({
     assert py["numpy"] == "2.0.2" and py["sum"] == 45
     assert py["jinja2"] == "3.1.6" and py["render"] == "&lt;b&gt;!"
     assert py["markupsafe_native"] == "markupsafe._native"  # the pure fallback, not C speedups
-    assert py["cera_web"] == "/home/pyodide/app/cera_web/__init__.py"
-    assert py["shaders"] > 0
+    assert py["cera_web"] == "/lib/python3.12/site-packages/cera_web/__init__.py"
+    assert py["shaders"] == len(list((Path(serve.ROOT) / "shaders").rglob("*.wgsl")))
+    assert py["tools"] is False
 
 
 def test_browser_fixture_gets_a_webgpu_adapter(server_url, page):
@@ -694,31 +735,37 @@ def test_if_modified_since_in_the_future_is_ignored(site):
     assert request(site, "/models/tiny.gguf", headers={"If-Modified-Since": last_modified})[0] == 304
 
 
-def test_app_zip_is_built_once_and_rebuilt_when_a_source_changes(tmp_path, monkeypatch):
+def test_wheel_is_built_once_and_rebuilt_when_a_source_changes(tmp_path, monkeypatch):
     for rel, data in SITE_FILES.items():
-        if rel.startswith(("cera_web/", "shaders/")):
+        if rel.startswith(("cera_web/", "shaders/")) or rel == "pyproject.toml":
             (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
             (tmp_path / rel).write_bytes(data)
     builds = []
-    real = serve.build_app_zip
-    monkeypatch.setattr(serve, "build_app_zip", lambda root, tools=False: builds.append(root) or real(root, tools))
+    real = serve.build_wheel
+    monkeypatch.setattr(serve, "build_wheel", lambda root: builds.append(root) or real(root))
     server, url = start(tmp_path)
     try:
-        first = request(url, "/app/cera_web.zip")[2]
+        first = request(url, WHEEL)[2]
         t0 = time.perf_counter()
         for _ in range(20):
-            assert request(url, "/app/cera_web.zip")[2] == first
+            assert request(url, WHEEL)[2] == first
         print(f"20 cached requests: {(time.perf_counter() - t0) * 50:.1f} ms each")
         assert len(builds) == 1
         (tmp_path / "cera_web/sub/mod.py").write_bytes(b"CHANGED = 1\n")
-        second = request(url, "/app/cera_web.zip")[2]
+        second = request(url, WHEEL)[2]
         assert len(builds) == 2
         with zipfile.ZipFile(io.BytesIO(second)) as zf:
             assert zf.read("cera_web/sub/mod.py") == b"CHANGED = 1\n"
         (tmp_path / "shaders/new.wgsl").write_bytes(b"// new")
-        with zipfile.ZipFile(io.BytesIO(request(url, "/app/cera_web.zip")[2])) as zf:
-            assert zf.read("shaders/new.wgsl") == b"// new"
+        with zipfile.ZipFile(io.BytesIO(request(url, WHEEL)[2])) as zf:
+            assert zf.read("cera_web/shaders/new.wgsl") == b"// new"
         assert len(builds) == 3
+        # a new version in pyproject.toml: served under its new name only
+        pyproject = tmp_path / "pyproject.toml"
+        pyproject.write_bytes(pyproject.read_bytes().replace(b"9.8.7", b"9.8.8"))
+        assert request(url, WHEEL)[0] == 404
+        assert request(url, WHEEL.replace("9.8.7", "9.8.8"))[0] == 200
+        assert len(builds) == 4
     finally:
         server.shutdown()
         server.server_close()
@@ -830,3 +877,78 @@ def test_runtime_modules_never_import_the_tools_subpackage(repo_root):
             if any(n == "cera_web.tools" or n.startswith("cera_web.tools.") for n in names):
                 offenders.append(f"{rel}:{node.lineno}")
     assert not offenders, f"runtime modules import cera_web.tools: {offenders}"
+
+
+# ----------------------------------------------------------------------------- issue 27: cross-origin use (--cors)
+
+OTHER = "http://127.0.0.1:9"       # a page's origin (another port of this machine)
+
+
+def test_no_cross_origin_reads_by_default(site):
+    status, headers, body = request(site, "/models/tiny.gguf", headers={"Origin": OTHER})
+    assert (status, body) == (200, MODEL)           # served, but a browser keeps it from the other origin's page
+    assert "Access-Control-Allow-Origin" not in headers
+    assert headers["Cross-Origin-Resource-Policy"] == "same-origin"
+    status, headers, body = request(site, "/models/tiny.gguf", "OPTIONS",
+                                    headers={"Origin": OTHER, "Access-Control-Request-Method": "GET"})
+    assert status == 403 and "Access-Control-Allow-Origin" not in headers
+    assert b"start serve.py with --cors ORIGIN" in body
+
+
+def test_cors_lets_the_named_origin_read_the_model_and_the_wheel(tmp_path):
+    for rel, data in SITE_FILES.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(data)
+    server = serve.make_server("127.0.0.1", 0, root=tmp_path, cors=[OTHER])
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        for path in ("/models/tiny.gguf", "/pyodide/wheels/index.json", WHEEL, "/pyodide/pyodide.mjs"):
+            status, headers, _ = request(url, path, headers={"Origin": OTHER})
+            assert status == 200, path
+            assert headers["Access-Control-Allow-Origin"] == OTHER
+            assert headers["Cross-Origin-Resource-Policy"] == "cross-origin"
+            assert headers["Vary"] == "Origin"
+        # a Range read, with what a script needs to see of the answer
+        status, headers, body = request(url, "/models/tiny.gguf", headers={"Origin": OTHER, "Range": "bytes=0-3"})
+        assert (status, body, headers["Access-Control-Allow-Origin"]) == (206, MODEL[:4], OTHER)
+        assert {"Content-Range", "Content-Length", "ETag"} <= {
+            h.strip() for h in headers["Access-Control-Expose-Headers"].split(",")}
+        # the preflight for Range and revalidation headers
+        status, headers, _ = request(url, "/models/tiny.gguf", "OPTIONS", headers={
+            "Origin": OTHER, "Access-Control-Request-Method": "GET", "Access-Control-Request-Headers": "range"})
+        assert status == 204 and headers["Access-Control-Allow-Origin"] == OTHER
+        assert headers["Access-Control-Allow-Methods"] == "GET, HEAD"
+        assert "Range" in headers["Access-Control-Allow-Headers"].split(", ")
+        # another origin (another port) and a request without Origin get no CORS answer
+        for origin in ("http://127.0.0.1:10", "http://localhost:9"):
+            status, headers, _ = request(url, "/models/tiny.gguf", headers={"Origin": origin})
+            assert status == 200 and "Access-Control-Allow-Origin" not in headers
+            assert request(url, "/models/tiny.gguf", "OPTIONS", headers={"Origin": origin})[0] == 403
+        assert "Access-Control-Allow-Origin" not in request(url, "/models/tiny.gguf")[1]
+        # refused paths stay refused
+        assert request(url, "/secret.txt", headers={"Origin": OTHER})[0] == 404
+    finally:
+        server.shutdown()
+        server.server_close()
+    any_origin = serve.make_server("127.0.0.1", 0, root=tmp_path, cors=["*"])
+    threading.Thread(target=any_origin.serve_forever, daemon=True).start()
+    try:
+        headers = request(f"http://127.0.0.1:{any_origin.server_address[1]}", "/models/tiny.gguf",
+                          headers={"Origin": "http://localhost:1234"})[1]
+        assert headers["Access-Control-Allow-Origin"] == "*" and "Vary" not in headers
+    finally:
+        any_origin.shutdown()
+        any_origin.server_close()
+
+
+@pytest.mark.parametrize("value", ["localhost:8888", "http://localhost:8888/", "http://localhost:8888/lab",
+                                   "ftp://localhost", "http://", "http://localhost:99999", "http://u@localhost"])
+def test_cors_wants_an_origin(value, capsys):
+    with pytest.raises(SystemExit):
+        serve.parse_args(["--cors", value])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.endswith(f"{value!r} is not an origin: give scheme://host[:port] with no path, e.g. "
+                        f"http://localhost:8888 (or * for any origin)")
+    assert serve.parse_args(["--cors", "http://localhost:8888", "--cors", "https://a.example"]).cors == [
+        "http://localhost:8888", "https://a.example"]

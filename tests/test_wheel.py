@@ -8,8 +8,10 @@ the wheel's cera_web; each run prints where cera_web came from and the test chec
 """
 from __future__ import annotations
 
+import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -25,13 +27,32 @@ GENERATE = ["generate", "--model", str(TINY), "--prompt", "the cat sat", "--max-
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory):
-    """(wheel path, install folder): the wheel built from this checkout by pip (isolated build, as a user's
-    `pip wheel .`), installed with --target."""
+def pip_wheel(tmp_path_factory) -> Path:
+    """The wheel pip builds from this checkout's sources (isolated build, as a user's `pip wheel .` in a fresh clone:
+    the sources are copied first, since setuptools reuses a build/ folder it finds, stale modules included)."""
     out = tmp_path_factory.mktemp("wheel")
+    src = out / "src"
+    for name in ("cera_web", "shaders"):
+        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__", ".*"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check", "-q", "-w",
-                    str(out / "dist"), str(ROOT)], check=True, cwd=out)
+                    str(out / "dist"), str(src)], check=True, cwd=out)
     wheel, = (out / "dist").glob("cera_web-*.whl")
+    return wheel
+
+
+@pytest.fixture(scope="module", params=["pip wheel", "serve.py"])
+def installed(request, pip_wheel, tmp_path_factory):
+    """(wheel path, install folder): pip's wheel, or the one serve.py builds with zipfile for the browser (written
+    by `python serve.py --write-wheel DIR`), installed with --target."""
+    out = tmp_path_factory.mktemp("install")
+    if request.param == "pip wheel":
+        wheel = pip_wheel
+    else:
+        wheel = Path(subprocess.run([sys.executable, str(ROOT / "serve.py"), "--write-wheel", str(out / "dist")],
+                                    check=True, capture_output=True, text=True).stdout.strip())
+        assert wheel.name == pip_wheel.name
     target = out / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--disable-pip-version-check", "-q",
                     "--target", str(target), str(wheel)], check=True, cwd=out)
@@ -84,3 +105,21 @@ def test_installed_wheel_errors_name_what_to_do(installed, tmp_path):
     assert no_gguf.returncode == 1, no_gguf.stderr
     assert "Traceback" not in no_gguf.stderr
     assert "pip install 'cera_web[bench]'" in no_gguf.stderr.splitlines()[-1]
+
+
+def test_served_wheel_is_pips_wheel(pip_wheel):
+    """serve.py's wheel (the one the page, cera.js and the notebooks install) holds the same files, byte for byte, and
+    the same requirements as `pip wheel .`'s."""
+    import serve
+
+    served = zipfile.ZipFile(io.BytesIO(serve.build_wheel()))
+    pips = zipfile.ZipFile(pip_wheel)
+    files = lambda zf: {n: zf.read(n) for n in zf.namelist() if ".dist-info/" not in n}   # noqa: E731
+    assert files(served) == files(pips)
+    info = pip_wheel.name.split("-py3")[0] + ".dist-info/"
+    fields = lambda zf, key: sorted(line.split(": ", 1)[1] for line in zf.read(info + "METADATA").decode().splitlines()
+                                    if line.startswith(key + ": "))   # noqa: E731
+    for key in ("Name", "Version", "Requires-Python", "Requires-Dist", "Provides-Extra"):
+        assert fields(served, key) == fields(pips, key), key
+    assert "wgpu>=0.19; sys_platform != \"emscripten\"" in fields(pips, "Requires-Dist")   # not for micropip
+    assert served.read(info + "WHEEL").decode().splitlines()[-2:] == ["Root-Is-Purelib: true", "Tag: py3-none-any"]

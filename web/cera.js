@@ -19,9 +19,10 @@
 // Stopping a request (abort) ends it as a stop would: a stream ends with finish_reason 'stop' after the text so far,
 // a non-streamed reply resolves with that text; a request aborted before it started rejects with an AbortError.
 //
-// The worker must come from the page's own origin (browsers start workers only from there), so serve this folder
-// (web/), Pyodide (/pyodide/) and the package (/app/cera_web.zip) from the site that imports this module, in the
-// layout serve.py uses.
+// This folder (web/), Pyodide and the wheels (/pyodide/) are fetched from the site this module comes from, in the
+// layout serve.py uses. Imported by a page of another origin, the worker is started through a same-origin blob
+// worker that imports web/worker.js (browsers start workers only from the page's own origin); that site must then
+// allow the page's origin (python serve.py --cors ORIGIN), or the worker fails to import its scripts.
 
 const DEFAULT_MODEL = new URL('../models/SmolLM2-135M-Instruct.Q4_1.gguf', import.meta.url).href;
 
@@ -99,6 +100,15 @@ class ChunkStream {
   [Symbol.asyncIterator]() { return this; }
 }
 
+// A worker running the script at `url`: directly when it is of the page's origin, else through a same-origin blob
+// worker that imports it (CERA_WORKER_URL: the base worker.js resolves its assets against).
+function startWorker(url) {
+  const href = new URL(url, import.meta.url).href;
+  if (!globalThis.location || new URL(href).origin === globalThis.location.origin) return new Worker(href);
+  const shim = `self.CERA_WORKER_URL = ${JSON.stringify(href)};\nimportScripts(self.CERA_WORKER_URL);\n`;
+  return new Worker(URL.createObjectURL(new Blob([shim], {type: 'text/javascript'})));
+}
+
 export class Cera {
   // Start a worker and load a model into it. options: model (a GGUF URL; default the bundled SmolLM2), onProgress
   // ({stage, done, total}: 'download' and 'verify' in bytes, then the engine's 'parse', 'upload', ...), onStatus
@@ -107,7 +117,7 @@ export class Cera {
   // software fallback such as SwiftShader; 'webgpu'; 'cpu': no adapter needed, slower than a GPU).
   // Resolves to a Cera whose .info is the worker's 'ready' message (model, backend, memory, ...).
   static async load({model = DEFAULT_MODEL, onProgress, onStatus, worker, limits, backend = 'auto'} = {}) {
-    const w = new Worker(worker || new URL('./worker.js', import.meta.url));
+    const w = startWorker(worker || new URL('./worker.js', import.meta.url));
     const cera = new Cera(w);
     try {
       await cera.loadModel(model, {onProgress, onStatus, limits, backend});

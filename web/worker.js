@@ -4,11 +4,11 @@
 // with importScripts, which works in every browser that has WebGPU in workers, with no bundler or module-worker
 // support needed.
 //
-// Assets it fetches (all same-origin, served by serve.py):
+// Assets it fetches (from the site that serves this file, laid out as serve.py serves them):
 //   /pyodide/                    Pyodide core (indexURL); numpy comes from its lock file via loadPackage
-//   /pyodide/wheels/index.json   {"wheels": [names]}: the pure-Python wheels (jinja2, markupsafe) to unpack into
-//                                site-packages, from the same folder
-//   /app/cera_web.zip            the cera_web package and its shaders, unpacked into the working directory
+//   /pyodide/wheels/index.json   {"wheels": [names]}: the wheels to unpack into site-packages, from the same folder:
+//                                cera_web's own (its shaders inside; the same wheel `pip wheel .` gives, which the
+//                                notebooks install with micropip) and the pure-Python jinja2 and markupsafe
 //   /web/modelstore.js           downloads with progress, and the browser cache of models (OPFS + SHA-256 sidecar)
 //   the model URL                any GGUF URL the page asks for (same origin, or a site that allows it by CORS)
 //
@@ -111,13 +111,15 @@
 //                                               during is the message type that failed. The worker stays usable.
 'use strict';
 
-// Relative to this file (web/worker.js), so a site may serve the whole tree under a folder of its own.
-const PYODIDE_URL = new URL('../pyodide/', self.location.href).href;
+// Relative to this file (web/worker.js), so a site may serve the whole tree under a folder of its own. Started from a
+// page of another origin, cera.js runs this file through a same-origin blob worker that sets CERA_WORKER_URL to this
+// file's real address first (a blob's own address is no base for these).
+const WORKER_URL = self.CERA_WORKER_URL || self.location.href;
+const PYODIDE_URL = new URL('../pyodide/', WORKER_URL).href;
 const WHEELS_URL = PYODIDE_URL + 'wheels/';
-const APP_ZIP_URL = new URL('../app/cera_web.zip', self.location.href).href;
 
 importScripts(PYODIDE_URL + 'pyodide.js');   // defines self.loadPyodide
-importScripts(new URL('modelstore.js', self.location.href).href);   // defines self.CeraModelStore
+importScripts(new URL('modelstore.js', WORKER_URL).href);   // defines self.CeraModelStore
 
 const post = (msg) => self.postMessage(msg);
 const status = (text) => post({type: 'status', text});
@@ -184,12 +186,10 @@ async function boot(cpu) {
   status('Installing Python packages…');
   const sitePackages = pyodide.runPython("import sysconfig; sysconfig.get_paths()['purelib']");
   const {wheels} = await (await fetchOk(WHEELS_URL + 'index.json', 'the list of Python wheels')).json();
-  for (const wheel of wheels) {
+  for (const wheel of wheels) {   // cera_web's wheel among them
     const resp = await fetchOk(WHEELS_URL + wheel, 'a Python wheel');
     pyodide.unpackArchive(await resp.arrayBuffer(), 'wheel', {extractDir: sitePackages});
   }
-  const app = await fetchOk(APP_ZIP_URL, 'the cera_web package');
-  pyodide.unpackArchive(await app.arrayBuffer(), 'zip');   // into the working directory, which is on sys.path
   const module = pyodide.pyimport('cera_web.webapp');
   module.init((json) => {
     const msg = JSON.parse(json);
