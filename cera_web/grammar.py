@@ -347,7 +347,10 @@ def _flatten(item, out):
 
 class Grammar:
     """A compiled grammar: a flat element array and the start position of each rule's alternatives. Immutable and
-    shareable; a :class:`Matcher` holds one generation's state."""
+    shareable; a :class:`Matcher` holds one generation's state. ``not_enforced``: the JSON Schema keywords its
+    schema had that it leaves out (json_schema with strict=False)."""
+
+    not_enforced: tuple | list = ()
 
     def __init__(self, rules: dict[str, list], source: str = "", root: str = "root"):
         if root not in rules:
