@@ -214,7 +214,9 @@ def wheels_index(root: Path = ROOT) -> bytes:
     .assets/pyodide/wheels (its dependencies jinja2 and markupsafe)."""
     folder = root / FOLDERS["pyodide"] / "wheels"
     names = {p.name for p in folder.glob("*.whl") if p.is_file()} if folder.is_dir() else set()
-    return json.dumps({"wheels": sorted(names | {wheel_name(root)})}).encode()
+    if (root / "pyproject.toml").is_file():          # a site of its own (no package) lists only its wheels
+        names.add(wheel_name(root))
+    return json.dumps({"wheels": sorted(names)}).encode()
 
 
 def models_index(root: Path = ROOT) -> bytes:
@@ -408,7 +410,8 @@ class Handler(BaseHTTPRequestHandler):
             path = unquote(raw, errors="strict")
         except UnicodeDecodeError:
             return HTTPStatus.BAD_REQUEST
-        if path == WHEELS + self.server.wheel_name():
+        if path.startswith(WHEELS + "cera_web-") and (self.server.root / "pyproject.toml").is_file() \
+                and path == WHEELS + self.server.wheel_name():
             return "wheel"
         if path == MODELS_INDEX:
             return "models"
