@@ -46,7 +46,7 @@ BY_TYPE = {
     "string": {"minLength", "maxLength", "pattern", "format"},
     "object": {"properties", "required", "additionalProperties", "patternProperties", "propertyNames",
                "minProperties", "maxProperties"},
-    "array": {"items", "prefixItems", "minItems", "maxItems", "uniqueItems"},
+    "array": {"items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems"},
 }
 SUPPORTED = STRUCTURE | set().union(*BY_TYPE.values())
 TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
@@ -526,7 +526,8 @@ class _Regex:
 FORMAT_RULES = r'''
 f-d28 ::= "0" [1-9] | "1" [0-9] | "2" [0-8]
 f-date ::= [1-9] [0-9]{3} "-" (("0" [13578] | "1" [02]) "-" (f-d28 | "29" | "30" | "31")
-                             | ("0" [469] | "11") "-" (f-d28 | "29" | "30") | "02-" f-d28)
+                             | ("0" [469] | "11") "-" (f-d28 | "29" | "30") | "02-" f-d28) | f-leap "-02-29"
+f-leap ::= [1-9] [0-9] ("0" [48] | [2468] [048] | [13579] [26]) | ([2468] [048] | [13579] [26]) "00"
 f-time ::= ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ("." [0-9]{1,6})?
            ("Z" | [-+] ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9])
 f-date-time ::= f-date "T" f-time
@@ -546,10 +547,14 @@ f-ipv6 ::= (f-h16 ":"){6} f-ls32 | "::" (f-h16 ":"){5} f-ls32 | f-h16? "::" (f-h
          | ((f-h16 ":"){0,3} f-h16)? "::" f-h16 ":" f-ls32 | ((f-h16 ":"){0,4} f-h16)? "::" f-ls32
          | ((f-h16 ":"){0,5} f-h16)? "::" f-h16 | ((f-h16 ":"){0,6} f-h16)? "::"
 f-pchar ::= [a-zA-Z0-9._~!$&'()*+,;=:@-] | "%" hex hex
-f-uri ::= [a-z] [a-z0-9+.-]{0,9} "://" f-hostname (":" [1-9] [0-9]{0,3})? ("/" f-pchar*)* ("?" (f-pchar | "/")*)?
-          ("#" (f-pchar | "/")*)?
-f-json-pointer ::= ("/" ([^"\\\x00-\x1F~/] | "~" [01])*)*
+f-uri ::= [a-z] [a-z0-9+.-]{0,9} "://" f-hostname (":" [1-9] [0-9]{0,3})? ("/" f-pchar{0,32}){0,8}
+          ("?" (f-pchar | "/"){0,64})? ("#" (f-pchar | "/"){0,32})?
+f-json-pointer ::= ("/" ([^"\\\x00-\x1F~/] | "~" [01]){0,32}){0,8}
 '''
+# (fewest, most) characters of each format's texts as written here (bounds: a length keyword within them holds)
+FORMAT_LENGTH = {"f-date": (10, 10), "f-time": (9, 21), "f-date-time": (20, 32), "f-duration": (3, 32),
+                 "f-uuid": (36, 36), "f-email": (3, 300), "f-hostname": (1, 140), "f-ipv4": (7, 15),
+                 "f-ipv6": (2, 45), "f-uri": (5, 3 * 32 * 8 + 300 + 3 * 100 + 200), "f-json-pointer": (0, 8 * 33 * 6)}
 FORMAT_RULE = {"date": "f-date", "time": "f-time", "date-time": "f-date-time", "duration": "f-duration",
                "uuid": "f-uuid", "email": "f-email", "idn-email": "f-email", "hostname": "f-hostname",
                "idn-hostname": "f-hostname", "ipv4": "f-ipv4", "ipv6": "f-ipv6", "uri": "f-uri",
@@ -998,6 +1003,10 @@ class _Compiler:
                 self.unsupported(where, "pattern", "pattern together with format is not supported")
             else:
                 body = _Regex(pat, lambda m: _fail(where, "pattern", f"{m} (in {pat!r})")).compile()
+        if fmt is not None and (lo or hi is not None):
+            least, most = FORMAT_LENGTH[body]
+            if lo <= least and (hi is None or hi >= most):
+                lo, hi = 0, None        # every text of the format is within the length bounds
         if body is not None:
             if lo or hi is not None:
                 self.unsupported(where, "maxLength" if hi is not None else "minLength",
@@ -1163,8 +1172,10 @@ class _Compiler:
         if not isinstance(prefix, list):
             _fail(where, "prefixItems", "prefixItems must be a list of schemas")
         items = s.get("items", True)
-        if isinstance(items, list):
-            _fail(where, "items", "items as a list is the old tuple form: use prefixItems")
+        if isinstance(items, list):     # the draft 7 tuple form: items [...] and additionalItems
+            if "prefixItems" in s:
+                _fail(where, "items", "items as a list (draft 7) together with prefixItems")
+            prefix, items = items, s.get("additionalItems", True)
         if items is False:
             hi = len(prefix) if hi is None else min(hi, len(prefix))
             if lo > hi:
@@ -1256,8 +1267,8 @@ def _bounds(s, lo_key, hi_key, where):
             _fail(where, k, f"{k} must be a non-negative integer, got {v!r}")
     if hi is not None and hi < lo:
         _fail(where, lo_key, f"{lo_key} {lo} is above {hi_key} {hi}: nothing satisfies the schema")
-    if max(lo, hi or 0) > 1000:
-        _fail(where, hi_key if (hi or 0) > 1000 else lo_key, f"{lo_key}/{hi_key} above 1000 are not supported")
+    if max(lo, hi or 0) > 10000:
+        _fail(where, hi_key if (hi or 0) > 10000 else lo_key, f"{lo_key}/{hi_key} above 10000 are not supported")
     return lo, hi
 
 
