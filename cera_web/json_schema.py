@@ -960,27 +960,31 @@ class _Compiler:
         return got
 
     def multiples(self, k, lo, hi, where):
-        """The multiples of k between lo and hi: all of them when they are few or the bounds are at zero (the
-        digits read left to right keep the value mod k); else the 256 nearest the bound (a subset)."""
-        if lo is not None and hi is not None and hi - lo < 256 * k:
-            vals = list(range(-(-lo // k) * k, hi + 1, k))
-            if not vals:
-                _fail(where, "multipleOf", f"no multiple of {k} lies between {lo} and {hi}")
-            return _alt([" ".join(f'"{c}"' for c in str(v)) for v in vals])
-        pos = hi is None and (lo is None or lo <= k)
-        neg = lo is None and (hi is None or hi >= -k)
-        zero = (lo is None or lo <= 0) and (hi is None or hi >= 0)
-        if k > 1000 or not (pos or neg):
-            first = -(-lo // k) * k if lo is not None else (hi // k) * k - 255 * k
-            vals = [v for v in range(first, first + 256 * k, k) if hi is None or v <= hi]
-            return _alt([" ".join(f'"{c}"' for c in str(v)) for v in vals])
-        names = [self.name(f"mod{k}-{r}") for r in range(k)]    # m<r>: the digits left, the value so far = r mod k
-        for r in range(k):
-            by_next = _group(lambda dg: (r * 10 + dg) % k, range(10))
-            alts = [_alt(_runs(ds)) + f" {names[n]}" for n, ds in by_next.items()]
-            self.rules[names[r]] = " | ".join(alts + (['""'] if r == 0 else []))
-        lead = _alt([_alt(_runs(ds)) + f" {names[n]}" for n, ds in _group(lambda dg: dg % k, range(1, 10)).items()])
-        return _alt(([f'"-" {lead}'] if neg else []) + ([lead] if pos else []) + (['"0"'] if zero else []))
+        """The multiples of k between lo and hi: an unbounded side (beyond the bound's own side of zero) as the
+        digits read left to right keeping the value mod k, the rest listed; a side that is unbounded but starts
+        beyond k as the 2048 multiples nearest its bound (a subset)."""
+        k_ok = k <= 1000
+        neg = k_ok and lo is None and (hi is None or hi >= -k)     # every negative multiple is within the bounds
+        pos = k_ok and hi is None and (lo is None or lo <= k)
+        a, b = (0 if neg else lo), (0 if pos else hi)
+        if a is None:
+            a = 0 if b is None else (b // k) * k - 2047 * k
+        if b is None or b - a >= 2048 * k:
+            b = -(-a // k) * k + 2047 * k
+        vals = list(range(-(-a // k) * k, b + 1, k))
+        if not vals and not (neg or pos):
+            _fail(where, "multipleOf", f"no multiple of {k} lies between {lo} and {hi}")
+        alts = [" ".join(f'"{c}"' for c in str(v)) for v in vals]
+        if neg or pos:
+            names = [self.name(f"mod{k}-{r}") for r in range(k)]   # m<r>: the digits left, value so far = r mod k
+            for r in range(k):
+                by_next = _group(lambda dg: (r * 10 + dg) % k, range(10))
+                self.rules[names[r]] = " | ".join([_alt(_runs(ds)) + f" {names[n]}" for n, ds in by_next.items()]
+                                                  + (['""'] if r == 0 else []))
+            lead = _alt([_alt(_runs(ds)) + f" {names[n]}" for n, ds in
+                         _group(lambda dg: dg % k, range(1, 10)).items()])
+            alts += ([f'"-" {lead}'] if neg else []) + ([lead] if pos else [])
+        return _alt(alts)
 
     def string(self, s, hint, where):
         lo, hi = _bounds(s, "minLength", "maxLength", where)
