@@ -6,6 +6,10 @@
   before anything runs (the prompt stays); a good one constrains the output; with the probabilities shown each
   token is a tinted span whose tooltip lists the top 5 (greedy: the token itself first), and the view goes back to
   plain text when the toggle is off
+- chat, the tiny model (default run): JSON Schema mode refuses a schema with a keyword a grammar cannot enforce
+  next to the field, naming the keyword and its path, before anything runs (the message stays); with a schema of
+  numeric bounds, a pattern and an enum the reply equals the Python API's natively (same conversation, greedy),
+  validates with `jsonschema` and is shown as a formatted JSON code block
 - chat, SmolLM2 (the slow one: one prefill, one constrained reply): a malformed schema (not JSON) and an
   unsatisfiable one (minItems above maxItems) are refused next to the field with the message kept; with a schema
   of a nested object, enums and an array pasted and the probabilities shown, the reply's tooltips give the same
@@ -138,6 +142,62 @@ def test_raw_grammar_and_token_probabilities_tiny_model(browser, server_url, tmp
         page.get_by_label("Raw completion").check()
         expect(ui.setting("Structured output")).to_have_value("grammar")
         expect(grammar).to_have_value('root ::= ("yes" | "no") " " [0-9]{2}')
+    finally:
+        ui.close()
+
+
+# small: the tiny random model writes many blanks between tokens and has a 128-token context (70 tokens here)
+TINY_SCHEMA = {"type": "object", "additionalProperties": False, "required": ["n", "code"],
+               "properties": {"n": {"type": "integer", "minimum": 1, "maximum": 9},
+                              "code": {"type": "string", "pattern": "^[A-Z]{2}$"}}}
+TINY_ASK = "JSON please"
+
+
+@pytest.mark.browser
+def test_chat_json_schema_tiny_model(browser, server_url, tmp_path):
+    import jsonschema
+    from cera_web.engine import ChatSession, Engine
+
+    async def native():
+        engine = await Engine.load(str(TINY), device="cpu")
+        try:
+            r = await ChatSession(engine).send(TINY_ASK, max_tokens=90, temperature=0, response_format={
+                "type": "json_schema", "json_schema": {"schema": TINY_SCHEMA}})
+            return r.text, r.stop_reason
+        finally:
+            engine.close()
+
+    text, stop = _in_thread(lambda: asyncio.run(native()))
+    assert stop == "grammar", (stop, text)      # the reply is complete within the tiny model's context
+    ui = UI(browser, server_url)
+    try:
+        ui.wait()
+        page = ui.page
+        ui.setting("Temperature").fill("0")
+        page.get_by_label("Max tokens").fill("90")
+        ui.setting("Structured output").select_option("JSON Schema")
+        schema_box = page.get_by_label("JSON Schema", exact=True)
+        error = page.locator("#structured-error")
+        schema_box.fill(json.dumps({"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}}))
+        ui.message.fill(TINY_ASK)
+        ui.send.click()
+        expect(error).to_contain_text("Structured output: JSON Schema error at #/properties/tags/uniqueItems: "
+                                      "uniqueItems (with maxItems above 1) cannot be enforced by a grammar")
+        expect(error).to_have_attribute("data-kind", "GrammarError")
+        expect(ui.message).to_have_value(TINY_ASK)
+        expect(ui.log.locator(".turn")).to_have_count(0)
+        schema_box.fill(json.dumps(TINY_SCHEMA, indent=2))
+        ui.send.click()
+        ui.wait(r"^Ready \(", GENERATE_MS)
+        expect(error).to_be_empty()
+        done = ui.received("done")[-1]
+        assert done["text"] == text, (done["text"], text)
+        value = json.loads(text)
+        jsonschema.validate(value, TINY_SCHEMA)
+        code = ui.log.locator(".turn.assistant").last.locator("pre code")
+        expect(code).to_have_count(1)
+        assert code.text_content() == json.dumps(value, indent=2)
+        _screenshot(page, "structured-schema-tiny-1280x720.png", tmp_path)
     finally:
         ui.close()
 
