@@ -6,10 +6,13 @@ kernel itself. Devices cache pipelines by this text, so equal shapes share one p
 """
 from __future__ import annotations
 
+import os
 import re
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from . import formats
 from .errors import UnsupportedModelError
 from .gguf import GGML_BLOCK, GGMLType
 
@@ -17,39 +20,132 @@ from .gguf import GGML_BLOCK, GGMLType
 _HERE = Path(__file__).resolve().parent
 SHADER_DIR = _HERE / "shaders" if (_HERE / "shaders" / "common.wgsl").exists() else _HERE.parent / "shaders"
 
-# GGML tensor type -> (format file, the shared pieces of formats/ build appends with it: "bytes" for byte-addressed
-# reads of blocks that are not word aligned, "kscales" for the Q4_K/Q5_K super-block scales)
-FORMATS = {
-    GGMLType.F32: ("f32", ()),
-    GGMLType.F16: ("f16", ()),
-    GGMLType.Q4_0: ("q4_0", ("bytes",)),
-    GGMLType.Q4_1: ("q4_1", ()),
-    GGMLType.Q8_0: ("q8_0", ("bytes",)),
-    GGMLType.BF16: ("bf16", ()),
-    GGMLType.Q5_0: ("q5_0", ("bytes",)),
-    GGMLType.Q5_1: ("q5_1", ()),
-    GGMLType.Q2_K: ("q2_k", ()),
-    GGMLType.Q3_K: ("q3_k", ("bytes",)),
-    GGMLType.Q4_K: ("q4_k", ("kscales",)),
-    GGMLType.Q5_K: ("q5_k", ("kscales",)),
-    GGMLType.Q6_K: ("q6_k", ("bytes", "q6")),
-}
+# --- tuning switches ---
+
+# The matrix-vector kernel's shape on GPUs for one token a pass (decode), chosen from the adapter's features: rows
+# per thread, threads per workgroup, subgroup shuffles. CERA_WEB_MATVEC="rpt=1,wg=64,sg=0" overrides it (benchmarks
+# compare shapes in one run; tests force each path).
+MATVEC = {"rpt": 1, "wg": 64, "sg": 1, "lanes": 32}
+# The int8 kernel's shape on GPUs; CERA_WEB_MATVEC8="lanes=8,wg=256,sg=0" overrides it (benchmarks). lanes 0: by
+# the row count (matvec_q8_lanes).
+MATVEC8 = {"lanes": 0, "wg": 256, "sg": 1}
+QUANTIZE_WG = 128   # quantize_rows' threads (H200 SmolLM2 prefill: 64 54.1/55.9k tok/s, 128 58.5/59.1k; h200-s8-call4)
+I8_KB = 2     # 32-blocks a K step of matmul_i8 (H200 session 7 call 4: 2 and 4 within noise of each other, 8 slower)
 
 
-# GGML types that live on the GPU in the aligned layout (cera_web/quants.py aligned_layout: every block's integers, then
-# every block's scales), which shaders/repack.wgsl makes at upload: their format files for the float32 kernels and
-# for matvec_q8. Their integers are word (Q6_K) or 16-byte (Q4_1, Q8_0: one or two 16-byte loads a block) aligned;
-# the file's 20-, 34- and 210-byte blocks cost word loads, shifted ones for Q8_0 and Q6_K.
-ALIGNED_FORMATS = {
-    GGMLType.Q4_1: ("q4_1a", ()),
-    GGMLType.Q8_0: ("q8_0a", ("bytes",)),
-    GGMLType.Q6_K: ("q6_ka", ("q6",)),
-}
-ALIGNED_INT8_FORMATS = {
-    GGMLType.Q4_1: ("i8_q4_1a", ()),
-    GGMLType.Q8_0: ("i8_q8_0a", ()),
-    GGMLType.Q6_K: ("i8_q6_ka", ("i8_words",)),
-}
+@dataclass(frozen=True)
+class Tuning:
+    """Every CERA_WEB_* switch of the kernel choices, read once (Tuning.from_env; a model reads it when it is made)
+    or made directly by tests. The defaults are the measured choices; the switches exist for benchmarks comparing
+    shapes in one run and for tests forcing a path. None / "": not forced.
+
+    int8          CERA_WEB_INT8=0|1: every int8 path off / also on CPU adapters (int8_enabled, i8_prefill_enabled)
+    i8_prefill    CERA_WEB_I8_PREFILL=0|1: prefill products on 8-bit activations off / also on CPU adapters
+    aligned       CERA_WEB_ALIGNED=0: weights in the file's layout instead of the aligned one (aligned_enabled)
+    tile          CERA_WEB_TILE="64,64,1": matmul_tiled's tile for every product (tiled_tile)
+    matvec        CERA_WEB_MATVEC="rpt=1,wg=64,sg=0,lanes=32": matmul.wgsl's decode shape (matvec_shape)
+    matvec8       CERA_WEB_MATVEC8="lanes=8,wg=256,sg=0": matvec_q8's shape (matvec_q8_shape)
+    quantize_wg   CERA_WEB_QUANTIZE_WG=64|128|256: quantize_rows' threads
+    i8_kb         CERA_WEB_I8_KB=N: 32-blocks a K step of matmul_i8
+    i8_tr         CERA_WEB_I8_TR=32|64: matmul_i8's tile rows (matmul_i8_rows)
+    i8_pair       CERA_WEB_I8_PAIR=0|1: matmul_i8's pairs of tiles for plain products (matmul_i8_tile)
+    i8_kg         CERA_WEB_I8_KG=1|2|4: matmul_i8's K groups where they fit (matmul_i8_kgroups)
+    i8_split      CERA_WEB_I8_SPLIT=1|2|4|8: matmul_i8's K parts (matmul_i8_split)
+    attn_split    CERA_WEB_ATTN_SPLIT=1..64: the decode attention's key ranges at most (attention_split)
+    attn_tiled    CERA_WEB_ATTN_TILED=0|1|32|64: the tiled prefill attention (attention_tiled_rows)
+    prefill_attn_split  CERA_WEB_PREFILL_ATTN_SPLIT=1|2|4|8: splits of the tiled prefill attention
+    argmax_one    CERA_WEB_ARGMAX_PARTS=1: one argmax workgroup for any vocabulary (argmax_parts_count)
+    """
+    int8: str = ""
+    i8_prefill: str = ""
+    aligned: bool = True
+    tile: tuple | None = None
+    matvec: tuple = ()            # (key, value) overrides of MATVEC
+    matvec8: tuple = ()           # (key, value) overrides of MATVEC8
+    quantize_wg: int = QUANTIZE_WG
+    i8_kb: int = I8_KB
+    i8_tr: int | None = None
+    i8_pair: bool | None = None
+    i8_kg: int | None = None
+    i8_split: int | None = None
+    attn_split: int | None = None
+    attn_tiled: str = ""
+    prefill_attn_split: int | None = None
+    argmax_one: bool = False
+
+    @classmethod
+    def from_env(cls, env=None) -> "Tuning":
+        """The switches set in ``env`` (default: os.environ); a malformed value raises ValueError naming it."""
+        env = os.environ if env is None else env
+
+        def get(name):
+            return env.get("CERA_WEB_" + name, "")
+
+        def choice(name, allowed, why):
+            value = get(name)
+            if value and value not in allowed:
+                raise ValueError(f"CERA_WEB_{name}={value!r}: {why}")
+            return value
+
+        def number(name, allowed, why):
+            value = choice(name, allowed, why)
+            return int(value) if value else None
+
+        int8 = choice("INT8", ("0", "1"), "use 0 (off), 1 (on, also on CPU adapters) or leave it unset")
+        i8_prefill = choice("I8_PREFILL", ("0", "1"), "use 0 (float32 prefill products), 1 (also on CPU adapters) "
+                                                      "or leave it unset")
+        aligned = choice("ALIGNED", ("0", "1"), "use 0 (the file's layout) or 1 / unset (aligned)")
+        tile = None
+        if get("TILE"):
+            tile = tuple(int(v) for v in get("TILE").split(","))
+            if tile not in TILES:
+                raise ValueError(f"CERA_WEB_TILE={get('TILE')}: not one of {TILES}")
+        quantize_wg = int(get("QUANTIZE_WG") or QUANTIZE_WG)
+        if quantize_wg not in (64, 128, 256):
+            raise ValueError(f"CERA_WEB_QUANTIZE_WG={quantize_wg}: 64, 128 or 256")
+        attn_split = get("ATTN_SPLIT")
+        if attn_split and (not attn_split.isdigit() or not 1 <= int(attn_split) <= 64):
+            raise ValueError(f"CERA_WEB_ATTN_SPLIT={attn_split}: a number of key ranges from 1 to 64")
+        pair = choice("I8_PAIR", ("0", "1"), "0 or 1")
+        return cls(
+            int8=int8, i8_prefill=i8_prefill, aligned=aligned != "0", tile=tile,
+            matvec=_overrides("CERA_WEB_MATVEC", get("MATVEC"), MATVEC, "rpt=N, wg=N, sg=0|1, lanes=N"),
+            matvec8=_overrides("CERA_WEB_MATVEC8", get("MATVEC8"), MATVEC8, "lanes=N, wg=N, sg=0|1"),
+            quantize_wg=quantize_wg, i8_kb=int(get("I8_KB") or I8_KB),
+            i8_tr=number("I8_TR", ("32", "64"), "64 or 32"),
+            i8_pair=None if not pair else pair == "1",
+            i8_kg=number("I8_KG", ("1", "2", "4"), "1, 2 or 4"),
+            i8_split=number("I8_SPLIT", ("1", "2", "4", "8"), "1, 2, 4 or 8"),
+            attn_split=int(attn_split) if attn_split else None,
+            attn_tiled=choice("ATTN_TILED", ("0", "1", "32", "64"), "0 (attention.wgsl), 1 (also on software "
+                              "adapters), 32 or 64 (that kernel), or unset"),
+            prefill_attn_split=number("PREFILL_ATTN_SPLIT", ("1", "2", "4", "8"), "1, 2, 4 or 8"),
+            argmax_one=get("ARGMAX_PARTS") == "1")
+
+    def matvec_config(self) -> dict:
+        cfg = {**MATVEC, **dict(self.matvec)}
+        if cfg["lanes"] & (cfg["lanes"] - 1) or not 4 <= cfg["lanes"] <= 32:
+            raise ValueError(f"CERA_WEB_MATVEC: lanes={cfg['lanes']} is not a power of two from 4 to 32")
+        return cfg
+
+    def matvec8_config(self) -> dict:
+        return {**MATVEC8, **dict(self.matvec8)}
+
+
+def _overrides(name: str, text: str, defaults: dict, form: str) -> tuple:
+    """"key=N,key=N" -> ((key, N), ...), each key one of defaults'."""
+    out = []
+    for item in filter(None, text.split(",")):
+        key, _, value = item.partition("=")
+        if key.strip() not in defaults or not value.strip().isdigit():
+            raise ValueError(f"{name}: {item!r} is not one of {form}")
+        out.append((key.strip(), int(value)))
+    return tuple(out)
+
+
+def _tuning(tuning: Tuning | None) -> Tuning:
+    """The tuning a kernel helper uses: the model's, or (called alone: tests, benchmarks) the environment's now."""
+    return tuning if tuning is not None else Tuning.from_env()
 
 
 MATMUL_ONLY = "// --- matmul only"
@@ -75,8 +171,8 @@ def _const(name, value) -> str:
 
 def build(kernel: str, *, fmt=None, aligned=False, **consts) -> str:
     """WGSL text of shaders/<kernel>.wgsl specialised with ``consts`` (and weight format ``fmt``, a GGMLType: its
-    file and the shared format pieces FORMATS names for it follow the kernel; aligned: the weights are in the aligned
-    layout, ALIGNED_FORMATS, and consts has WROWS, the rows of the bound weight buffer)."""
+    float32 reader and that reader's shared pieces (formats.FORMATS) follow the kernel; aligned: the weights are in
+    the aligned layout, and consts has WROWS, the rows of the bound weight buffer)."""
     parts = ["// generated by cera_web.kernels.build: " + kernel + (f" [{fmt.name}]" if fmt is not None else "")]
     if consts.get("SG"):
         parts.append("enable subgroups;")     # WebGPU's directive (the native device drops it: naga has no need)
@@ -92,11 +188,12 @@ def build(kernel: str, *, fmt=None, aligned=False, **consts) -> str:
     if "gate_act(" in body:
         parts.append(_read("gate_act.wgsl"))
     if fmt is not None:
-        if fmt not in FORMATS:
-            raise UnsupportedModelError(f"tensor type {GGMLType(fmt).name} has no GPU kernel yet")
-        name, pieces = ALIGNED_FORMATS[fmt] if aligned else FORMATS[fmt]
-        parts += [_read(f"formats/{piece}.wgsl") for piece in pieces]
-        text = _read(f"formats/{name}.wgsl")
+        found = formats.reader(fmt, "f32", aligned)
+        if found is None:
+            raise UnsupportedModelError(f"tensor type {GGMLType(fmt).name} has no GPU kernel"
+                                        + " in the aligned layout" * aligned + " yet")
+        parts += [_read(piece) for piece in found.pieces]
+        text = _read(found.file)
         if "fn xin(" not in body:    # block_dot reads the input through xin(): only kernels that define it get it
             text = text.split(MATMUL_ONLY)[0]
         parts.append(text)
@@ -116,7 +213,7 @@ def matmul(fmt, K: int, N: int, *, norm=False, eps=0.0, accum=False, glu=False, 
     """See matmul.wgsl. tokens: how many tokens share one pass over the weights (1 suits decode);
     lanes: threads per row (32 on GPUs, 1 on CPU adapters); rpt: rows per thread (with tokens 1 only);
     wg: threads per workgroup; sg: reduce with subgroup shuffles (needs subgroups of at least ``lanes``);
-    gelu: GeGLU instead of SwiGLU (gate_act.wgsl); aligned: the weights are in the aligned layout (ALIGNED_FORMATS).
+    gelu: GeGLU instead of SwiGLU (gate_act.wgsl); aligned: the weights are in the aligned layout (formats.Aligned).
     Dispatch with matmul_groups(N, lanes, rpt, wg)."""
     tb = 1 if last_only else tokens
     if rpt > 1 and tb > 1:
@@ -132,19 +229,15 @@ def matmul(fmt, K: int, N: int, *, norm=False, eps=0.0, accum=False, glu=False, 
 TILED_UNROLL = 2    # k values per iteration of matmul_tiled's inner loop (1 or 2)
 
 
-def tiled_tile(N: int, K: int, T: int) -> tuple[int, int, int]:
+def tiled_tile(N: int, K: int, T: int, tuning: Tuning | None = None) -> tuple[int, int, int]:
     """Tile of matmul_tiled for N rows of K and passes of up to T tokens: (rows, tokens, K groups). Each thread
     computes 4 rows x 4 tokens, so small products have few threads: long rows split K over 4 thread groups, mid-sized
     N over 2 (measured on the H200 with SmolLM2's shapes, docs/bench/h200-gemm-*); products with at least 256 tiles
     of 64 x 64 take those (Llama-3.2-1B on the H200: 6,494 -> 8,595 tok/s prefill, docs/bench/h200-s3-call2-*). CERA_WEB_TILE="64,64,1" forces
     one of TILES for every product (benchmarks)."""
-    import os
-    forced = os.environ.get("CERA_WEB_TILE")
+    forced = _tuning(tuning).tile
     if forced:
-        tile = tuple(int(v) for v in forced.split(","))
-        if tile not in TILES:
-            raise ValueError(f"CERA_WEB_TILE={forced}: not one of {TILES}")
-        return tile
+        return forced
     if -(-N // 64) * -(-T // 64) >= 256:     # enough 64x64 tiles to fill the GPU (1B-class shapes: +32% prefill)
         return (64, 64, 1)
     if K >= 1024:
@@ -193,86 +286,55 @@ def matmul_tiled(fmt, K: int, N: int, *, norm=False, eps=0.0, accum=False, glu=F
 
 # --- int8 activations (prefill): quantize_rows.wgsl + matmul_i8.wgsl with dot4I8Packed ---
 
-# GGML type -> (shaders/formats_i8 file, shared format pieces) of the types matmul_i8 reads in the file's layout;
-# ALIGNED_I8_FORMATS: those it reads in the aligned layout
-Q8_FORMATS = {
-    GGMLType.Q4_1: ("q4_1", ()),
-    GGMLType.Q8_0: ("q8_0", ("bytes",)),
-    GGMLType.Q4_K: ("q4_k", ("kscales",)),
-    GGMLType.Q6_K: ("q6_k", ("bytes",)),
-    GGMLType.Q4_0: ("q4_0", ("bytes",)),
-    GGMLType.Q5_0: ("q5_0", ("bytes",)),
-}
-ALIGNED_I8_FORMATS = {
-    GGMLType.Q4_1: ("q4_1a", ()),
-    GGMLType.Q8_0: ("q8_0a", ()),
-    GGMLType.Q6_K: ("q6_ka", ()),
-}
 Q8_BLOCK_BYTES = 40          # an activation block of quantize_rows: d, s (f32) and 32 int8
-QUANTIZE_WG = 128   # quantize_rows' threads (H200 SmolLM2 prefill: 64 54.1/55.9k tok/s, 128 58.5/59.1k; h200-s8-call4)
-I8_KB = 2     # 32-blocks a K step of matmul_i8 (H200 session 7 call 4: 2 and 4 within noise of each other, 8 slower)
 I8_FILL = 256     # workgroups that fill the H200 (about two per SM) with matmul_i8's 64 x 64 tiles
 
 
-def quantize_rows(K: int, *, norm=False, eps=0.0) -> str:
-    """See quantize_rows.wgsl: [T, K] f32 (RMS-normalised with NORM) -> 8-bit blocks of 32; dispatch (T, 1, 1)."""
+def quantize_rows(K: int, *, norm=False, eps=0.0, wg: int | None = None) -> str:
+    """See quantize_rows.wgsl: [T, K] f32 (RMS-normalised with NORM) -> 8-bit blocks of 32; dispatch (T, 1, 1).
+    wg: threads a workgroup (default: the tuning's, QUANTIZE_WG)."""
     if K % 32:
         raise ValueError(f"quantize_rows: K = {K} is not a multiple of 32")
-    import os
-    wg = int(os.environ.get("CERA_WEB_QUANTIZE_WG") or QUANTIZE_WG)     # benchmarks
+    wg = wg or _tuning(None).quantize_wg
     if wg not in (64, 128, 256):
-        raise ValueError(f"CERA_WEB_QUANTIZE_WG={wg}: 64, 128 or 256")
+        raise ValueError(f"quantize_rows: {wg} threads (64, 128 or 256)")
     return build("quantize_rows", K=K, NORM=norm, EPS=float(eps), WG=wg)
 
 
-def i8_prefill_enabled(dev) -> bool:
+def i8_prefill_enabled(dev, tuning: Tuning | None = None) -> bool:
     """Whether prefill products run on 8-bit activations (quantize_rows + matmul_i8.wgsl) for the types that have
-    it (Q8_FORMATS, ALIGNED_I8_FORMATS): by default on GPUs whose WGSL has dot4I8Packed (H200: the GEMMs at 25-34
+    it (a matmul_i8 reader in formats.FORMATS): by default on GPUs whose WGSL has dot4I8Packed (H200: the GEMMs at 25-34
     TFLOP/s against the float32 tiles' 16-18, 1B prefill +49%: docs/bench/h200-s7-call4-*). CERA_WEB_I8_PREFILL=0
     (or CERA_WEB_INT8=0, every int8 path) switches it off; CPU adapters keep matmul.wgsl, as for every prefill product,
     unless CERA_WEB_I8_PREFILL=1 (or CERA_WEB_INT8=1) forces it there too: tests."""
-    import os
-    flag = os.environ.get("CERA_WEB_I8_PREFILL", "")
-    if flag not in ("", "0", "1"):
-        raise ValueError(f"CERA_WEB_I8_PREFILL={flag!r}: use 0 (float32 prefill products), 1 (also on CPU adapters) "
-                         f"or leave it unset")
-    every = os.environ.get("CERA_WEB_INT8", "")
+    t = _tuning(tuning)
+    flag, every = t.i8_prefill, t.int8
     if flag == "0" or every == "0" or not getattr(dev, "int8_dot", False):
         return False
     return flag == "1" or every == "1" or not dev.is_cpu
 
 
-def i8_format(fmt, aligned: bool = False):
-    """(formats_i8 file, pieces) of matmul_i8 for type fmt in the given layout, or None where it has none."""
-    return (ALIGNED_I8_FORMATS if aligned else Q8_FORMATS).get(fmt)
-
-
-def matmul_i8_rows(N: int, T: int) -> int:
+def matmul_i8_rows(N: int, T: int, tuning: Tuning | None = None) -> int:
     """Rows of matmul_i8's workgroup tile (64 or 32) for N rows and passes of up to T tokens: 32 where 64-row tiles
     would give fewer than I8_FILL workgroups (SmolLM2's 576-row products), else 64; CERA_WEB_I8_TR=64|32 forces one
     (benchmarks)."""
-    import os
-    forced = os.environ.get("CERA_WEB_I8_TR", "")
+    forced = _tuning(tuning).i8_tr
     if forced:
-        if forced not in ("32", "64"):
-            raise ValueError(f"CERA_WEB_I8_TR={forced}: 64 or 32")
-        return int(forced)
+        return forced
     return 64 if matmul_i8_tiles(N, T, 64) >= I8_FILL else 32
 
 
-def matmul_i8_tile(N: int, T: int, glu: bool = False) -> tuple[int, bool]:
+def matmul_i8_tile(N: int, T: int, glu: bool = False, tuning: Tuning | None = None) -> tuple[int, bool]:
     """(rows, pair) of matmul_i8 for N rows and passes of up to T tokens. A plain product whose 64-row tiles number
     I8_FILL or more runs in pairs (PAIR: 8 rows x 4 tokens a thread, 2 x 32-row tiles: the same 64 x 64 tile as
     64 rows without PAIR, on half the threads, each activation read feeding twice the rows); every other product
     takes matmul_i8_rows. CERA_WEB_I8_PAIR=0|1 forces pairs off or on for plain products, CERA_WEB_I8_TR the rows
     (benchmarks)."""
-    import os
-    forced = os.environ.get("CERA_WEB_I8_PAIR", "")
-    if forced not in ("", "0", "1"):
-        raise ValueError(f"CERA_WEB_I8_PAIR={forced}: 0 or 1")
-    if glu or forced == "0" or (not forced and matmul_i8_tiles(N, T, 64) < I8_FILL):
-        return matmul_i8_rows(N, T), False
-    return (matmul_i8_rows(N, T) if forced and os.environ.get("CERA_WEB_I8_TR") else 32), True
+    t = _tuning(tuning)
+    forced = t.i8_pair
+    if glu or forced is False or (forced is None and matmul_i8_tiles(N, T, 64) < I8_FILL):
+        return matmul_i8_rows(N, T, t), False
+    return (t.i8_tr if forced and t.i8_tr else 32), True
 
 
 def matmul_i8_tiles(N: int, T: int, rows: int, pair: bool = False) -> int:
@@ -288,34 +350,30 @@ def matmul_i8(fmt, K: int, N: int, *, accum=False, glu=False, ystride=None, yoff
     the file's layout or the aligned one; rows: the workgroup tile's (64 or 32; twice that with pair, 8 rows a thread:
     matmul_i8_tile); kgroups: K groups sharing a tile (matmul_i8_kgroups); ksplit > 1: K in that many parts written
     [ksplit, tmax, N] for sum_parts (matmul_i8_split; plain products: no GLU, ACCUM or column offset); dispatch
-    matmul_i8_groups(N, T, rows, ksplit, pair). kb: blocks a K step (default I8_KB; CERA_WEB_I8_KB=N for benchmarks)."""
-    import os
-    kb = kb or int(os.environ.get("CERA_WEB_I8_KB") or I8_KB)
-    found = i8_format(fmt, aligned)
+    matmul_i8_groups(N, T, rows, ksplit, pair). kb: blocks a K step (default: the tuning's, I8_KB)."""
+    kb = kb or _tuning(None).i8_kb
+    found = formats.reader(fmt, "matmul_i8", aligned)
     two = 2 if glu or pair else 1
     fits = (rows in (32, 64) and kb >= 1 and two * kb <= 4 and 64 * kb <= 4 * rows   # an item a thread
             and kgroups in (1, 2, 4) and (kgroups == 1 or two * kb >= 2) and not (glu and pair))
     split_ok = ksplit == 1 or (ksplit > 1 and tmax >= 1 and not (glu or accum or yoff) and ystride in (None, N))
     if found is None or K % GGML_BLOCK[fmt][0] or not fits or not split_ok:
         raise ValueError(f"matmul_i8: {GGMLType(fmt).name} rows of {K}, {kb} blocks a step, tiles of {rows} rows (a "
-                         f"type of Q8_FORMATS, K a multiple of its block, 64 or 32 rows, at most one weight and one "
+                         f"type with a matmul_i8 reader, K a multiple of its block, 64 or 32 rows, at most one weight and one "
                          f"activation block a thread a step: kb <= 2 with GLU, pairs or 32 rows, <= 4 otherwise; "
                          f"pairs without GLU; 1, 2 or 4 K groups, which need kb >= 2 without GLU or pairs; K parts: "
                          f"plain products, with tmax)")
-    name, pieces = found
     text = build("matmul_i8", K=K, N=N, ACCUM=accum, GLU=glu, GELU=gelu, PAIR=pair,
                  YSTRIDE=N if ystride is None else ystride, YOFF=yoff, TR=rows, KB=kb, KG=kgroups, KS=ksplit,
                  TMAX=max(tmax, 1), **_wrows(aligned, N, glu))
     head, _, rest = text.partition("\n")     # WebGPU recommends the directive where the language feature is used
-    return "\n".join([head, REQUIRES_I8, rest, *(_read(f"formats/{p}.wgsl") for p in pieces),
-                      _read(f"formats_i8/{name}.wgsl")])
+    return "\n".join([head, REQUIRES_I8, rest, *(_read(f) for f in found.files())])
 
 
 def matmul_i8_memory(rows: int, kgroups: int = 1, glu: bool = False, kb: int | None = None,
                      pair: bool = False) -> int:
-    """Bytes of workgroup memory of a matmul_i8 tile (see its staging arrays)."""
-    import os
-    kb = kb or int(os.environ.get("CERA_WEB_I8_KB") or I8_KB)
+    """Bytes of workgroup memory of a matmul_i8 tile (see its staging arrays; kb: default the tuning's)."""
+    kb = kb or _tuning(None).i8_kb
     r4, halves = rows // 4, 2 if glu or pair else 1
     return 16 * kgroups * (halves * kb * r4 * (8 + 2 + 1) + kb * 16 * (8 + 2))
 
@@ -325,22 +383,20 @@ I8_KG_MAX = 2      # groups then (H200, SmolLM2 prefill: 1 group 55.3k tok/s, 2 
 
 
 def matmul_i8_kgroups(N: int, T: int, rows: int, glu: bool, wg_memory: int, max_threads: int,
-                      pair: bool = False) -> int:
+                      pair: bool = False, tuning: Tuning | None = None) -> int:
     """K groups of a matmul_i8 tile (more threads on a product with few tiles, which alone leave the GPU's cores
     waiting on latencies: SmolLM2's 576-row products): 1 for GLU products and where rows x 64-token tiles number
     I8_KG_FILL or more, else I8_KG_MAX or fewer as the device's workgroup size (rows * 4 * groups threads) and
     memory allow. CERA_WEB_I8_KG=1|2|4 forces it where it fits (benchmarks)."""
-    import os
-    forced = os.environ.get("CERA_WEB_I8_KG", "")
-    if forced and forced not in ("1", "2", "4"):
-        raise ValueError(f"CERA_WEB_I8_KG={forced}: 1, 2 or 4")
-    if forced:
-        want = int(forced)
+    t = _tuning(tuning)
+    if t.i8_kg:
+        want = t.i8_kg
     elif glu or matmul_i8_tiles(N, T, rows, pair) >= I8_KG_FILL:
         return 1
     else:
         want = I8_KG_MAX
-    while want > 1 and (rows * 4 * want > max_threads or matmul_i8_memory(rows, want, glu, pair=pair) > wg_memory):
+    while want > 1 and (rows * 4 * want > max_threads
+                        or matmul_i8_memory(rows, want, glu, t.i8_kb, pair) > wg_memory):
         want //= 2
     return want
 
@@ -354,20 +410,18 @@ I8_SPLIT_TILES = 192   # tiles below which a long product's K goes in parts (abo
 I8_SPLIT_BLOCKS = 32   # 32-blocks a row from which it does (8 a part at 4 parts)
 
 
-def matmul_i8_split(N: int, T: int, K: int, rows: int, glu: bool = False, pair: bool = False) -> int:
+def matmul_i8_split(N: int, T: int, K: int, rows: int, glu: bool = False, pair: bool = False,
+                    tuning: Tuning | None = None) -> int:
     """K parts of a matmul_i8 product of N rows x K for passes of up to T tokens: 4 where its tiles number under
     I8_SPLIT_TILES (about one workgroup an SM or fewer) and rows have I8_SPLIT_BLOCKS blocks or more, else 1; never
     GLU products (the gate needs whole sums). Only SmolLM2's down projection among the benchmark shapes (144 tiles,
     48 blocks): its 512-token product 73 -> 59 us a layer (H200, h200-s8-call1/final profiles); products with more
     tiles lost (1B's 256: 15.4k -> 15.2k tok/s prefill, call 1). CERA_WEB_I8_SPLIT=1|2|4|8 forces (benchmarks)."""
-    import os
+    forced = _tuning(tuning).i8_split
     if glu:
         return 1
-    forced = os.environ.get("CERA_WEB_I8_SPLIT", "")
     if forced:
-        if forced not in ("1", "2", "4", "8"):
-            raise ValueError(f"CERA_WEB_I8_SPLIT={forced}: 1, 2, 4 or 8")
-        return int(forced)
+        return forced
     return 4 if matmul_i8_tiles(N, T, rows, pair) < I8_SPLIT_TILES and K // 32 >= I8_SPLIT_BLOCKS else 1
 
 
@@ -381,14 +435,10 @@ def sum_parts_groups(N: int, T: int) -> tuple[int, int, int]:
     return (-(-N // 256), T, 1)
 
 
-def aligned_enabled() -> bool:
-    """Whether Q4_1/Q8_0 weights go to the GPU in the aligned layout (the default; CERA_WEB_ALIGNED=0 keeps the
-    file's layout, for benchmarks)."""
-    import os
-    flag = os.environ.get("CERA_WEB_ALIGNED", "")
-    if flag not in ("", "0", "1"):
-        raise ValueError(f"CERA_WEB_ALIGNED={flag!r}: use 0 (the file's layout) or 1 / unset (aligned)")
-    return flag != "0"
+def aligned_enabled(tuning: Tuning | None = None) -> bool:
+    """Whether the types with an aligned layout (formats.ALIGNED_TYPES) go to the GPU in it (the default;
+    CERA_WEB_ALIGNED=0 keeps the file's layout, for benchmarks)."""
+    return _tuning(tuning).aligned
 
 
 def _wrows(aligned: bool, N: int, glu: bool) -> dict:
@@ -397,26 +447,25 @@ def _wrows(aligned: bool, N: int, glu: bool) -> dict:
 
 
 def repack(fmt) -> str:
-    """See repack.wgsl: file blocks of an ALIGNED_FORMATS type into the aligned layout. Dispatch with
-    spread(repack_groups(fmt, blocks))."""
-    from .quants import ALIGNED_TYPES
-    if fmt not in ALIGNED_FORMATS:
+    """See repack.wgsl: file blocks of a type with an aligned layout (formats.ALIGNED_TYPES) into that layout.
+    Dispatch with spread(repack_groups(fmt, blocks))."""
+    if fmt not in formats.ALIGNED_TYPES:
         raise ValueError(f"repack: {GGMLType(fmt).name} has no aligned layout")
-    regions = list(ALIGNED_TYPES[fmt]) + [(0, 4)] * (3 - len(ALIGNED_TYPES[fmt]))     # unused ones: never read
-    return build("repack", B=GGML_BLOCK[fmt][1], NR=len(ALIGNED_TYPES[fmt]),
+    found = formats.FORMATS[fmt].aligned.regions
+    regions = list(found) + [(0, 4)] * (3 - len(found))     # unused ones: never read
+    return build("repack", B=GGML_BLOCK[fmt][1], NR=len(found),
                  **{f"{k}{i}": v for i, (o, z) in enumerate(regions) for k, v in (("O", o), ("Z", z))})
 
 
 def repack_groups(fmt, blocks: int) -> int:
     """Workgroups of repack.wgsl for a slab of ``blocks`` blocks (one thread an output word)."""
-    from .quants import ALIGNED_TYPES
-    words = sum(-(-blocks * z // 4) for _, z in ALIGNED_TYPES[fmt])
+    words = sum(-(-blocks * z // 4) for _, z in formats.FORMATS[fmt].aligned.regions)
     return max(1, -(-words // 256))
 
 
 def block_elems(fmt) -> int:
     """Elements per BLOCK of a format's block_dot (see the format files)."""
-    match = re.search(r"const BLOCK: u32 = (\d+)u;", _read(f"formats/{FORMATS[fmt][0]}.wgsl"))
+    match = re.search(r"const BLOCK: u32 = (\d+)u;", _read(formats.reader(fmt, "f32").file))
     return int(match.group(1))
 
 
@@ -435,10 +484,6 @@ def matmul_groups(N: int, lanes: int = 32, rpt: int = 1, wg: int = 64) -> int:
     return -(-N // (wg // lanes * rpt))
 
 
-# The matrix-vector kernel's shape on GPUs for one token a pass (decode), chosen from the adapter's features: rows
-# per thread, threads per workgroup, subgroup shuffles. CERA_WEB_MATVEC="rpt=1,wg=64,sg=0" overrides it (benchmarks
-# compare shapes in one run; tests force each path).
-MATVEC = {"rpt": 1, "wg": 64, "sg": 1, "lanes": 32}
 # CPU adapters (lavapipe, SwiftShader: one thread a row, every pass of any length): two rows a thread, so each input
 # load serves both. Software rasterizers load buffers lane by lane, which makes the input loads (32 a 32-weight block,
 # against 5-9 words of weights) the cost of a product; lavapipe, session 11 (bench_kernels --lanes 1 --variants):
@@ -447,22 +492,15 @@ MATVEC = {"rpt": 1, "wg": 64, "sg": 1, "lanes": 32}
 CPU_RPT = 2
 
 
-def matvec_shape(blocks_per_row: int, T: int, cpu: bool, subgroup_size: int | None) -> dict:
+def matvec_shape(blocks_per_row: int, T: int, cpu: bool, subgroup_size: int | None,
+                 tuning: Tuning | None = None) -> dict:
     """kwargs of matmul() for a product of T tokens a pass over rows of blocks_per_row blocks on this adapter:
     lanes, tokens, rpt, wg, sg (subgroup_size: the adapter's smallest subgroup, None without subgroups)."""
-    import os
     lanes = lanes_for(blocks_per_row, cpu)
     shape = {"lanes": lanes, "tokens": 1 if cpu else min(T, 8), "rpt": CPU_RPT if cpu else 1, "wg": 64, "sg": False}
     if cpu:
         return shape
-    cfg = dict(MATVEC)
-    for item in filter(None, os.environ.get("CERA_WEB_MATVEC", "").split(",")):
-        key, _, value = item.partition("=")
-        if key.strip() not in cfg or not value.strip().isdigit():
-            raise ValueError(f"CERA_WEB_MATVEC: {item!r} is not one of rpt=N, wg=N, sg=0|1, lanes=N")
-        cfg[key.strip()] = int(value)
-    if cfg["lanes"] & (cfg["lanes"] - 1) or not 4 <= cfg["lanes"] <= 32:
-        raise ValueError(f"CERA_WEB_MATVEC: lanes={cfg['lanes']} is not a power of two from 4 to 32")
+    cfg = _tuning(tuning).matvec_config()
     while lanes > cfg["lanes"]:
         lanes //= 2
     shape["lanes"] = lanes
@@ -475,22 +513,8 @@ def matvec_shape(blocks_per_row: int, T: int, cpu: bool, subgroup_size: int | No
 
 # --- matrix-vector products with 8-bit activations (matvec_q8.wgsl; issue 13) ---
 
-# GGML tensor type -> (its formats/i8_*.wgsl file, the shared pieces it needs); other types keep matmul.wgsl
-INT8_FORMATS = {
-    GGMLType.Q8_0: ("i8_q8_0", ("bytes",)),
-    GGMLType.Q4_1: ("i8_q4_1", ()),
-    GGMLType.Q4_K: ("i8_q4_k", ("kscales", "i8_words", "i8_kquant")),
-    GGMLType.Q5_K: ("i8_q5_k", ("kscales", "i8_words", "i8_kquant")),
-    GGMLType.Q6_K: ("i8_q6_k", ("bytes", "i8_words", "i8_q6")),
-    GGMLType.Q4_0: ("i8_q4_0", ("bytes",)),
-    GGMLType.Q5_0: ("i8_q5_0", ("bytes",)),
-}
+# the directive of the kernels on 8-bit activations (types with a matvec_q8 / matmul_i8 reader, formats.py)
 REQUIRES_I8 = "requires packed_4x8_integer_dot_product;"
-
-# The int8 kernel's shape on GPUs; CERA_WEB_MATVEC8="lanes=8,wg=256,sg=0" overrides it (benchmarks). lanes 0: by
-# the row count (matvec_q8_lanes).
-MATVEC8 = {"lanes": 0, "wg": 256, "sg": 1}
-
 
 def matvec_q8_lanes(rows: int | None, wg: int = 256, block_items: int | None = None) -> int:
     """Lanes a row for N = rows outputs: the fewest (8, 16 or 32) that still give at least 256 workgroups (each
@@ -510,13 +534,10 @@ def matvec_q8_lanes(rows: int | None, wg: int = 256, block_items: int | None = N
     return lanes
 
 
-def int8_enabled(dev) -> bool:
+def int8_enabled(dev, tuning: Tuning | None = None) -> bool:
     """Whether decode products use matvec_q8 on this device: it needs WGSL's packed_4x8_integer_dot_product
     (dev.int8_dot) and a GPU; CERA_WEB_INT8=0 switches it off, CERA_WEB_INT8=1 forces it on a CPU adapter too."""
-    import os
-    flag = os.environ.get("CERA_WEB_INT8", "")
-    if flag not in ("", "0", "1"):
-        raise ValueError(f"CERA_WEB_INT8={flag!r}: use 0 (off), 1 (on, also on CPU adapters) or leave it unset")
+    flag = _tuning(tuning).int8
     if flag == "0" or not getattr(dev, "int8_dot", False):
         return False
     return flag == "1" or not dev.is_cpu
@@ -528,22 +549,16 @@ def matvec_q8_memory(K: int, lanes: int, wg: int, sg: bool) -> int:
 
 
 def matvec_q8_shape(fmt, K: int, cpu: bool, subgroup_size: int | None, wg_memory: int = 16384,
-                    rows: int | None = None, aligned: bool = False) -> dict | None:
+                    rows: int | None = None, aligned: bool = False, tuning: Tuning | None = None) -> dict | None:
     """kwargs of matvec_q8() (lanes, wg, sg) for rows of K of type fmt on this adapter (rows: the product's output
     count, which picks the lanes), or None where the int8 kernel does not apply (another type, K not a multiple of the
     format's block, the quantized row past wg_memory bytes)."""
-    import os
-    if fmt not in INT8_FORMATS or K % GGML_BLOCK[fmt][0]:
+    if formats.reader(fmt, "matvec_q8") is None or K % GGML_BLOCK[fmt][0]:
         return None
     if cpu:
         shape = {"lanes": 1, "wg": 64, "sg": False}
     else:
-        cfg = dict(MATVEC8)
-        for item in filter(None, os.environ.get("CERA_WEB_MATVEC8", "").split(",")):
-            key, _, value = item.partition("=")
-            if key.strip() not in cfg or not value.strip().isdigit():
-                raise ValueError(f"CERA_WEB_MATVEC8: {item!r} is not one of lanes=N, wg=N, sg=0|1")
-            cfg[key.strip()] = int(value)
+        cfg = _tuning(tuning).matvec8_config()
         whole = aligned and fmt in (GGMLType.Q4_1, GGMLType.Q8_0)     # an item is a whole block (Q6_K's: 64 weights)
         lanes, wg = cfg["lanes"] or matvec_q8_lanes(rows, cfg["wg"], K // 32 if whole else None), cfg["wg"]
         if lanes & (lanes - 1) or not 1 <= lanes <= 32 or wg not in (64, 128, 256) or wg < lanes:
@@ -559,9 +574,10 @@ def matvec_q8(fmt, K: int, N: int, *, norm=False, eps=0.0, accum=False, glu=Fals
               ystride=None, yoff=0, lanes=16, wg=256, sg=False, gelu=False, xsplit=(1, 32), aligned=False) -> str:
     """See matvec_q8.wgsl: matmul()'s product for passes of one token (and LAST_ONLY), with the input quantized to
     8-bit blocks and dot4I8Packed. xsplit: (SPLIT, head_dim) of a split decode attention whose partial results are the
-    input (attention_split()); aligned: the weights are in the aligned layout (ALIGNED_INT8_FORMATS). Dispatch with
+    input (attention_split()); aligned: the weights are in the aligned layout (formats.Aligned). Dispatch with
     spread(matvec_q8_groups(N, lanes, wg))."""
-    if fmt not in (ALIGNED_INT8_FORMATS if aligned else INT8_FORMATS):
+    found = formats.reader(fmt, "matvec_q8", aligned)
+    if found is None:
         raise ValueError(f"matvec_q8: no int8 kernel for {GGMLType(fmt).name}" + " in the aligned layout" * aligned)
     if K % 32 or wg % lanes or lanes & (lanes - 1) or xsplit[1] % 32 or K % xsplit[1]:
         raise ValueError(f"matvec_q8: K={K}, {lanes} lanes, {wg} threads, split input {xsplit}")
@@ -569,10 +585,8 @@ def matvec_q8(fmt, K: int, N: int, *, norm=False, eps=0.0, accum=False, glu=Fals
     text = build("matvec_q8", K=K, N=N, NORM=norm, EPS=float(eps), ACCUM=accum, GLU=glu, GELU=gelu,
                  LAST_ONLY=last_only, YSTRIDE=N if ystride is None else ystride, YOFF=yoff, LANES=lanes, WG=wg,
                  SG=sg, PARTIAL=1 if sg else wg, XSPLIT=xsplit[0], XHD=xsplit[1], **_wrows(aligned, N, glu))
-    name, pieces = ALIGNED_INT8_FORMATS[fmt] if aligned else INT8_FORMATS[fmt]
     head, _, rest = text.partition("\n")      # the directive goes before any declaration
-    return "\n".join([head, REQUIRES_I8, rest] + [_read(f"formats/{p}.wgsl") for p in pieces]
-                     + [_read(f"formats/{name}.wgsl")])
+    return "\n".join([head, REQUIRES_I8, rest, *(_read(f) for f in found.files())])
 
 
 def matvec_q8_groups(N: int, lanes: int = 16, wg: int = 256) -> int:
@@ -602,17 +616,14 @@ def attention_decode(q_heads: int, kv_heads: int, head_dim: int, neox: bool, sca
 ATTENTION_RANGE = 256      # the fewest keys a range of a split decode attention takes
 
 
-def attention_split(context: int, head_dim: int) -> int:
+def attention_split(context: int, head_dim: int, tuning: Tuning | None = None) -> int:
     """Key ranges (at most) of a split decode attention whose output feeds matvec_q8: one per ATTENTION_RANGE
     positions of the context, at most 16 (the ranges lengthen past 16 x 256 keys); 1 (no split) where the head is not
     a multiple of 32 wide. Each step uses as many ranges as its keys need, so short contexts run one workgroup a
     head as without a split. CERA_WEB_ATTN_SPLIT=N forces at most N (1: off; benchmarks)."""
-    import os
-    forced = os.environ.get("CERA_WEB_ATTN_SPLIT", "")
+    forced = _tuning(tuning).attn_split
     if forced:
-        if not forced.isdigit() or not 1 <= int(forced) <= 64:
-            raise ValueError(f"CERA_WEB_ATTN_SPLIT={forced}: a number of key ranges from 1 to 64")
-        split = int(forced)
+        split = forced
     else:
         split = min(16, -(-context // ATTENTION_RANGE))
     return split if head_dim % 32 == 0 else 1
@@ -662,29 +673,26 @@ def attention_groups(heads: int, kv_heads: int, head_dim: int, T: int) -> tuple[
 ATTENTION_TILED_MEMORY = 16 * (32 * 16 + 32 * 17 + 32 * 16) + 4 * (32 * 33 + 32 * 8)   # bytes (30,336)
 
 
-def attention_tiled_fits(head_dim: int, wg_memory: int, cpu: bool = False) -> bool:
+def attention_tiled_fits(head_dim: int, wg_memory: int, cpu: bool = False, tuning: Tuning | None = None) -> bool:
     """Whether attention_tiled.wgsl serves this head size on a device with wg_memory bytes of workgroup memory
     (heads of 64; it needs 30 KiB, which WebGPU devices give when asked: the page and the native device ask for the
     adapter's limit), on GPUs (cpu: a software adapter keeps attention.wgsl). CERA_WEB_ATTN_TILED=0 keeps
     attention.wgsl (benchmarks); =1 takes the tiled kernel on software adapters too (tests)."""
-    return attention_tiled_rows(head_dim, wg_memory, cpu) > 0
+    return attention_tiled_rows(head_dim, wg_memory, cpu, tuning=tuning) > 0
 
 
 ATTENTION_TILED64_MEMORY = 32768   # bytes of attention_tiled64.wgsl's workgroup memory
 
 
-def attention_tiled_rows(head_dim: int, wg_memory: int, cpu: bool = False, subgroup_size: int | None = None) -> int:
+def attention_tiled_rows(head_dim: int, wg_memory: int, cpu: bool = False, subgroup_size: int | None = None,
+                         tuning: Tuning | None = None) -> int:
     """Query rows a workgroup of the prefill attention kernel for heads of head_dim on this device, which names the
     kernel: for heads of 64, 64 (attention_tiled64.wgsl: GPUs with subgroups of 8 or more and 32 KiB of workgroup
     memory) or 32 (attention_tiled.wgsl: 30 KiB, no subgroups needed); for heads of 128, 32
     (attention_tiled_h128.wgsl: subgroups of 8+, 32 KiB); else 0 (attention.wgsl: other head sizes, smaller devices,
     software adapters). CERA_WEB_ATTN_TILED=0 keeps attention.wgsl, =1 takes the tiled kernels on software adapters
     too (tests), =32 or =64 forces the kernel of that many rows where it fits, on any adapter (tests, benchmarks)."""
-    import os
-    flag = os.environ.get("CERA_WEB_ATTN_TILED", "")
-    if flag not in ("", "0", "1", "32", "64"):
-        raise ValueError(f"CERA_WEB_ATTN_TILED={flag!r}: 0 (attention.wgsl), 1 (also on software adapters), 32 or "
-                         f"64 (that kernel), or unset")
+    flag = _tuning(tuning).attn_tiled
     if head_dim not in (64, 128) or flag == "0" or (cpu and not flag):
         return 0
     shuffles = wg_memory >= ATTENTION_TILED64_MEMORY and subgroup_size is not None and subgroup_size >= 8
@@ -723,19 +731,16 @@ def attention_tiled_groups(heads: int, kv_heads: int, T: int, split: int = 1, ro
 ATTN_FILL = 256    # workgroups below which a prefill attention is split (H200: SmolLM2's 144 gain from 2 splits)
 
 
-def attention_prefill_split(heads: int, kv_heads: int, T: int, rows: int = 32) -> int:
+def attention_prefill_split(heads: int, kv_heads: int, T: int, rows: int = 32, tuning: Tuning | None = None) -> int:
     """Splits of attention_tiled's key tiles for passes of up to T tokens (rows: the kernel's rows a workgroup,
     attention_tiled_rows): 1, or the fewest of 2, 4, 8 that give
     ATTN_FILL workgroups (SmolLM2's 3 KV heads give 144 unsplit at T = 512, about one 128-thread workgroup an SM of
     an H200: 2 splits took its 512-token attention from 70 to 58 us, 4 to 63; 1B's 512 workgroups lost with any
     split; docs/bench/h200-s8-call2-*). CERA_WEB_PREFILL_ATTN_SPLIT=N forces N (benchmarks; CERA_WEB_ATTN_SPLIT is
     the decode attention's)."""
-    import os
-    forced = os.environ.get("CERA_WEB_PREFILL_ATTN_SPLIT", "")
+    forced = _tuning(tuning).prefill_attn_split
     if forced:
-        if forced not in ("1", "2", "4", "8"):
-            raise ValueError(f"CERA_WEB_PREFILL_ATTN_SPLIT={forced}: 1, 2, 4 or 8")
-        return int(forced)
+        return forced
     groups = kv_heads * -(-T * (heads // kv_heads) // rows)
     split = 1
     while split < 8 and groups * split < ATTN_FILL:
@@ -764,11 +769,10 @@ def argmax(V: int, pairs: bool = False) -> str:
 ARGMAX_SLICE = 2048     # logits a workgroup of argmax_parts
 
 
-def argmax_parts_count(V: int) -> int:
+def argmax_parts_count(V: int, tuning: Tuning | None = None) -> int:
     """Workgroups of argmax_parts for a vocabulary of V (1: the single-workgroup argmax is used alone). Two stages
     from 8k entries; CERA_WEB_ARGMAX_PARTS=1 forces one (benchmarks)."""
-    import os
-    if V <= 8192 or os.environ.get("CERA_WEB_ARGMAX_PARTS") == "1":
+    if V <= 8192 or _tuning(tuning).argmax_one:
         return 1
     return -(-V // ARGMAX_SLICE)
 
@@ -796,3 +800,124 @@ def conv1d(H: int, L: int) -> str:
     if not 2 <= L <= MAX_L_CACHE:
         raise UnsupportedModelError(f"a short convolution of length {L} is not supported (2..{MAX_L_CACHE})")
     return build("conv1d", H=H, L=L)
+
+
+# --- which kernel computes a product: choose_product ---
+
+@dataclass(frozen=True)
+class Adapter:
+    """What the kernel choices need to know of a device: a software (CPU) adapter or a GPU, WGSL's dot4I8Packed
+    (int8_dot), the smallest subgroup (None without subgroups), workgroup memory bytes and threads a workgroup."""
+    is_cpu: bool
+    int8_dot: bool = False
+    subgroup_size: int | None = None
+    wg_memory: int = 16384
+    max_threads: int = 256
+
+    @classmethod
+    def of(cls, dev) -> "Adapter":
+        limits = dev.limits
+        return cls(is_cpu=dev.is_cpu, int8_dot=bool(getattr(dev, "int8_dot", False)), subgroup_size=dev.subgroup_size,
+                   wg_memory=int(limits.get("max-compute-workgroup-storage-size", 16384)),
+                   max_threads=min(int(limits.get("max-compute-invocations-per-workgroup", 256)),
+                                   int(limits.get("max-compute-workgroup-size-x", 256))))
+
+
+@dataclass
+class Dispatch:
+    """One dispatch of a product: the kernels function that builds its WGSL (``kernel``, called with args and
+    kwargs), its workgroups, and its bindings by role:
+      w       the weight buffer of row range ``part`` (an index into choose_product's parts)
+      x, y    the product's input and output; gain: the norm gain (ones without a norm); step: the step uniform
+      normed  the pre-normalised input (CPU adapters: rmsnorm as its own pass); ones: a buffer of ones
+      xq      the input quantized to 8-bit blocks (quantize_rows)
+      sums    K parts of a split product (``scratch`` bytes), added into y by sum_parts
+    ``what``: "norm" and "quantize" for the passes over the input, None for the product's own dispatches."""
+    kernel: str
+    args: tuple
+    kwargs: dict
+    groups: tuple
+    buffers: tuple
+    part: int | None = None
+    scratch: int = 0
+    what: str | None = None
+
+    def wgsl(self) -> str:
+        return globals()[self.kernel](*self.args, **self.kwargs)
+
+
+def choose_product(fmt, rows: int, cols: int, tokens: int, adapter: Adapter, tuning: Tuning, *, parts=None,
+                   aligned: bool = False, norm: bool = False, eps: float = 0.0, glu: bool = False, gelu: bool = False,
+                   accum: bool = False, last_only: bool = False, logits: bool = False, ystride: int | None = None,
+                   yoff: int = 0, xsplit: tuple = (1, 32)) -> list[Dispatch]:
+    """The dispatches of y (+)= W · x for W of ``rows`` x ``cols`` of type fmt and passes of up to ``tokens`` tokens on
+    ``adapter``, in order. parts: the weight's row ranges [(first row, rows)], one buffer each (a weight too big for
+    one binding, GPUModel.pieces; default one); aligned: the weight is in the aligned layout; norm: x is
+    RMS-normalised (eps) with a gain first; glu / gelu / accum / last_only / ystride / yoff: see matmul.wgsl; logits:
+    the LM head (its logits are read back, so never on 8-bit activations in prefill); xsplit: x holds a split decode
+    attention's partial results (matvec_q8 only).
+
+    The choice, in order:
+    1. CPU adapters without the int8 kernels normalise x in a pass of its own (rmsnorm.wgsl): the norm fused into
+       matmul.wgsl loads each input twice more, lane by lane on software adapters.
+    2. Prefill passes (tokens > 1, not last_only, not the LM head) on 8-bit activations where i8_prefill_enabled and
+       the type has a matmul_i8 reader in this layout and cols is a multiple of its block: quantize_rows once, then
+       per row range matmul_i8 with matmul_i8_tile's tile, matmul_i8_kgroups' K groups and, where matmul_i8_split
+       says so, K in parts added by sum_parts.
+    3. Else per row range: GPU prefill passes with cols a multiple of 32: matmul_tiled (tiled_tile); one-token passes
+       and the LM head where int8_enabled and matvec_q8_shape fits: matvec_q8; the rest matmul.wgsl (matvec_shape)."""
+    parts = list(parts) if parts is not None else [(0, rows)]
+    ystride = ystride or rows
+    int8 = int8_enabled(adapter, tuning)
+    out = []
+    x, gain = "x", "gain" if norm else "ones"
+    if norm and adapter.is_cpu and not int8:
+        out.append(Dispatch("rmsnorm", (cols, float(eps)), {}, (tokens, 1, 1), ("x", "gain", "normed", "step"),
+                            what="norm"))
+        x, gain, norm = "normed", "ones", False
+    row = formats.FORMATS.get(fmt)
+    if (tokens > 1 and not last_only and not logits and i8_prefill_enabled(adapter, tuning)
+            and formats.reader(fmt, "matmul_i8", aligned) is not None and cols % row.block_elems == 0):
+        out.append(Dispatch("quantize_rows", (cols,), {"norm": norm, "eps": float(eps), "wg": tuning.quantize_wg},
+                            (tokens, 1, 1), (x, "xq", "step", gain), what="quantize"))
+        for i, (r0, n) in enumerate(parts):
+            tr, pair = matmul_i8_tile(n, tokens, glu, tuning)
+            kg = matmul_i8_kgroups(n, tokens, tr, glu, adapter.wg_memory, adapter.max_threads, pair, tuning)
+            split = matmul_i8_split(n, tokens, cols, tr, glu, pair, tuning)
+            shape = {"rows": tr, "pair": pair, "kgroups": kg, "kb": tuning.i8_kb, "aligned": aligned}
+            if split == 1:
+                out.append(Dispatch("matmul_i8", (fmt, cols, n), {"accum": accum, "glu": glu, "gelu": gelu,
+                                                                  "ystride": ystride, "yoff": yoff + r0, **shape},
+                                    matmul_i8_groups(n, tokens, tr, pair=pair), ("w", "xq", "y", "step"), i))
+                continue
+            out.append(Dispatch("matmul_i8", (fmt, cols, n), {"ksplit": split, "tmax": tokens, **shape},
+                                matmul_i8_groups(n, tokens, tr, split, pair), ("w", "xq", "sums", "step"), i,
+                                scratch=4 * split * tokens * n))
+            out.append(Dispatch("sum_parts", (n, split, tokens), {"ystride": ystride, "yoff": yoff + r0,
+                                                                  "accum": accum},
+                                sum_parts_groups(n, tokens), ("sums", "y", "step"), i))
+        return out
+    buffers = ("w", x, "y", "step", gain)
+    for i, (r0, n) in enumerate(parts):
+        common = dict(norm=norm, eps=float(eps), ystride=ystride, yoff=yoff + r0, aligned=aligned, accum=accum,
+                      glu=glu, gelu=gelu)
+        if tokens > 1 and not last_only and cols % 32 == 0 and not adapter.is_cpu:
+            tile = tiled_tile(n, cols, tokens, tuning)
+            out.append(Dispatch("matmul_tiled", (fmt, cols, n), {**common, "tile": tile},
+                                tiled_groups(n, tokens, tile), buffers, i))
+            continue
+        shape = matvec_q8_shape(fmt, cols, adapter.is_cpu, adapter.subgroup_size, adapter.wg_memory, n, aligned,
+                                tuning) if int8 and (tokens == 1 or last_only) else None
+        if shape is not None:
+            out.append(Dispatch("matvec_q8", (fmt, cols, n), {**common, **shape, "last_only": last_only,
+                                                              "xsplit": tuple(xsplit)},
+                                spread(matvec_q8_groups(n, shape["lanes"], shape["wg"])), buffers, i))
+            continue
+        if xsplit[0] > 1:
+            raise RuntimeError(f"a split attention's output ({xsplit[0]} parts) needs matvec_q8, which does not apply "
+                             f"to {GGMLType(fmt).name} rows of {cols} here")
+        shape = matvec_shape(cols // block_elems(fmt), 1 if last_only else tokens, adapter.is_cpu,
+                             adapter.subgroup_size, tuning)
+        out.append(Dispatch("matmul", (fmt, cols, n), {**common, **shape, "last_only": last_only},
+                            spread(matmul_groups(n, shape["lanes"], shape["rpt"], shape["wg"])), buffers, i))
+    return out

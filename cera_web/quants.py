@@ -22,17 +22,6 @@ from cera_web.gguf import GGML_BLOCK, GGMLType
 
 QK_K = 256  # elements in a k-quant super-block
 
-# ggml type -> function (blocks: uint8[n_blocks, bytes_per_block]) -> float32[n_blocks, elements_per_block]
-_DEQUANTIZERS = {}
-
-
-def _dequantizer(ggml_type):
-    def register(fn):
-        _DEQUANTIZERS[GGMLType(ggml_type)] = fn
-        return fn
-    return register
-
-
 def _type_name(ggml_type) -> str:
     try:
         return GGMLType(ggml_type).name
@@ -41,8 +30,9 @@ def _type_name(ggml_type) -> str:
 
 
 def supported_types() -> list:
-    """The GGML types ``dequantize`` understands."""
-    return sorted(_DEQUANTIZERS)
+    """The GGML types ``dequantize`` understands (the rows of cera_web.formats.FORMATS)."""
+    from .formats import FORMATS     # the registry names this module's dequantize_* functions: imported when used
+    return sorted(FORMATS)
 
 
 def dequantize(raw, ggml_type, shape) -> np.ndarray:
@@ -50,8 +40,9 @@ def dequantize(raw, ggml_type, shape) -> np.ndarray:
 
     ``raw`` is ``bytes``/``bytearray``/``memoryview`` or a uint8 numpy array holding exactly the tensor's bytes.
     """
+    from .formats import FORMATS
     try:
-        fn = _DEQUANTIZERS[GGMLType(ggml_type)]
+        fn = FORMATS[GGMLType(ggml_type)].dequantize
     except (ValueError, KeyError):
         raise UnsupportedModelError(
             f"tensor type {_type_name(ggml_type)} is not supported by cera_web "
@@ -103,18 +94,15 @@ def _q5_high_bits(blocks: np.ndarray, at: int) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------------------------
 # plain float types
 
-@_dequantizer(GGMLType.F32)
-def _dq_f32(blocks):
+def dequantize_f32(blocks):
     return blocks.reshape(-1).view("<f4").reshape(-1, 1).astype(np.float32, copy=True)
 
 
-@_dequantizer(GGMLType.F16)
-def _dq_f16(blocks):
+def dequantize_f16(blocks):
     return blocks.reshape(-1).view("<f2").astype(np.float32).reshape(-1, 1)
 
 
-@_dequantizer(GGMLType.BF16)
-def _dq_bf16(blocks):
+def dequantize_bf16(blocks):
     # bfloat16 is the top half of a float32
     return (blocks.reshape(-1).view("<u2").astype(np.uint32) << 16).view(np.float32).reshape(-1, 1)
 
@@ -122,40 +110,35 @@ def _dq_bf16(blocks):
 # ---------------------------------------------------------------------------------------------------------------
 # legacy 32-element blocks
 
-@_dequantizer(GGMLType.Q4_0)
-def _dq_q4_0(blocks):
+def dequantize_q4_0(blocks):
     # f16 d | 16 bytes of nibbles;  x = d * (q - 8)
     d = _f16(blocks, 0)
     q = _nibbles_lo_hi(blocks[:, 2:18]).astype(np.int8) - np.int8(8)
     return d * q.astype(np.float32)
 
 
-@_dequantizer(GGMLType.Q4_1)
-def _dq_q4_1(blocks):
+def dequantize_q4_1(blocks):
     # f16 d | f16 m | 16 bytes of nibbles;  x = d * q + m
     d, m = _f16(blocks, 0), _f16(blocks, 2)
     q = _nibbles_lo_hi(blocks[:, 4:20]).astype(np.float32)
     return d * q + m
 
 
-@_dequantizer(GGMLType.Q5_0)
-def _dq_q5_0(blocks):
+def dequantize_q5_0(blocks):
     # f16 d | u32 high bits | 16 bytes of nibbles;  x = d * (q - 16)
     d = _f16(blocks, 0)
     q = (_nibbles_lo_hi(blocks[:, 6:22]) | _q5_high_bits(blocks, 2)).astype(np.int8) - np.int8(16)
     return d * q.astype(np.float32)
 
 
-@_dequantizer(GGMLType.Q5_1)
-def _dq_q5_1(blocks):
+def dequantize_q5_1(blocks):
     # f16 d | f16 m | u32 high bits | 16 bytes of nibbles;  x = d * q + m
     d, m = _f16(blocks, 0), _f16(blocks, 2)
     q = (_nibbles_lo_hi(blocks[:, 8:24]) | _q5_high_bits(blocks, 4)).astype(np.float32)
     return d * q + m
 
 
-@_dequantizer(GGMLType.Q8_0)
-def _dq_q8_0(blocks):
+def dequantize_q8_0(blocks):
     # f16 d | 32 int8;  x = d * q
     d = _f16(blocks, 0)
     return d * blocks[:, 2:34].view(np.int8).astype(np.float32)
@@ -164,8 +147,7 @@ def _dq_q8_0(blocks):
 # ---------------------------------------------------------------------------------------------------------------
 # k-quants: 256-element super-blocks split into 16 or 8 sub-blocks with their own small scales
 
-@_dequantizer(GGMLType.Q2_K)
-def _dq_q2_k(blocks):
+def dequantize_q2_k(blocks):
     # scales[16] (low nibble scale, high nibble min) | qs[64] (2-bit) | f16 d | f16 dmin
     # element n*128 + j*32 + l (n<2, j<4, l<32) = bits 2j..2j+1 of qs[n*32 + l], sub-block n*8 + j*2 + l//16
     n = blocks.shape[0]
@@ -188,8 +170,7 @@ def _q3_k_scales(s: np.ndarray) -> np.ndarray:
     return (low | (high << 4)).astype(np.int8) - np.int8(32)
 
 
-@_dequantizer(GGMLType.Q3_K)
-def _dq_q3_k(blocks):
+def dequantize_q3_k(blocks):
     # hmask[32] | qs[64] (low 2 bits) | scales[12] | f16 d
     # element n*128 + j*32 + l: low bits 2j.. of qs[n*32 + l]; high bit (n*4 + j) of hmask[l]; value = q - 4 when
     # that high bit is clear; sub-block n*8 + j*2 + l//16
@@ -214,8 +195,7 @@ def _k4_scales_mins(s: np.ndarray):
     return sc.astype(np.float32), mn.astype(np.float32)
 
 
-@_dequantizer(GGMLType.Q4_K)
-def _dq_q4_k(blocks):
+def dequantize_q4_k(blocks):
     # f16 d | f16 dmin | scales[12] | qs[128]
     # element j*64 + h*32 + l (j<4, h<2, l<32) = nibble h of qs[j*32 + l], sub-block 2j + h
     n = blocks.shape[0]
@@ -228,8 +208,7 @@ def _dq_q4_k(blocks):
     return (dl * q - ml).reshape(n, QK_K)
 
 
-@_dequantizer(GGMLType.Q5_K)
-def _dq_q5_k(blocks):
+def dequantize_q5_k(blocks):
     # f16 d | f16 dmin | scales[12] | qh[32] | qs[128]
     # as Q4_K, plus the 5th bit of element j*64 + h*32 + l is bit (2j + h) of qh[l]
     n = blocks.shape[0]
@@ -245,8 +224,7 @@ def _dq_q5_k(blocks):
     return (dl * q - ml).reshape(n, QK_K)
 
 
-@_dequantizer(GGMLType.Q6_K)
-def _dq_q6_k(blocks):
+def dequantize_q6_k(blocks):
     # ql[128] (low 4 bits) | qh[64] (high 2 bits) | int8 scales[16] | f16 d
     # element n*128 + k*32 + l (n<2, k<4, l<32): nibble k//2 of ql[n*64 + (k%2)*32 + l],
     # bits 2k..2k+1 of qh[n*32 + l]; value = q - 32; sub-block n*8 + k*2 + l//16
@@ -262,8 +240,7 @@ def _dq_q6_k(blocks):
     return ((d * sc) * q).reshape(n, QK_K)
 
 
-@_dequantizer(GGMLType.Q8_K)
-def _dq_q8_k(blocks):
+def dequantize_q8_k(blocks):
     # f32 d | int8 qs[256] | int16 bsums[16] (sums of 16-element groups, not needed to decode)
     d = np.ascontiguousarray(blocks[:, 0:4]).view("<f4").astype(np.float32)
     return d * blocks[:, 4:260].view(np.int8).astype(np.float32)
@@ -333,26 +310,14 @@ def quantize_q4_1(x) -> np.ndarray:
     return out.reshape(*x.shape[:-1], -1)
 
 
-# -- the GPU's aligned layout -------------------------------------------------------------------------------------
-# Q4_1, Q8_0 and Q6_K blocks are 20, 34 and 210 bytes, so a block's integers never (Q4_1, Q8_0) or only every other
-# block (Q6_K) start on a word or 16-byte boundary, and a GPU kernel reads them a word (or a shifted pair of words) at
-# a time. On the GPU these types are stored in regions instead: for each region of ALIGNED_TYPES (a byte range of the
-# block: integers, scales, d) that range of every block of the buffer, in row order, one region after the other
-# (Q4_1: the 16 bytes of nibbles, then the (d, m) words; Q8_0: the 32 int8, then the f16 d's, two a word; Q6_K: the
-# 192 bytes of 6-bit values, then the 16 int8 scales, then the f16 d's). Same bytes in all (the end padded to a
-# word); every block's integers 16-byte aligned (one or two 16-byte loads a Q4_1 / Q8_0 block). shaders/repack.wgsl
-# makes this layout on the GPU at upload; this function is its specification (and the tests').
-ALIGNED_TYPES = {           # type -> its regions, (offset in the block, bytes)
-    GGMLType.Q4_1: ((4, 16), (0, 4)),
-    GGMLType.Q8_0: ((2, 32), (0, 2)),
-    GGMLType.Q6_K: ((0, 192), (192, 16), (208, 2)),
-}
-
+# -- the GPU's aligned layout ------------------------------------------------------------------------------------
 
 def aligned_layout(raw, ggml_type) -> np.ndarray:
-    """A buffer of whole blocks of an ALIGNED_TYPES type (any number of rows, in row order) in the aligned layout:
-    uint8, its regions one after the other, padded with zeros to a multiple of 4 bytes."""
-    regions = ALIGNED_TYPES[GGMLType(ggml_type)]
+    """A buffer of whole blocks of a type with an aligned layout (cera_web.formats: Aligned; any number of rows, in row
+    order) in that layout: uint8, its regions one after the other, padded with zeros to a multiple of 4 bytes.
+    shaders/repack.wgsl makes this layout on the GPU at upload; this function is its specification (and the tests')."""
+    from .formats import FORMATS
+    regions = FORMATS[GGMLType(ggml_type)].aligned.regions
     data = np.frombuffer(raw, dtype=np.uint8) if not isinstance(raw, np.ndarray) else raw.reshape(-1)
     blocks = data.reshape(-1, GGML_BLOCK[GGMLType(ggml_type)][1])
     out = np.concatenate([blocks[:, o:o + n].reshape(-1) for o, n in regions])

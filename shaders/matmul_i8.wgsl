@@ -5,8 +5,8 @@
 // where weight j of 32-block b of a row is d_h w + m (h = j / 16: Q6_K has a scale per 16 weights, other formats
 // d0 = d1; m: the offset of Q4_1 / Q4_K, else 0; w an int8) and the token's blocks of 32 are dx q with
 // s = dx sum q (quantize_rows.wgsl, the RMSNorm fused there). The format file gives wblock(row, b): the block's int8
-// words, (d0, d1) and m, and the constants SCALES and OFFSET: formats_i8/*.wgsl for the file's layouts,
-// formats_i8/*a.wgsl for the aligned layout.
+// words, (d0, d1) and m, and the constants SCALES and OFFSET: formats_matmul_i8/*.wgsl for the file's layouts,
+// formats_matmul_i8/*a.wgsl for the aligned layout.
 // A workgroup computes TR rows (64 or 32) x 64 tokens with TR * 4 threads, each 4 rows x 4 tokens: per 32-block
 // 4 vec4<i32> integer sums (rows in the lanes, one vec4 a token; 4 more for GLU's up rows), 128 dot4I8Packed (256
 // with GLU) from 8 + 8 vec4 reads of workgroup memory (8 more with GLU or PAIR). PAIR (plain products): tiles of

@@ -7,7 +7,7 @@
 // scale dx = max|v| / 127 and 32 int8 values round(v / dx). Each workgroup quantizes the token's whole row into
 // workgroup memory, then dots its rows with it four int8 products an instruction (dot4I8Packed on the weights'
 // integer values), one float multiply per group of products sharing a weight scale and an activation scale.
-// The weight format is a separate file (formats/i8_*.wgsl) providing ITEMS (items a row) and item_dot(row, b):
+// The weight format is a separate file (formats_matvec_q8/*.wgsl) providing ITEMS (items a row) and item_dot(row, b):
 // the f32 dot product of item b of a row (a fixed group of the row's weights) with the quantized input in qx / xd.
 //
 // Compile-time constants (prepended by cera_web/kernels.py):

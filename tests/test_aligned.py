@@ -233,9 +233,10 @@ def test_which_weights_are_aligned(monkeypatch):
              "blk.0.attn_q.weight": GGMLType.Q4_1, "blk.0.ffn_up.weight": GGMLType.Q8_0,
              "blk.0.ffn_gate.weight": GGMLType.Q4_K, "output.weight": GGMLType.Q6_K}
     m = SimpleNamespace(gguf=SimpleNamespace(tensor=lambda n: SimpleNamespace(type=types[n])),
-                        spec=SimpleNamespace(lm_head="token_embd.weight"))
+                        spec=SimpleNamespace(lm_head="token_embd.weight"), tuning=kernels.Tuning.from_env())
     got = {n for n in types if GPUModel.aligned(m, n)}
     assert got == {"token_embd.weight", "blk.0.attn_q.weight", "blk.0.ffn_up.weight", "blk.0.ffn_down.weight",
                    "output.weight"}
-    monkeypatch.setenv("CERA_WEB_ALIGNED", "0")
+    monkeypatch.setenv("CERA_WEB_ALIGNED", "0")       # read when a model is made (GPUModel.tuning)
+    m.tuning = kernels.Tuning.from_env()
     assert not any(GPUModel.aligned(m, n) for n in types)

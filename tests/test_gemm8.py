@@ -9,13 +9,13 @@ dot4I8Packed works through naga).
 import numpy as np
 import pytest
 
-from cera_web import kernels, quants
+from cera_web import formats, kernels, quants
 from cera_web.gguf import GGML_BLOCK, GGMLType
 from gpu_helpers import f32_buffer, read, run, step_buffer, upload
 
 pytestmark = pytest.mark.gpu
 
-FMTS = list(kernels.Q8_FORMATS)
+FMTS = formats.types_with("matmul_i8")
 
 
 @pytest.fixture(scope="module")
@@ -259,7 +259,7 @@ def test_mixed_types_split_int8(tmp_path, monkeypatch, ksplit):
         assert scale > 1.0 and err <= MIXED_TOL * scale, f"logits differ by {err:.3g} (largest logit {scale:.3g})"
         quantized = {label[:-len(" quantize")] for label in model.plan_prefill.recorder.labels
                      if label.endswith(" quantize")}
-        assert quantized == {n for n, t in MIXED.items() if t in kernels.Q8_FORMATS and n.startswith("blk.")}
+        assert quantized == {n for n, t in MIXED.items() if formats.reader(t, "matmul_i8") and n.startswith("blk.")}
     finally:
         engine.close()
 
@@ -359,6 +359,7 @@ def test_matmul_i8_tile(monkeypatch):
     monkeypatch.setenv("CERA_WEB_I8_PAIR", "2")
     with pytest.raises(ValueError, match="CERA_WEB_I8_PAIR"):
         kernels.matmul_i8_tile(2048, 512)
+    monkeypatch.delenv("CERA_WEB_I8_PAIR")       # a malformed switch fails every kernel helper that reads the switches
     with pytest.raises(ValueError, match="pairs without GLU"):
         kernels.matmul_i8(GGMLType.Q4_1, 512, 64, glu=True, pair=True)
 
@@ -405,7 +406,7 @@ def test_int8_kernels_compile_in_the_browser(page, server_url):
     sources = [kernels.quantize_rows(576, norm=True, eps=1e-5), kernels.quantize_rows(2048)]
     for fmt in FMTS:
         for aligned in (False, True):
-            if kernels.i8_format(fmt, aligned) is not None:
+            if formats.reader(fmt, "matmul_i8", aligned) is not None:
                 sources.append(kernels.matmul_i8(fmt, 512, 100, accum=True, yoff=3, ystride=110, aligned=aligned))
     for gelu in (False, True):
         sources.append(kernels.matmul_i8(GGMLType.Q6_K, 512, 100, glu=True, gelu=gelu, rows=32 if gelu else 64))

@@ -12,13 +12,13 @@ Each format against two numpy references on the same packed weights:
 import numpy as np
 import pytest
 
-from cera_web import kernels, quants
+from cera_web import formats, kernels, quants
 from cera_web.gguf import GGML_BLOCK, GGMLType
 from gpu_helpers import f32_buffer, read, run, step_buffer, upload
 
 pytestmark = pytest.mark.gpu
 
-FORMATS = list(kernels.INT8_FORMATS)
+FORMATS = formats.types_with("matvec_q8")
 # byte offsets of each format's f16 fields in a block (the rest of the block is random bytes)
 F16_AT = {GGMLType.Q8_0: [0], GGMLType.Q4_0: [0], GGMLType.Q4_1: [0, 2], GGMLType.Q5_0: [0],
           GGMLType.Q4_K: [0, 2], GGMLType.Q5_K: [0, 2], GGMLType.Q6_K: [208]}
@@ -341,31 +341,16 @@ def test_smollm2_int8_prefill_against_transformers(smollm2_gguf, monkeypatch):
 
 
 def test_linear_picks_the_kernel():
-    """models/transformer.py linear(): matvec_q8 for one-token passes and the LM head when int8 is on and the type
-    and K allow it; matmul.wgsl otherwise (int8 off, other types, K past workgroup memory, prefill passes)."""
-    from types import SimpleNamespace
-    from cera_web.models.transformer import Transformer
-
-    class Rec:
-        def __init__(self):
-            self.kernels = []
-
-        def add(self, wgsl, buffers, groups, label=""):
-            self.kernels.append(wgsl.split("\n")[0].split(": ")[1].split(" ")[0])
-
+    """kernels.choose_product (models/transformer.py linear() records what it returns): matvec_q8 for one-token
+    passes and the LM head when int8 is on and the type and K allow it; matmul.wgsl otherwise (int8 off, other types,
+    K past workgroup memory, prefill passes)."""
     def picked(fmt, K, T, int8=True, cpu=False, i8_prefill=False, **kw):
-        m = SimpleNamespace(int8=int8, i8_prefill=i8_prefill, wg_memory=16384, max_threads=256, ones=None, step=None,
-                            xq=None, spec=SimpleNamespace(eps=1e-5, lm_head="output.weight"),
-                            dev=SimpleNamespace(is_cpu=cpu, subgroup_size=32),
-                            gguf=SimpleNamespace(tensor=lambda name: SimpleNamespace(type=fmt)),
-                            aligned=lambda name: fmt in kernels.ALIGNED_FORMATS,
-                            shape=lambda name: (64, K), pieces=lambda name: [(None, 0, 64)],
-                            prefill_parts=lambda nbytes: None)
-        m.q8_shape = lambda fmt, k, rows, aligned=False: Transformer.q8_shape(m, fmt, k, rows, aligned)
-        m.linear_i8 = lambda *a, **k: Transformer.linear_i8(m, *a, **k)
-        rec = Rec()
-        Transformer.linear(m, rec, T, "w", None, None, **kw)
-        return rec.kernels[0] if len(rec.kernels) == 1 else rec.kernels
+        adapter = kernels.Adapter(is_cpu=cpu, int8_dot=True, subgroup_size=32)
+        tuning = kernels.Tuning(int8="1" if int8 else "0", i8_prefill="1" if i8_prefill else "0")
+        plan = kernels.choose_product(fmt, 64, K, T, adapter, tuning, aligned=fmt in formats.ALIGNED_TYPES,
+                                      eps=1e-5, **kw)
+        names = [d.wgsl().split("\n")[0].split(": ")[1].split(" ")[0] for d in plan]
+        return names[0] if len(names) == 1 else names
 
     assert picked(GGMLType.Q4_1, 2048, 1) == "matvec_q8"
     assert picked(GGMLType.Q4_K, 2048, 1, cpu=True) == "matvec_q8"          # forced on a CPU adapter
@@ -409,8 +394,7 @@ def test_mixed_types_model_with_int8(tmp_path, monkeypatch):
         assert err <= 0.02, f"logits differ by {err:.3g} of the largest"      # measured 0.0069 (f32 path: 1e-4)
         texts = [w for w in engine.dev._pipelines if "matvec_q8" in w.split("\n")[0]]
         for fmt in (GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q4_1):
-            files = kernels.ALIGNED_INT8_FORMATS if fmt in kernels.ALIGNED_INT8_FORMATS else kernels.INT8_FORMATS
-            body = kernels._read(f"formats/{files[fmt][0]}.wgsl")
+            body = kernels._read(formats.reader(fmt, "matvec_q8", fmt in formats.ALIGNED_TYPES).file)
             assert any(body in w for w in texts), f"no matvec_q8 pipeline for {fmt.name}"
     finally:
         engine.close()
@@ -424,9 +408,9 @@ def test_chromium_compiles_every_int8_kernel(page, server_url):
                                lanes=lanes, wg=256, sg=sg, aligned=aligned)
              for fmt in FORMATS for gelu, last, glu, lanes, sg in [(False, False, True, 16, False),
                                                                       (True, True, False, 4, True)]
-             for aligned in ([False, True] if fmt in kernels.ALIGNED_INT8_FORMATS else [False])]
+             for aligned in ([False, True] if formats.reader(fmt, "matvec_q8", True) else [False])]
     # the aligned layout's repacking and its float32 readers (the page's kernels on SwiftShader)
-    texts += [k for fmt in kernels.ALIGNED_FORMATS
+    texts += [k for fmt in sorted(formats.ALIGNED_TYPES)
               for k in (kernels.repack(fmt), kernels.matmul(fmt, 512, 37, glu=True, aligned=True),
                         kernels.matmul_tiled(fmt, 512, 37, aligned=True), kernels.embed(fmt, 512, 37, aligned=True))]
     page.goto(server_url + "/models/index.json")      # a secure context that loads no model

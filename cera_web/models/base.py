@@ -10,11 +10,11 @@ import struct
 
 import numpy as np
 
-from .. import kernels
+from .. import formats, kernels
 from ..errors import UnsupportedModelError
 from ..gguf import GGML_BLOCK, GGMLType
 
-GPU_TYPES = set(kernels.FORMATS)
+GPU_TYPES = formats.GPU_TYPES
 LOG_SIZE = 256      # token log entries (steps that can run between two readbacks)
 SPLIT_ROWS = 16     # a tensor split across buffers is split at multiples of this many rows (see GPUModel.pieces)
 REPACK_BYTES = 8 << 20      # bytes of file blocks a slab of the aligned layout's repacking (GPUModel._repack)
@@ -62,6 +62,7 @@ class GPUModel:
     def __init__(self, dev, gguf, source, spec, *, context_size: int, chunk: int, on_progress=None,
                  kv_cache: str = "f32"):
         self.dev = dev
+        self.tuning = kernels.Tuning.from_env()     # the CERA_WEB_* switches of the kernel choices, read once
         self.kv_cache = kv_cache
         self.gguf = gguf
         self.spec = spec
@@ -170,12 +171,12 @@ class GPUModel:
         return buf
 
     def aligned(self, name: str) -> bool:
-        """Whether weight ``name`` is on the GPU in the aligned layout (kernels.ALIGNED_FORMATS; quants.aligned_layout),
+        """Whether weight ``name`` is on the GPU in the aligned layout (formats.Aligned; quants.aligned_layout),
         unless CERA_WEB_ALIGNED=0: Q4_1, Q8_0 and Q6_K matrices. Q6_K's 210-byte blocks make the file's layout a
         matter of unaligned word reads: the aligned one reads 21-24% faster in decode's products (session 7), and
         since matmul_i8 reads its blocks as vec4s (session 10) the prefill GEMM is faster on it too."""
         fmt = self.gguf.tensor(name).type
-        return fmt in kernels.ALIGNED_FORMATS and kernels.aligned_enabled()
+        return fmt in formats.ALIGNED_TYPES and kernels.aligned_enabled(self.tuning)
 
     def _weight_buffer(self, fmt, segments, label: str, aligned: bool):
         """A GPU buffer holding the file's byte ranges ``segments`` [(offset, nbytes)] one after another (whole blocks

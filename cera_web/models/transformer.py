@@ -24,7 +24,6 @@ from __future__ import annotations
 import numpy as np
 
 from .. import kernels
-from ..gguf import GGML_BLOCK
 from ..errors import UnsupportedModelError
 from .base import GPUModel, Recorder
 from .spec import KV_WIDTH, ModelSpec, not_implemented
@@ -52,7 +51,7 @@ class AttentionBlock:
         # the ranges as it loads its input (kernels.attention_split)
         o_rows, o_k = m.shape(p + "attn_output.weight")
         o_q8 = m.q8_shape(m.gguf.tensor(p + "attn_output.weight").type, o_k, o_rows) is not None
-        self.split = kernels.attention_split(m.context_size, s.head_dim) if o_q8 else 1
+        self.split = kernels.attention_split(m.context_size, s.head_dim, m.tuning) if o_q8 else 1
 
     def record(self, rec, T: int):
         """x += Wo · attention(norm(x)): Q/K/V in one projection when they share a type, then RoPE into the cache."""
@@ -79,9 +78,9 @@ class AttentionBlock:
             rec.add(kernels.rope_store(H, KV, D, s.rope_neox, s.qk_norm, s.eps, m.kv16),
                     [m.qkv, self.bias, self.qk_gain, self.freq, m.q, self.k_cache, self.v_cache, m.step],
                     (H + 2 * KV, T, 1), "rope")
-            rows = kernels.attention_tiled_rows(D, m.wg_memory, m.dev.is_cpu, m.dev.subgroup_size)
+            rows = kernels.attention_tiled_rows(D, m.wg_memory, m.dev.is_cpu, m.dev.subgroup_size, m.tuning)
             if rows:                                                                  # register tiles on GPUs
-                split = kernels.attention_prefill_split(H, KV, T, rows) if T > 1 else 1
+                split = kernels.attention_prefill_split(H, KV, T, rows, m.tuning) if T > 1 else 1
                 out = m.att if split == 1 else m.prefill_parts(split * T * H * (D + 4) * 4)
                 rec.add(kernels.attention_tiled(H, KV, D, s.query_scale, self.window, m.kv16, split, T, rows),
                         [m.q, self.k_cache, self.v_cache, out, m.step],
@@ -166,9 +165,12 @@ class Transformer(GPUModel):
             self.att = buf(4 * T * q_dim, label="att")                   # [T, heads * head_dim]
         if any(la.post_norms for la in s.layers):
             self.out = buf(4 * T * s.hidden, label="block out")          # [T, hidden] before the post-norm
+        # what the kernel choices know of the device (kernels.choose_product; self.tuning: GPUModel)
+        self.adapter = kernels.Adapter.of(dev)
+        self.wg_memory, self.max_threads = self.adapter.wg_memory, self.adapter.max_threads
         # prefill products on 8-bit activations (kernels.i8_prefill_enabled: GPUs with dot4I8Packed): one buffer of
         # activation blocks, reused by each product
-        self.i8_prefill = kernels.i8_prefill_enabled(dev) and T > 1
+        self.i8_prefill = kernels.i8_prefill_enabled(self.adapter, self.tuning) and T > 1
         self.xq = buf(kernels.Q8_BLOCK_BYTES * T * max(s.hidden, s.ffn, q_dim) // 32, label="xq") \
             if self.i8_prefill else None
         if conv:
@@ -177,10 +179,7 @@ class Transformer(GPUModel):
         self._norms, self._freqs, self._scratch, self._plan_all_logits, self._normed = {}, {}, None, None, {}
         self._prefill_parts, self._parts_made = None, []
         self._argmax_pairs = None     # the two-stage argmax's (value, index) per slice, made on first use
-        self.int8 = kernels.int8_enabled(dev)      # decode products with 8-bit activations (matvec_q8.wgsl)
-        self.wg_memory = int(dev.limits.get("max-compute-workgroup-storage-size", 16384))
-        self.max_threads = min(int(dev.limits.get("max-compute-invocations-per-workgroup", 256)),
-                               int(dev.limits.get("max-compute-workgroup-size-x", 256)))
+        self.int8 = kernels.int8_enabled(self.adapter, self.tuning)   # decode products on 8-bit activations
         self.ones = self.f32_buffer(np.ones(max(s.hidden, s.ffn, q_dim, 2 * s.head_dim), np.float32), "ones")
         self.zero_bias = self.f32_buffer(np.zeros(max(qkv_dim, 1), np.float32), "no bias")
         self.final_gain = self.norm(s.final_norm)
@@ -244,62 +243,39 @@ class Transformer(GPUModel):
         return [b for op, _ in self.blocks if isinstance(op, AttentionBlock) for b in (op.k_cache, op.v_cache)]
 
     def linear(self, rec, T, name, x, y, *, gain=None, weight=None, rows=None, **kw):
-        """y (+)= W[name] · x for every token of a pass of up to T tokens.
+        """y (+)= W[name] · x for every token of a pass of up to T tokens, with the dispatches kernels.choose_product
+        picks for the weight's type, shape and layout on this device.
         gain: a norm weight buffer (the input is RMS-normalised first); weight/rows: a stacked weight buffer and its
-        row count; kw: accum / glu / last_only / ystride / yoff (see matmul.wgsl), xsplit: x holds a split decode
-        attention's partial results (matvec_q8 only; AttentionBlock checks that it applies).
-        On GPUs prefill passes (T > 1) use a tiled matrix-matrix kernel: on 8-bit activations (quantize_rows +
-        matmul_i8) where kernels.i8_prefill_enabled says so and the type has it, else matmul_tiled; decode, the LM head
-        and CPU adapters
-        (where the tiles' barriers and padding to 32 tokens cost more than they save on short prompts) use the
-        matrix-vector one: with 8-bit activations (matvec_q8) for one-token passes and the LM head where
-        kernels.int8_enabled says so and the type and K allow it, else matmul.wgsl."""
+        row count; kw: accum / glu / gelu / last_only / ystride / yoff (see matmul.wgsl), xsplit: x holds a split
+        decode attention's partial results (matvec_q8 only; AttentionBlock checks that it applies)."""
         n, k = self.shape(name)
         n = rows or n
-        fmt = self.gguf.tensor(name).type
-        if gain is not None and self.dev.is_cpu and not self.int8:
-            x, gain = self.normed(rec, T, x, gain, k), None
         # a weight too big for one binding is split into row ranges: one dispatch each, writing its rows' outputs
-        parts = [(weight, 0, n)] if weight is not None else self.pieces(name)
-        ystride, yoff = kw.pop("ystride", None) or n, kw.pop("yoff", 0)
-        xsplit = kw.pop("xsplit", (1, 32))
-        # 8-bit activations for prefill products; not the LM head (its logits are read, e.g. chunk_logits)
-        aligned = self.aligned(name)
-        if (self.i8_prefill and T > 1 and not kw.get("last_only") and name != self.spec.lm_head
-                and kernels.i8_format(fmt, aligned) is not None and k % GGML_BLOCK[fmt][0] == 0):
-            self.linear_i8(rec, T, name, fmt, k, parts, x, y, gain, ystride, yoff, aligned=aligned, **kw)
-            return
-        for buf, r0, rows_here in parts:
-            label = name if len(parts) == 1 else f"{name}[{r0}:{r0 + rows_here}]"
-            buffers = [buf, x, y, self.step, gain or self.ones]
-            common = dict(norm=gain is not None, eps=self.spec.eps, ystride=ystride, yoff=yoff + r0, aligned=aligned,
-                          **kw)
-            if T > 1 and not kw.get("last_only") and k % 32 == 0 and not self.dev.is_cpu:
-                tile = kernels.tiled_tile(rows_here, k, T)
-                rec.add(kernels.matmul_tiled(fmt, k, rows_here, tile=tile, **common), buffers,
-                        kernels.tiled_groups(rows_here, T, tile), label)
-                continue
-            if T == 1 or kw.get("last_only"):    # 8-bit activations where the type has it
-                shape = self.q8_shape(fmt, k, rows_here, aligned)
-                if shape is not None:
-                    rec.add(kernels.matvec_q8(fmt, k, rows_here, **shape, **common, xsplit=xsplit), buffers,
-                            kernels.spread(kernels.matvec_q8_groups(rows_here, shape["lanes"], shape["wg"])), label)
-                    continue
-            if xsplit[0] > 1:
-                raise RuntimeError(f"{name}: a split attention's output needs matvec_q8")
-            shape = kernels.matvec_shape(k // kernels.block_elems(fmt), 1 if kw.get("last_only") else T,
-                                         self.dev.is_cpu, self.dev.subgroup_size)
-            rec.add(kernels.matmul(fmt, k, rows_here, **shape, **common), buffers,
-                    kernels.spread(kernels.matmul_groups(rows_here, shape["lanes"], shape["rpt"], shape["wg"])), label)
+        pieces = [(weight, 0, n)] if weight is not None else self.pieces(name)
+        plan = kernels.choose_product(self.gguf.tensor(name).type, n, k, T, self.adapter, self.tuning,
+                                      parts=[(r0, rows_here) for _, r0, rows_here in pieces],
+                                      aligned=self.aligned(name), norm=gain is not None, eps=self.spec.eps,
+                                      logits=name == self.spec.lm_head, **kw)
+        roles = {"x": x, "y": y, "step": self.step, "gain": gain or self.ones, "ones": self.ones, "xq": self.xq}
+        for d in plan:
+            if d.what is not None:
+                label = "norm" if d.what == "norm" else f"{name} {d.what}"
+            else:
+                label = name if len(pieces) == 1 else f"{name}[{pieces[d.part][1]}:{sum(pieces[d.part][1:])}]"
+            if "normed" in d.buffers:
+                roles["normed"] = self.normed_buffer(k)
+            if d.part is not None:
+                roles["w"] = pieces[d.part][0]
+            if d.scratch:      # K parts: the buffer its sum_parts (the next dispatch) reads
+                roles["sums"] = self.prefill_parts(d.scratch)
+            rec.add(d.wgsl(), [roles[r] for r in d.buffers], d.groups, label)
 
-    def normed(self, rec, T, x, gain, k: int):
-        """A buffer holding rmsnorm(x) * gain for the T rows of a pass (rows of k), for CPU adapters: there the norm
-        fused into matmul.wgsl costs more than this separate pass (software adapters load buffers lane by lane, and the
-        fused kernel loads each input twice more, for the gain and the sum of squares); lavapipe, session 11:
-        Q4_1 SwiGLU 1536x576 with its norm 21.6 -> 8.8 ms a token, 200 -> 94 ms for 16 tokens."""
+    def normed_buffer(self, k: int):
+        """The buffer of rmsnorm(x) * gain for a pass's rows of k, for CPU adapters (kernels.choose_product: there
+        the norm fused into matmul.wgsl costs more than a separate pass; lavapipe, session 11: Q4_1 SwiGLU 1536x576
+        with its norm 21.6 -> 8.8 ms a token, 200 -> 94 ms for 16 tokens); one per k, made on first use."""
         if k not in self._normed:
             self._normed[k] = self.dev.create_buffer(4 * self.chunk * k, label="normed input")
-        rec.add(kernels.rmsnorm(k, self.spec.eps), [x, gain, self._normed[k], self.step], (T, 1, 1), "norm")
         return self._normed[k]
 
     def q8_shape(self, fmt, k: int, rows: int, aligned: bool = False) -> dict | None:
@@ -308,30 +284,7 @@ class Transformer(GPUModel):
         if not self.int8:
             return None
         return kernels.matvec_q8_shape(fmt, k, self.dev.is_cpu, self.dev.subgroup_size, self.wg_memory, rows,
-                                       aligned)
-
-    def linear_i8(self, rec, T, name, fmt, k, parts, x, y, gain, ystride, yoff, **kw):
-        """linear() of a prefill pass on 8-bit activations: x (normalised with gain) quantized once into self.xq
-        (quantize_rows), then matmul_i8 for each row range of the weight."""
-        rec.add(kernels.quantize_rows(k, norm=gain is not None, eps=self.spec.eps),
-                [x, self.xq, self.step, gain or self.ones], (T, 1, 1), f"{name} quantize")
-        glu = kw.get("glu", False)
-        for buf, r0, rows_here in parts:
-            label = name if len(parts) == 1 else f"{name}[{r0}:{r0 + rows_here}]"
-            tr, pair = kernels.matmul_i8_tile(rows_here, T, glu)
-            kg = kernels.matmul_i8_kgroups(rows_here, T, tr, glu, self.wg_memory, self.max_threads, pair)
-            split = kernels.matmul_i8_split(rows_here, T, k, tr, glu, pair)
-            if split == 1:
-                rec.add(kernels.matmul_i8(fmt, k, rows_here, ystride=ystride, yoff=yoff + r0, rows=tr, pair=pair,
-                                          kgroups=kg, **kw), [buf, self.xq, y, self.step],
-                        kernels.matmul_i8_groups(rows_here, T, tr, pair=pair), label)
-                continue
-            sums = self.prefill_parts(4 * split * T * rows_here)       # K in parts, added into y by sum_parts
-            rec.add(kernels.matmul_i8(fmt, k, rows_here, rows=tr, pair=pair, kgroups=kg, ksplit=split, tmax=T,
-                                      aligned=kw["aligned"]), [buf, self.xq, sums, self.step],
-                    kernels.matmul_i8_groups(rows_here, T, tr, split, pair), label)
-            rec.add(kernels.sum_parts(rows_here, split, T, ystride=ystride, yoff=yoff + r0, accum=kw.get("accum", False)),
-                    [sums, y, self.step], kernels.sum_parts_groups(rows_here, T), label)
+                                       aligned, self.tuning)
 
     # -- plans ---------------------------------------------------------------------------------------------------
     def record_body(self, T):
@@ -352,7 +305,7 @@ class Transformer(GPUModel):
         """Greedy token = argmax of the logits, into tokens[0] and the log: in two stages for large vocabularies
         (each workgroup the best of a slice, then the best of those)."""
         V = self.spec.vocab
-        parts = kernels.argmax_parts_count(V)
+        parts = kernels.argmax_parts_count(V, self.tuning)
         if parts == 1:
             rec.add(kernels.argmax(V), [self.logits, self.tokens, self.log, self.step], (1, 1, 1), "argmax")
             return

@@ -41,7 +41,6 @@ import argparse
 import asyncio
 import json
 import math
-import os
 import statistics
 import struct
 import sys
@@ -49,7 +48,7 @@ import time
 
 import numpy as np
 
-from .. import kernels
+from .. import formats, kernels
 from ..gguf import GGML_BLOCK, GGMLType
 
 
@@ -69,15 +68,15 @@ def parse_shapes(text: str) -> list[tuple[int, int]]:
 
 def parse_types(text: str | None) -> list[GGMLType]:
     if not text:
-        return list(kernels.FORMATS)
+        return formats.types_with("f32")
     out = []
     for name in text.split(","):
         try:
             t = GGMLType[name.strip().upper()]
         except KeyError:
             raise SystemExit(f"unknown tensor type {name!r}") from None
-        if t not in kernels.FORMATS:
-            raise SystemExit(f"{t.name} has no GPU kernel (have: {', '.join(f.name for f in kernels.FORMATS)})")
+        if t not in formats.GPU_TYPES:
+            raise SystemExit(f"{t.name} has no GPU kernel (have: {', '.join(f.name for f in sorted(formats.GPU_TYPES))})")
         out.append(t)
     return out
 
@@ -159,7 +158,7 @@ class Bench:
     async def matvec(self, fmt: GGMLType, N: int, K: int, lanes: int, variant: dict | None = None,
                      aligned: bool = False) -> dict:
         """variant: rpt / wg / sg of matmul() (default: what kernels.matvec_shape picks on this device); aligned: the
-        weights in the aligned layout (kernels.ALIGNED_FORMATS)."""
+        weights in the aligned layout (formats.Aligned)."""
         dev = self.dev
         nbytes = N * row_bytes(fmt, K)
         self.ensure_pool(nbytes)
@@ -273,7 +272,7 @@ class Bench:
         q_per, _ = await self.per_dispatch(lambda n: [quantize] * n)
         flop = 2 * N * K * T
         return {"type": fmt.name, "shape": f"{N}x{K}", "N": N, "K": K, "T": T, "kernel": "matmul_i8",
-                "layout": LAYOUT[aligned], "kb": int(os.environ.get("CERA_WEB_I8_KB") or kernels.I8_KB), "rows": tr,
+                "layout": LAYOUT[aligned], "kb": kernels.Tuning.from_env().i8_kb, "rows": tr,
                 "pair": pair, "kgroups": kg,
                 "dispatches": n, "us": round(per * 1e6, 3), "gflops": round(flop / per / 1e9, 3),
                 "quantize_us": round(q_per * 1e6, 3), "gflops_with_quantize": round(flop / (per + q_per) / 1e9, 3)}
@@ -373,7 +372,7 @@ async def run(types, shapes, lanes_list=None, *, repeats=None, target_ms=None, r
                     out["gemm"].append(r)
                     print(f"{fmt.name:5s} {N}x{K} T {gemm_tokens} tile {r['tile']}: {r['gflops']:9.1f} GFLOP/s "
                           f"({r['us']:.1f} us)", file=sys.stderr)
-                layouts = [a for a in (True, False) if kernels.i8_format(fmt, a) is not None]
+                layouts = [a for a in (True, False) if formats.reader(fmt, "matmul_i8", a) is not None]
                 if not (int8 and getattr(dev, "int8_dot", False) and layouts):
                     continue
                 out.setdefault("gemm8", [])
@@ -391,8 +390,8 @@ async def run(types, shapes, lanes_list=None, *, repeats=None, target_ms=None, r
             nbytes = N * row_bytes(fmt, K)
             ceiling = await bench.read(nbytes)
             # the engine's layout first (aligned for the types that have it), then the file's
-            layouts = [True, False] if fmt in kernels.ALIGNED_FORMATS else [False]
-            if int8 and fmt in kernels.INT8_FORMATS:     # the int8-activation kernel, each variant, beside the f32 one
+            layouts = [True, False] if fmt in formats.ALIGNED_TYPES else [False]
+            if int8 and formats.reader(fmt, "matvec_q8") is not None:     # the int8-activation kernel, each variant, beside the f32 one
                 for v, aligned in [(v, a) for a in layouts for v in (variants8 or [None])]:
                     r = await bench.matvec8(fmt, N, K, v, aligned)
                     if r is None:

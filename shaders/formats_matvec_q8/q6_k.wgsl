@@ -2,7 +2,7 @@
 // qh high 2 bits, 16 int8 scales, d; weight n*128 + k*32 + l is d * sc[n*8 + 2k + l/16] * (q - 32)). Item b is
 // word column c = b % 8 of super-block b / 8, as in q6_k.wgsl: for n < 2 and k < 4 the weights
 // n*128 + k*32 + 4c .. +4, whose 16-weight scale is sc[n*8 + 2k + c/4] and whose activation block is 4n + k.
-// The product is i8_q6.wgsl's q6_half. Super-blocks start on 2-byte boundaries: read_u32_even (bytes.wgsl).
+// The product is formats_matvec_q8/q6.wgsl's q6_half. Super-blocks start on 2-byte boundaries: read_u32_even (bytes.wgsl).
 alias WORD = u32;                 // W is array<u32>
 const ROW_BYTES: u32 = K / 256u * 210u;
 const ITEMS: u32 = K / 32u;

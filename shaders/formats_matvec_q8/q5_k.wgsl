@@ -2,7 +2,7 @@
 // of 6-bit scales and mins (as Q4_K), qh: 32 bytes of high bits, qs: 128 bytes of nibbles; weight j*64 + h*32 + l is
 // d * sc[2j+h] * q - dmin * mn[2j+h], q = nibble h of qs[j*32 + l] | bit 2j+h of qh[l] << 4). 176 bytes are 11
 // vec4<u32>: item b is qs bytes 16m .. 16m+16 (m = b % 8) of super-block b / 8 (vec4 3 + m) with qh bytes
-// 16(m%2) .. +16 (vec4 1 + m%2), besides the header vec4, as in i8_q4_k.wgsl: values 0..31 as int8 (kquant_item).
+// 16(m%2) .. +16 (vec4 1 + m%2), besides the header vec4, as in formats_matvec_q8/q4_k.wgsl: values 0..31 as int8 (kquant_item).
 alias WORD = vec4<u32>;
 const ROW_VEC4: u32 = K / 256u * 11u;
 const ITEMS: u32 = K / 32u;

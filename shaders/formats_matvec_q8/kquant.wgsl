@@ -1,7 +1,7 @@
 // Shared by the k-quant formats of matvec_q8.wgsl whose super-blocks are 256 weights with a header vec4 (d | dmin,
 // then 12 bytes of 6-bit scales sc[s] and mins mn[s], read by kscales.wgsl) and whose values are unsigned (Q4_K, Q5_K):
 // the product of one item, 16 bytes of values of sub-block 2j (lo) and 16 of sub-block 2j + 1 (hi), with the input
-// (dot16, qx4: i8_words.wgsl).
+// (dot16, qx4: formats_matvec_q8/words.wgsl).
 
 // Item m (m < 8) of super-block sb with header h: values lo (inputs 64j + 16(m%2) .. +16, j = m / 2, sub-block 2j)
 // and hi (the same + 32, sub-block 2j + 1), 4 values a word:

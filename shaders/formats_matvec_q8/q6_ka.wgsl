@@ -11,7 +11,7 @@ const SC4: u32 = WROWS * NBK * 12u;        // the first scale vec4 (super-block 
 const D4W: u32 = SC4 + WROWS * NBK;        // the first d vec4 (super-block i's d: half i % 2 of word i / 2)
 const ITEMS: u32 = K / 64u;
 
-// (q - 32) · x over the 16 inputs from qx word w: q the 16 6-bit values of v, one a byte (dot16: i8_words.wgsl).
+// (q - 32) · x over the 16 inputs from qx word w: q the 16 6-bit values of v, one a byte (dot16: formats_matvec_q8/words.wgsl).
 fn q6_dot16(v: vec4<u32>, w: u32) -> i32 {
     let s = dot16(v, qx4(w));
     return s.x - 32 * s.y;

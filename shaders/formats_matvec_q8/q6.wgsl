@@ -1,4 +1,4 @@
-// The Q6_K item product of matvec_q8.wgsl for i8_q6_k.wgsl (the file's layout; the aligned one, i8_q6_ka.wgsl, reads
+// The Q6_K item product of matvec_q8.wgsl for formats_matvec_q8/q6_k.wgsl (the file's layout; the aligned one, formats_matvec_q8/q6_ka.wgsl, reads
 // whole vec4s instead), which reads the words: for half n of super-block sb and word column c, l0 / l1 the ql words
 // (k = 0, 2 and k = 1, 3), h the qh word, sa / sc the scale words of k = 0, 1 and k = 2, 3 (pick: which of a word's
 // two scales is this column's). 6-bit values 0..63 as int8; the -32 offset is taken off with the inputs' sum.

@@ -5,7 +5,7 @@
 // load (neighbouring lanes read neighbouring vec4s), plus the super-block's header vec4 (shared by its 8 items).
 // Those bytes hold weights 64j + 16(m%2) .. +16 (low nibbles, sub-block 2j) and the same + 32 (high, sub-block
 // 2j + 1), j = m / 2. Sub-blocks are the activation's 32-blocks, so each has its own dx:
-// d * sum_s dx_s sc_s (q · qx) - dmin * sum_s dx_s mn_s sum(qx) (kquant_item, i8_kquant.wgsl).
+// d * sum_s dx_s sc_s (q · qx) - dmin * sum_s dx_s mn_s sum(qx) (kquant_item, formats_matvec_q8/kquant.wgsl).
 alias WORD = vec4<u32>;
 const ROW_VEC4: u32 = K / 256u * 9u;
 const ITEMS: u32 = K / 32u;

@@ -1,5 +1,5 @@
 // Q6_K weights in the aligned layout (formats/q6_ka.wgsl says where each field is) as int8 blocks for matmul_i8.wgsl:
-// the blocks of formats_i8/q6_k.wgsl (32-block b is (n, k) = ((b % 8) / 4, b % 4) of super-block b / 8, its words
+// the blocks of formats_matmul_i8/q6_k.wgsl (32-block b is (n, k) = ((b % 8) / 4, b % 4) of super-block b / 8, its words
 // q - 32, its two scales d * sc[n*8 + 2k], d * sc[n*8 + 2k + 1]). W is read as array<vec4<u32>> (the aligned buffer
 // is a multiple of 16 bytes): a block's ql bytes are 2 vec4s, its qh bytes 2 more, its scales one word of the
 // super-block's scale vec4 and d a half of one word.
