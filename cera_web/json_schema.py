@@ -274,28 +274,32 @@ def _ranges_not(ranges):
     return out
 
 
-def _classes():
-    """The class escapes as (narrow, wide) code point ranges: the narrow set is matched by the escape in both
-    ECMAScript and Python's `re` (what the grammar may write), the wide one by the escape in either (what a
-    negated class must leave out)."""
+def _class_escape(e: str, negated: bool):
+    """The code points of the class escape \\e (d, w, s and their capitals) that the grammar may use: inside a
+    negated class the widest reading of the escape (what either ECMAScript or Python's `re`, which the `jsonschema`
+    package uses, would match), elsewhere the narrowest (what both match), so the grammar never writes a character
+    that one of them reads differently. The Unicode scan (unicode_classes) runs only where a wide \\d or \\w is
+    needed."""
     from .unicode_classes import WHITE_SPACE, category_ranges
-    digit = [(0x30, 0x39)]
-    word = [(0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)]
     es_space = [(0x09, 0x0D), (0x20, 0x20), (0xA0, 0xA0), (0x1680, 0x1680), (0x2000, 0x200A), (0x2028, 0x2029),
                 (0x202F, 0x202F), (0x205F, 0x205F), (0x3000, 0x3000), (0xFEFF, 0xFEFF)]
-    space_narrow = [r for r in es_space if r != (0xFEFF, 0xFEFF)]
-    space_wide = _ranges_norm(es_space + list(WHITE_SPACE) + [(0x1C, 0x1F)])
-    n, letter = list(category_ranges("N")), list(category_ranges("L"))
-    wide = {"d": _ranges_norm(digit + n), "w": _ranges_norm(word + n + letter), "s": space_wide}
-    narrow = {"d": digit, "w": word, "s": space_narrow}
-    out = {}
-    for k in "dws":
-        out[k] = (narrow[k], wide[k])
-        out[k.upper()] = (_ranges_not(wide[k]), _ranges_not(narrow[k]))
-    return out
+
+    def narrow(k):
+        return {"d": [(0x30, 0x39)], "w": [(0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)],
+                "s": [r for r in es_space if r != (0xFEFF, 0xFEFF)]}[k]
+
+    def wide(k):
+        if k == "s":
+            return _ranges_norm(es_space + list(WHITE_SPACE) + [(0x1C, 0x1F)])
+        extra = list(category_ranges("N")) + (list(category_ranges("L")) if k == "w" else [])
+        return _ranges_norm(narrow(k) + extra)
+
+    k = e.lower()
+    if e == k:
+        return wide(k) if negated else narrow(k)
+    return _ranges_not(narrow(k)) if negated else _ranges_not(wide(k))
 
 
-_CLASSES = None
 _LINE_ENDS = [(0x0A, 0x0A), (0x0D, 0x0D), (0x2028, 0x2029)]
 _SHORT = {0x22: '\\"', 0x5C: "\\\\", 0x08: "\\b", 0x0C: "\\f", 0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t"}
 
@@ -334,9 +338,6 @@ class _Regex:
         self.s, self.i, self.fail = src, 0, fail
 
     def compile(self) -> str:
-        global _CLASSES
-        if _CLASSES is None:
-            _CLASSES = _classes()
         alts = []
         for seq, start, end in self.top():
             any_text = f"{json_chars(_ranges_not([]))}*"
@@ -444,8 +445,7 @@ class _Regex:
         e = s[self.i + 1]
         self.i += 2
         if e in "dDwWsS":
-            narrow, wide = _CLASSES[e]
-            return wide if negated else narrow, True
+            return _class_escape(e, negated), True
         simple = {"n": 0x0A, "r": 0x0D, "t": 0x09, "f": 0x0C, "v": 0x0B}
         if e in simple:
             return [(simple[e], simple[e])], False

@@ -217,3 +217,20 @@ def test_numbers_at_and_beside_the_bounds(schema):
                     text = text[:-2] if text.endswith(".0") and schema["type"] == "integer" else text
                     want = check.is_valid(json.loads(text))
                     assert matches(schema, text) == want, (schema, text, want)
+
+
+REGEXES = ["^[a-z]{1,4}$", "a|b", "^(ab|cd)+$", "^a.c$", "[^a-z]{2}", "^\\d{2,}$", "\\w\\W", "^\\s+$", "x?y*z+$",
+           "^(?:[A-F0-9]{2}:){2}[A-F0-9]{2}$", "^[\\-.]\\.\\\\$", "^\"[^\"]*\"$", "^é+\\D$", "[^\\d\\s]", "^.{0,3}$",
+           "^a{2}b{1,}c{0,1}$", "^(a|)$", "\\S\\s\\S", "^[\\w-]+@[\\w-]+$", "(?:ab)c", "^\\x41\\u00e9$"]
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.sampled_from(REGEXES), st.text(st.sampled_from('aAbBcz09 -_.\n"\\é:@xyF'), max_size=7))
+def test_patterns_read_as_python_re_reads_them(pattern, text):
+    """The grammar of a pattern accepts a string exactly when Python's re.search (the `jsonschema` package's check)
+    finds the pattern in it (ASCII classes; Python's '$' also matches before a final newline, left out)."""
+    import re
+    if text.endswith("\n") and "$" in pattern:
+        return
+    got = matches({"type": "string", "pattern": pattern}, json.dumps(text, ensure_ascii=False))
+    assert got == bool(re.search(pattern, text)), (pattern, text, got)
