@@ -903,7 +903,10 @@ class _Compiler:
         return False
 
     def disjoint(self, a, b, where) -> bool:
-        return self.excludes(a, b, where) and self.excludes(b, a, where)
+        try:
+            return self.excludes(a, b, where) and self.excludes(b, a, where)
+        except GrammarError:        # a reference cycle: not shown disjoint
+            return False
 
     def sub_grammar(self, make) -> Grammar:
         """A grammar of its own for a part of this schema (``make(compiler)`` gives its root expression)."""
