@@ -307,3 +307,18 @@ def test_table_walk_on_a_small_vocabulary():
     assert m.advance(9)
     assert list(m.allowed()) == [8]
     assert m.advance(8) and list(m.allowed()) == [7]            # complete: only the end
+
+
+def test_strict_false_leaves_out_what_a_grammar_cannot_enforce_and_says_so():
+    from cera_web.json_schema import constraint
+    schema = {"type": "array", "items": {"type": "integer", "minimum": 0}, "not": {"maxItems": 0},
+              "uniqueItems": True}
+    with pytest.raises(GrammarError, match="at #/not: the keyword 'not' is not supported"):
+        constraint({"type": "json_schema", "json_schema": {"schema": schema}})
+    g = constraint({"type": "json_schema", "json_schema": {"schema": schema, "strict": False}})
+    assert g.not_enforced == ["#/not", "#/uniqueItems"]
+    assert g.source.startswith("# not enforced: #/not\n# not enforced: #/uniqueItems\n")
+    r = Recogniser(g)
+    assert r.accepts(b"[1,1,0]") and r.accepts(b"[]") and not r.accepts(b"[-1]")     # the rest is still enforced
+    with pytest.raises(GrammarError, match="strict must be true or false"):
+        constraint({"type": "json_schema", "json_schema": {"schema": schema, "strict": "no"}})
