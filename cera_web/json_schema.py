@@ -756,7 +756,7 @@ class _Compiler:
 
     def body(self, s: dict, hint: str, where: str) -> str:
         """The right-hand side of a rule for the schema object ``s``."""
-        if "$id" in s and s is not self.root:
+        if "$id" in s and where != "#":
             _fail(where, "$id", "$id inside a schema changes where its $refs point, which is not supported")
         for k in s:
             if k in ANNOTATIONS or k == "$id" or k.startswith("x-"):
