@@ -29,7 +29,11 @@ X11 = "--ozone-platform=x11"
 LOG = "--enable-logging=stderr"
 BL = "--ignore-gpu-blocklist"
 
-# (name, headless, extra flags after tests/conftest.py's CHROMIUM_ARGS), in order of preference.
+# (name, headless, extra flags after tests/conftest.py's CHROMIUM_ARGS), in order of preference. On the H200 (session
+# 13, docs/bench/h200-s13-page-probe.json and -chromium.txt) only x11-vulkan-angle-no-surface gave the NVIDIA adapter:
+# without --use-angle=vulkan ANGLE's GL wants GLX, which the carried Xvfb lacks (no Mesa), and the GPU process exits
+# (null adapter); with ANGLE on Vulkan but Vulkan surfaces on, the GPU process crashes (exit code 11; null adapter);
+# headless (even on Ozone X11) gives SwiftShader, as in session 12.
 FLAG_SETS = [
     ("x11-vulkan", False, [X11, "--enable-features=Vulkan", BL, LOG]),
     ("x11-vulkan-angle", False, [X11, "--enable-features=Vulkan", "--use-angle=vulkan", BL, LOG]),
@@ -37,6 +41,7 @@ FLAG_SETS = [
     ("x11-vulkan-angle-no-surface", False, [X11, "--enable-features=Vulkan", "--use-angle=vulkan",
                                             "--disable-vulkan-surface", BL, LOG]),
     ("x11-vulkan-graphite", False, [X11, "--enable-features=Vulkan,SkiaGraphite", BL, LOG]),
+    ("x11-vulkan-from-angle", False, [X11, "--use-angle=vulkan", "--enable-features=Vulkan,VulkanFromANGLE", BL, LOG]),
     ("x11-default", False, [X11, BL, LOG]),
     ("headless-x11-vulkan", True, [X11, "--enable-features=Vulkan", BL, LOG]),
     ("headless-x11-vulkan-angle", True, [X11, "--enable-features=Vulkan", "--use-angle=vulkan", BL, LOG]),
@@ -127,6 +132,10 @@ if __name__ == "__main__":
         h200_page.page(rest)
     elif cmd == "wllama":
         _force_mode()
+        if os.environ.get("PG_WLLAMA_ALL_LOGS"):     # every log line of llama.cpp's, not only the GPU-related ones
+            old = "log: logs.filter("
+            assert old in h200_page.WLLAMA_HTML
+            h200_page.WLLAMA_HTML = h200_page.WLLAMA_HTML.replace(old, "log: logs.slice(0, 400), log_gpu: logs.filter(")
         h200_page.wllama(rest)
     else:
         sys.exit(__doc__)

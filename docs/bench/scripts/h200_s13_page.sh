@@ -15,7 +15,8 @@
 # A later call in the same start needs no piece (carry [".gl", ".whl", ".pgb", ".xv"]): `run 5` unpacks only once.
 # Writes to $OUT: env.txt, xvfb.log, probe.json (adapter and chrome://gpu per flag set), page.jsonl, native.jsonl,
 # wllama.jsonl, chromium.log (Chromium's stderr, each launch headed by its flags) and log.txt.
-# PG_STEPS (default "probe page native wllama") picks the steps of `run`.
+# PG_STEPS (default "probe page native wllama page512") picks the steps of `run`, in order (page: the page's
+# defaults, 128 prompt and 128 decode tokens; page512: 512 and 128).
 set -u
 OUT=${OUT:-/tmp/pg_out}
 mkdir -p $OUT /opt/pgparts
@@ -29,7 +30,7 @@ if [ "${1:-}" = stash ]; then
 fi
 test "${1:-}" = run || { echo "usage: h200_s13_page.sh stash | run N"; exit 2; }
 N=${2:-5}
-STEPS=${PG_STEPS:-probe page native wllama}
+STEPS=${PG_STEPS:-probe page native wllama page512}
 test $(ls /opt/pgparts/pg.* | wc -l) -ge $N || { echo "missing pieces: have $(ls /opt/pgparts/pg.* | wc -l) of $N"; exit 1; }
 exec > >(tee $OUT/log.txt) 2>&1
 T0=$(date +%s)
@@ -98,13 +99,11 @@ set +x
 for step in $STEPS; do
   t "$step"
   case $step in
-    probe) timeout 200 python3 $S probe $OUT; P=$?; echo "probe rc=$P" ;;
-    page)
-      [ -f /tmp/pg_flags.json ] || { echo "page: no GPU adapter chosen, skipped"; continue; }
-      for a in "" "--prompt-tokens 512 --decode-tokens 128"; do
-        timeout 200 python3 $S page $a >> $OUT/page.jsonl; echo "page [$a] rc=$?"; tail -c 700 $OUT/page.jsonl; echo
-        t "page [$a] done"
-      done ;;
+    probe) timeout 260 python3 $S probe $OUT; P=$?; echo "probe rc=$P" ;;
+    page|page512)
+      [ -f /tmp/pg_flags.json ] || { echo "$step: no GPU adapter chosen, skipped"; continue; }
+      a=""; [ $step = page512 ] && a="--prompt-tokens 512 --decode-tokens 128"
+      timeout 200 python3 $S page $a >> $OUT/page.jsonl; echo "page [$a] rc=$?"; tail -c 700 $OUT/page.jsonl; echo ;;
     native)
       for a in "--prompt-tokens 512 --decode-tokens 128" "--prompt-tokens 128 --decode-tokens 128"; do
         timeout 120 python3 -m cera_web bench --model $M $a --repeats 3 >> $OUT/native.jsonl; echo "native [$a] rc=$?"
