@@ -599,7 +599,8 @@ class _Compiler:
 
     def unsupported(self, where, kw, why):
         if self.strict:
-            _fail(where, kw, f"{why}; remove it or pass strict: false to leave it unenforced")
+            _fail(where, kw, f"{why}; remove it, or set \"strict\": false in the request's json_schema to "
+                             f"generate without it")
         self.not_enforced.append(f"{where}/{kw}")
 
     def name(self, hint: str) -> str:
