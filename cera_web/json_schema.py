@@ -4,7 +4,7 @@
     grammar = schema_to_grammar(schema)          # compiled; schema_to_grammar(None) = any JSON object
     matches(schema, '{"name":"Al"}')             # does the grammar compiled from the schema accept the text
 
-What is enforced (by the grammar, so every output validates; draft 2020-12 meaning):
+What is enforced (by the grammar, so every output validates; draft 2020-12 meaning, draft 7 tuples too):
 - ``type`` (a name or a list), ``enum``, ``const``;
 - numbers and integers: ``minimum``, ``maximum``, ``exclusiveMinimum``, ``exclusiveMaximum`` (exact decimal
   comparison of the text), ``multipleOf`` with an integer (integers only are written);
@@ -15,18 +15,24 @@ What is enforced (by the grammar, so every output validates; draft 2020-12 meani
 - objects: ``properties`` (written in the order given), ``required``, ``additionalProperties`` (false, true or a
   schema), ``patternProperties`` (one pattern), ``propertyNames``, ``minProperties``/``maxProperties`` where the
   required/declared properties settle them;
-- arrays: ``items``, ``prefixItems``, ``minItems``, ``maxItems``, ``uniqueItems`` where maxItems <= 1;
-- ``anyOf``, ``oneOf`` (when no value can match two branches: different types or different const/enum values of
-  a property every branch requires), ``allOf`` (merged into one schema), ``$ref`` to ``#`` and JSON pointers in the
-  same document (``#/$defs/...``, ``#/definitions/...``; recursion allowed).
+- arrays: ``items``, ``prefixItems`` (or draft 7 ``items: [...]`` and ``additionalItems``), ``minItems``,
+  ``maxItems``, ``uniqueItems`` where maxItems <= 1;
+- ``anyOf``, ``oneOf`` (when no value can match two branches: different types, different const/enum values, or
+  a required property told apart that way), ``allOf`` (merged into one schema), ``$ref`` to ``#`` and JSON
+  pointers in the same document (``#/$defs/...``, ``#/definitions/...``, ``#/properties/...``; recursion allowed).
 Annotations are ignored (title, description, default, examples, $schema, $comment, deprecated, readOnly, ...).
 Any other keyword (uniqueItems, not, if/then/else, contains, dependentRequired, ...) is refused with an error that
 names the keyword and its place (``#/properties/tags/uniqueItems``); with ``strict=False`` it is left out instead
 and listed in ``grammar.not_enforced`` (and as comments in the GBNF text).
-Layout: between tokens up to 20 of space, tab or newline (bounded, so a small model cannot loop on whitespace).
-Numbers: at most 16 integer digits, 15 fraction digits and a 3-digit exponent; a number with bounds is written
-without an exponent, with at most 9 integer and 6 fraction digits unless a bound needs more (so that the
-decimal text and the double it parses to compare alike).
+
+The grammar writes a subset of the valid texts, in one canonical shape: properties in schema order (extra ones
+after them, only where additionalProperties is a schema, or true without properties); a schema without ``type``
+but with keywords of one type (``minimum``, ``pattern``, ``properties``, ...) is written as that type; integers
+without a fraction, const/enum values as compact JSON; between tokens up to 20 of space, tab or newline (bounded,
+so a small model cannot loop on whitespace). Numbers: at most 16 integer digits, 15 fraction digits and a 3-digit
+exponent; a number with bounds is written without an exponent, with at most 9 integer and 6 fraction digits unless
+a bound needs more (so that the decimal text and the double it parses to compare alike). Formats: years 1000-9999,
+host names of up to 4 labels of up to 32 characters, URIs with a scheme, host and bounded path/query/fragment.
 """
 from __future__ import annotations
 
