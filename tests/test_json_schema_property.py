@@ -175,7 +175,7 @@ def _ordered(value, schema):
     return value
 
 
-@settings(max_examples=70, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@settings(max_examples=50, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(st.data())
 def test_walks_validate_and_valid_values_are_accepted(data):
     schema, values = data.draw(schema_and_values())
@@ -201,7 +201,7 @@ def numeric_leaf(draw):
             return s
 
 
-@settings(max_examples=150, deadline=None, derandomize=True)
+@settings(max_examples=100, deadline=None, derandomize=True)
 @given(numeric_leaf())
 def test_numbers_at_and_beside_the_bounds(schema):
     """Short canonical numbers on, just inside and just outside each bound: accepted exactly when valid."""
@@ -224,7 +224,7 @@ REGEXES = ["^[a-z]{1,4}$", "a|b", "^(ab|cd)+$", "^a.c$", "[^a-z]{2}", "^\\d{2,}$
            "^a{2}b{1,}c{0,1}$", "^(a|)$", "\\S\\s\\S", "^[\\w-]+@[\\w-]+$", "(?:ab)c", "^\\x41\\u00e9$"]
 
 
-@settings(max_examples=300, deadline=None, derandomize=True)
+@settings(max_examples=200, deadline=None, derandomize=True)
 @given(st.sampled_from(REGEXES), st.text(st.sampled_from('aAbBcz09 -_.\n"\\é:@xyF'), max_size=7))
 def test_patterns_read_as_python_re_reads_them(pattern, text):
     """The grammar of a pattern accepts a string exactly when Python's re.search (the `jsonschema` package's check)
