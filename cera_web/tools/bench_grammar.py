@@ -40,6 +40,14 @@ CASES = {
                "required": ["name", "age", "address"]},
     "enum_list": {"type": "array", "items": {"enum": ["red", "green", "blue", 1, None]}, "maxItems": 8},
     "short_strings": {"type": "array", "items": {"type": "string", "maxLength": 24}, "maxItems": 4},
+    # issue 28's keywords as a Pydantic model writes them: bounds, a pattern, formats, a nullable field
+    "constrained": {"type": "object",
+                    "properties": {"age": {"type": "integer", "minimum": 0, "maximum": 150},
+                                   "height": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 3},
+                                   "sku": {"type": "string", "pattern": "^[A-Z]{3}-[0-9]{4}$"},
+                                   "email": {"anyOf": [{"type": "string", "format": "email"}, {"type": "null"}]},
+                                   "day": {"type": "string", "format": "date"}},
+                    "required": ["age", "height", "sku", "email", "day"], "additionalProperties": False},
     "arithmetic": 'root ::= expr\nexpr ::= term ([-+*/] term)*\nterm ::= [0-9]{1,4} | "(" expr ")"',
 }
 
