@@ -238,9 +238,10 @@ class ChatCompletions:
 
     async def create(self, *, messages, stream: bool = False, response_format=None, tools=None, tool_choice=None,
                      logprobs: bool = False, top_logprobs: int | None = None, auto_call: bool = False,
-                     max_tool_rounds: int = 4, grammar=None, model=None, on_token=None, **kw):
+                     max_tool_rounds: int = 4, grammar=None, model=None, on_token=None, on_result=None, **kw):
         """OpenAI's chat.completions.create. Returns the chat.completion dict, or (stream=True) an async iterator
-        of chat.completion.chunk dicts."""
+        of chat.completion.chunk dicts. on_token(id, text): each token as it comes (not streamed requests);
+        on_result(GenerationResult): each choice's run as it ends (its stop reason, token ids, timings)."""
         eng = self.engine
         params, n = _params(kw, {})
         _check_unknown(kw, "chat.completions.create")
@@ -261,10 +262,10 @@ class ChatCompletions:
         if stream:
             if n != 1 or auto_call:
                 raise InputError("stream=True supports n=1 and no auto_call")
-            return self._stream(list(messages), specs, params, gram)
+            return self._stream(list(messages), specs, params, gram, on_result)
         msgs = list(messages)
         for _ in range(max(1, max_tool_rounds)):
-            reply = await self._complete(msgs, specs, params, gram, n, on_token)
+            reply = await self._complete(msgs, specs, params, gram, n, on_token, on_result)
             calls = reply["choices"][0]["message"].get("tool_calls")
             if not (auto_call and calls):
                 return reply
@@ -293,13 +294,15 @@ class ChatCompletions:
         text = tmpl.render(rendered, add_generation_prompt=True, **extra)
         return eng.tokenizer.encode(text, add_special=False, parse_special=True)
 
-    async def _complete(self, msgs, specs, params, gram, n, on_token):
+    async def _complete(self, msgs, specs, params, gram, n, on_token, on_result):
         eng = self.engine
         ids = self._prompt(msgs, specs)
         results = []
         for i in range(n):
             p = params if params.seed is None or i == 0 else params.replace(seed=params.seed + i)
             results.append(await eng.generate_ids(ids, p, on_token=on_token, reuse_cache=i > 0, grammar=gram))
+            if on_result:
+                on_result(results[-1])
             if results[-1].stop_reason == "cancelled":     # engine.cancel() ends the request, not just one choice
                 break
         choices = []
@@ -316,7 +319,7 @@ class ChatCompletions:
                 "model": eng.name, "system_fingerprint": None, "choices": choices,
                 "usage": _usage(len(ids), results)}
 
-    async def _stream(self, msgs, specs, params, gram):
+    async def _stream(self, msgs, specs, params, gram, on_result):
         eng = self.engine
         ids = self._prompt(msgs, specs)
         queue: asyncio.Queue = asyncio.Queue()
@@ -334,6 +337,8 @@ class ChatCompletions:
         async def run():
             try:
                 r = await eng.generate_ids(ids, params, on_token=on_token, grammar=gram)
+                if on_result:
+                    on_result(r)
                 queue.put_nowait(("done", r))
             except BaseException as e:      # re-raised in the consumer
                 queue.put_nowait(("error", e))
@@ -377,9 +382,10 @@ class Completions:
         self.engine = engine
 
     async def create(self, *, prompt, stream: bool = False, logprobs: int | None = None, response_format=None,
-                     grammar=None, model=None, on_token=None, **kw):
+                     grammar=None, model=None, on_token=None, on_result=None, **kw):
         """OpenAI's (legacy) completions.create on raw text: the text_completion dict (stream=True: an async
-        iterator of them, one piece of text each). ``logprobs``: how many top alternatives per token (0..20)."""
+        iterator of them, one piece of text each). ``logprobs``: how many top alternatives per token (0..20).
+        on_token, on_result: as chat.completions.create's."""
         eng = self.engine
         params, n = _params(kw, {"max_tokens": 16})
         _check_unknown(kw, "completions.create")
@@ -393,11 +399,13 @@ class Completions:
         if stream:
             if n != 1:
                 raise InputError("stream=True supports n=1")
-            return self._stream(ids, params, gram, cid, created)
+            return self._stream(ids, params, gram, cid, created, on_result)
         results = []
         for i in range(n):
             p = params if params.seed is None or i == 0 else params.replace(seed=params.seed + i)
             results.append(await eng.generate_ids(ids, p, on_token=on_token, reuse_cache=i > 0, grammar=gram))
+            if on_result:
+                on_result(results[-1])
             if results[-1].stop_reason == "cancelled":
                 break
         choices = [{"text": r.text, "index": i, "logprobs": self._logprobs(r) if params.logprobs else None,
@@ -417,7 +425,7 @@ class Completions:
                 "top_logprobs": [{tk.token_bytes(t).decode("utf-8", "replace"): v for t, v in x["top_logprobs"]}
                                  for x in r.logprobs], "text_offset": offs}
 
-    async def _stream(self, ids, params, gram, cid, created):
+    async def _stream(self, ids, params, gram, cid, created, on_result):
         eng = self.engine
         queue: asyncio.Queue = asyncio.Queue()
 
@@ -427,7 +435,10 @@ class Completions:
 
         async def run():
             try:
-                queue.put_nowait(("done", await eng.generate_ids(ids, params, on_token=on_token, grammar=gram)))
+                r = await eng.generate_ids(ids, params, on_token=on_token, grammar=gram)
+                if on_result:
+                    on_result(r)
+                queue.put_nowait(("done", r))
             except BaseException as e:
                 queue.put_nowait(("error", e))
 

@@ -1,6 +1,6 @@
 """The Python side of the page's Web Worker (web/worker.js); the notebook's (web/notebook.html) is notebook.py.
 
-Worker glue. The worker calls, in order (message shapes: the header of web/worker.js):
+Worker glue. The messages it answers and posts are declared in cera_web/protocol.py. The worker calls:
 
     init(post)                          post(json_text) sends one message object to the page
     settings_form()                     JSON text: the generation settings for the page's settings form
@@ -14,26 +14,16 @@ Worker glue. The worker calls, in order (message shapes: the header of web/worke
                                         text: {"need": n} (show me n bytes), {"ok": fit} or {"error": {kind, message}}
     await load(array_buffer, name)      load a model from a JS ArrayBuffer holding the whole GGUF file
     await load_blob(blob, name)         ... from a JS Blob/File (read a slice at a time; never wholly in memory)
-    await generate(prompt, max_tokens, chat, settings_json)     one raw completion (greedy unless settings say)
-    await chat_send(text, settings_json)                       the next turn of the page's one ChatSession
-    await chat_regenerate(settings_json)                       its last reply again
-    await chat_continue(settings_json)                         more of its last reply (after a max-tokens stop)
-    chat_set(messages_json)             the page's conversation becomes these messages (restored, or cut at an edit)
-    chat_clear()                                               forget the conversation
-    set_system(text)                    the system message of the conversation ("" for none): the worker sets it
-                                        before each chat turn
-    stop()                              called from the worker's onmessage while a generation is suspended
-    await api(request_json)             one request of the OpenAI-shaped API for web/cera.js ({id, method, params}):
-                                        posts 'api-chunk's, then 'api-result' or 'api-error' (see api())
-    api_cancel(id)                      stop that request if it is the one running (like stop())
+    await handle(message_json)          one request the protocol hands to Python (generate, chat-*, the OpenAI
+                                        methods): looked up in protocol.REQUESTS and run by the function of the same
+                                        fields (_HANDLERS); a request that generates posts 'prompt', 'token' or
+                                        'chunk' messages under its id, then one 'done' or one 'error'
+    cancel(id)                          called from the worker's onmessage while a generation is suspended: stop
+                                        request id (None: whatever runs)
 
-settings_json: "" or a JSON object of the settings form's values as typed (see parse_settings); a value the engine
-refuses comes back as an InputError message. Chat replies post 'done' with ``messages`` (the conversation after
-the turn) and ``mode: "chat"``.
-
-Nothing there raises: every failure becomes an ``{"type": "error", "kind", "message", "during"}`` message and the
-worker stays usable. A failed load keeps the model that was loaded before. :func:`load_source` takes any model
-source (see cera_web.source), so the same glue runs in CPython too.
+Nothing there raises: every failure becomes an 'error' message (protocol.EVENTS) and the worker stays usable. A
+failed load keeps the model that was loaded before. :func:`load_source` takes any model source (see cera_web.source),
+so the same glue runs in CPython too, and so do the request functions (generate, chat_send, ..., api).
 
 Checks (any Python): :func:`fit_report` (models/memory.py) says whether a model's buffers fit the device's limits
 before anything is uploaded (UnsupportedModelError with needed vs available when not); :func:`memory_summary` says
@@ -41,30 +31,39 @@ what a loaded engine holds on the GPU (weights, KV cache, other buffers). The no
 """
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import sys
 import traceback
 
+from . import protocol
 from .errors import CeraError, InputError
 from .gguf import parse_gguf
 from .models import model_spec
 from .models.memory import CONTEXT_SIZE, fit_report  # noqa: F401  (fit_report: part of this module's API)
 
-_post = None          # the worker's post(json_text)
-_engine = None        # the loaded Engine, replaced only by a successful load
-_generating = False   # True while generate() is running, so stop() never cancels a later run
-_device = None        # the device made by prepare() for the next load
-_device_limits = None   # the limits override it was made with
-_backend = "webgpu"   # the backend prepare() was asked for: "auto", "webgpu" or "cpu" (see choose_backend); a
-                      # load_source() without prepare() (CPython callers) takes the GPU as it is
-_chat = None          # the page's ChatSession on _engine (one, so its KV cache is reused from turn to turn)
+
+class _Worker:
+    """What the worker's Python side keeps from one message to the next (one per worker: ``_state``)."""
+
+    def __init__(self):
+        self.post = None            # the worker's post(json_text)
+        self.engine = None          # the loaded Engine, replaced only by a successful load
+        self.chat = None            # the page's ChatSession on engine (one, so its KV cache is reused turn to turn)
+        self.device = None          # the device made by prepare() for the next load
+        self.device_limits = None   # the limits override it was made with
+        self.backend = "webgpu"     # the backend prepare() was asked for: "auto", "webgpu" or "cpu" (see
+                                    # choose_backend); a load_source() without prepare() takes the GPU as it is
+        self.running = None         # (id,) of the request generating now, None when none: what cancel() may stop
+
+
+_state = _Worker()
 
 
 def init(post) -> None:
     """Set the function that sends messages to the page; it takes one JSON text."""
-    global _post
-    _post = post
+    _state.post = post
 
 
 def _finite(x: float):
@@ -73,8 +72,26 @@ def _finite(x: float):
     return x if math.isfinite(x) else None
 
 
+def _json_safe(x):
+    """x with every non-finite float as None (JSON.parse has no NaN or Infinity)."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_safe(v) for v in x]
+    return x
+
+
 def _send(**message) -> None:
-    _post(json.dumps(message))
+    """Post one message of protocol.EVENTS (a kind or field it does not declare is a bug: ValueError)."""
+    try:
+        protocol.check(protocol.EVENTS, message, "message")
+    except InputError as exc:
+        raise ValueError(f"webapp posted a message the protocol does not declare: {exc}") from None
+    if message["type"] == "done" and message["stop_reason"] not in protocol.STOP_REASONS:
+        raise ValueError(f"stop_reason {message['stop_reason']!r} is not in protocol.STOP_REASONS")
+    _state.post(json.dumps(message))
 
 
 def _describe(exc: BaseException) -> dict:
@@ -87,8 +104,16 @@ def _describe(exc: BaseException) -> dict:
     return {"kind": type(exc).__name__, "message": message}
 
 
-def _report(exc: BaseException, during: str) -> None:
-    _send(type="error", during=during, **_describe(exc))
+def _report(exc: BaseException, during: str, rid=None, params=None) -> None:
+    """Post the 'error' of a failed request (``rid``: its id; ``params``: its arguments, to name the one at fault).
+    error_type follows OpenAI's: 'invalid_request_error' for bad input (the request can be fixed), 'server_error'
+    otherwise; param: the argument the message names among its first words, else None."""
+    d = _describe(exc)
+    words = d["message"].replace("(s)", "").replace(",", " ").replace(":", " ").split()
+    names = [w for w in words[:6] if isinstance(params, dict) and w in params]
+    _send(type="error", id=rid, during=during, kind=d["kind"], message=d["message"],
+          error_type="invalid_request_error" if isinstance(exc, InputError) else "server_error",
+          param=names[0] if names else None)
 
 
 # -- will it fit? ----------------------------------------------------------------------------------------------------
@@ -120,8 +145,8 @@ def check_header(prefix, total, name: str, limits: dict | None = None) -> str:
     default: those of the device prepare() made). Returns JSON text: {"need": n} when the header runs past the bytes
     given, {"ok": fit_report} or {"error": {kind, message}} (the download is then cancelled)."""
     data = prefix.to_bytes() if hasattr(prefix, "to_bytes") else bytes(prefix)
-    if limits is None and _device is not None:
-        limits = _device.limits
+    if limits is None and _state.device is not None:
+        limits = _state.device.limits
     try:
         gguf = _parse_prefix(data, int(total), name)
         spec = model_spec(gguf)
@@ -159,23 +184,22 @@ async def prepare(limits_json: str = "", backend: str = "auto") -> bool:
     of device limits to lower (kebab-case WebGPU names), to simulate a smaller GPU; "" for none. backend: one of
     BACKENDS ("cpu" makes no device: the next load runs on the numpy reference model). Posts an 'error' and returns
     False when no GPU can be had for "auto" or "webgpu" (the page then offers the CPU)."""
-    global _device, _device_limits, _backend
     try:
         if backend not in BACKENDS:
             raise InputError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
-        _backend = backend
+        _state.backend = backend
         override = json.loads(limits_json) if limits_json else None
         if override is not None and (not isinstance(override, dict)
                                      or not all(isinstance(v, int) and v > 0 for v in override.values())):
             raise InputError(f"limits must be a JSON object of positive integers, got {limits_json!r}")
-        if backend == "cpu" or _device is None or override != _device_limits:
-            if _device is not None:
-                _device.destroy()
-                _device = None
+        if backend == "cpu" or _state.device is None or override != _state.device_limits:
+            if _state.device is not None:
+                _state.device.destroy()
+                _state.device = None
             if backend != "cpu":
                 from .gpu import get_device
-                _device = await get_device(limits_override=override)
-            _device_limits = override
+                _state.device = await get_device(limits_override=override)
+            _state.device_limits = override
     except Exception as exc:
         _report(exc, "load")
         return False
@@ -232,20 +256,19 @@ async def _load_engine(source, device, on_progress, backend: str = "webgpu", con
 
 async def load_source(source, origin: str | None = None) -> bool:
     """Load a model from any source (see cera_web.source); posts progress, then 'ready' or 'error'."""
-    global _engine, _device, _chat
 
     def on_progress(stage: str, done: int, total: int) -> None:
         _send(type="progress", stage=stage, done=int(done), total=int(total))
 
     try:
-        device, _device = _device, None    # the load owns the prepared device from here on
-        engine, _fit = await _load_engine(source, device, on_progress, _backend)
+        device, _state.device = _state.device, None    # the load owns the prepared device from here on
+        engine, _fit = await _load_engine(source, device, on_progress, _state.backend)
     except Exception as exc:
         _report(exc, "load")
         return False
-    previous, _engine = _engine, engine
+    previous, _state.engine = _state.engine, engine
     from .engine import ChatSession
-    _chat = ChatSession(engine)            # a new model starts a new conversation
+    _state.chat = ChatSession(engine)            # a new model starts a new conversation
     if previous is not None:
         try:
             previous.close()   # release its GPU buffers
@@ -261,8 +284,8 @@ async def load_source(source, origin: str | None = None) -> bool:
 def _backend_reason(cpu: bool) -> str:
     """Why the page runs where it runs, in a sentence for the page."""
     if not cpu:
-        return "WebGPU" + (" (asked for with ?backend=webgpu)" if _backend == "webgpu" else "")
-    if _backend == "cpu":
+        return "WebGPU" + (" (asked for with ?backend=webgpu)" if _state.backend == "webgpu" else "")
+    if _state.backend == "cpu":
         return "the CPU, as chosen"
     return ("the CPU: this browser's WebGPU adapter is a software fallback that runs on the CPU, and the CPU path is "
             "faster here (?backend=webgpu uses the adapter anyway)")
@@ -279,14 +302,23 @@ def split_tensors(engine) -> dict:
     return {name: len(parts) for name, parts in engine.model.split_tensors().items()}
 
 
-# -- generating ------------------------------------------------------------------------------------------------------
+def _page_facts(engine) -> dict:
+    """What the page needs to know about a loaded model beyond its name: file (the name of the file it came from,
+    which the page names it by) and chat_template (whether the file has one: the page opens chat models in chat
+    mode, and base models in raw completion)."""
+    return {"file": getattr(engine.source, "name", None) or engine.name,
+            "chat_template": bool(engine.gguf.metadata.get("tokenizer.chat_template"))}
+
+
+# -- requests: one path for the page's runs and the OpenAI-shaped API -------------------------------------------------
 
 def settings_form() -> str:
     """JSON text for the page's settings form: {"fields": SamplingParams.describe() (name, label, default, min, max,
     help), "raw": the defaults of a raw completion (greedy: cera_web.sampling.GREEDY; chat turns use the fields'
-    defaults)}."""
+    defaults), "stop_reasons": protocol.STOP_REASONS (what the page says for each)}."""
     from .sampling import GREEDY, SamplingParams
-    return json.dumps({"fields": SamplingParams.describe(), "raw": GREEDY.as_dict()})
+    return json.dumps({"fields": SamplingParams.describe(), "raw": GREEDY.as_dict(),
+                       "stop_reasons": protocol.STOP_REASONS})
 
 
 def _number(text):
@@ -306,7 +338,7 @@ def _number(text):
 
 
 def parse_settings(form) -> dict:
-    """Engine settings from the settings form's values as typed (a dict, or JSON text of one; "" for none).
+    """Engine settings from the settings form's values as typed (a dict, or JSON text of one; "" or None for none).
 
     Numbers are parsed (a value that is not a number is passed on as typed, for the engine's InputError); seed ""
     means a fresh random seed; stop: one stop string a line (``\\n`` and ``\\t`` stand for a newline and a tab);
@@ -314,6 +346,8 @@ def parse_settings(form) -> dict:
     bias} ("" for none). Names the engine does not know are passed on too (it refuses them by name), and so are
     the page's structured output and token probabilities: response_format (an OpenAI-style dict, see
     cera_web.json_schema.constraint; a bad one is a GrammarError before generation), logprobs and top_logprobs."""
+    if form is None:
+        form = {}
     if isinstance(form, str):
         form = json.loads(form) if form.strip() else {}
     if not isinstance(form, dict):
@@ -340,23 +374,18 @@ def parse_settings(form) -> dict:
     return out
 
 
-def _on_prefill(done: int, total: int) -> None:
-    _send(type="prompt", done=int(done), total=int(total))
-
-
-def _on_token(token_id: int, text: str) -> None:
-    _send(type="token", id=int(token_id), text=text)
-
-
-def _done(result, **extra) -> None:
-    _send(type="done", text=result.text, stop_reason=result.stop_reason,
-          prompt_tokens=[int(t) for t in result.prompt_tokens], tokens=[int(t) for t in result.tokens],
-          prefill_tok_s=_finite(result.prefill_tok_s),
-          decode_tok_s=_finite(result.decode_tok_s) if len(result.tokens) > 1 else None,   # one token: no decode step
-          prefill_ms=_finite(result.prefill_ms), decode_ms=_finite(result.decode_ms),
-          reused_tokens=int(result.reused_tokens),
-          seed=None if result.seed is None else str(result.seed),   # text: a 64-bit seed is beyond JS numbers
-          logprobs=token_probs(result, _engine.tokenizer), **extra)
+def run_fields(result, tokenizer) -> dict:
+    """The 'done' fields of a finished generation (an engine GenerationResult): text, stop_reason, prompt_tokens and
+    tokens (token ids), reused_tokens (prompt tokens the KV cache held: not prefilled again), seed (text: a 64-bit
+    seed is beyond JS numbers; None when greedy), prefill_tok_s, decode_tok_s, prefill_ms, decode_ms (None when not
+    measured; decode_tok_s with one token: there was no decode step) and logprobs (token_probs)."""
+    return dict(text=result.text, stop_reason=result.stop_reason,
+                prompt_tokens=[int(t) for t in result.prompt_tokens], tokens=[int(t) for t in result.tokens],
+                reused_tokens=int(result.reused_tokens), seed=None if result.seed is None else str(result.seed),
+                prefill_tok_s=_finite(result.prefill_tok_s),
+                decode_tok_s=_finite(result.decode_tok_s) if len(result.tokens) > 1 else None,
+                prefill_ms=_finite(result.prefill_ms), decode_ms=_finite(result.decode_ms),
+                logprobs=token_probs(result, tokenizer))
 
 
 def token_probs(result, tokenizer) -> list | None:
@@ -374,190 +403,199 @@ def token_probs(result, tokenizer) -> list | None:
     return out
 
 
-async def _run(during: str, make_coro, **extra) -> bool:
-    """Run one generation (make_coro() gives its coroutine): post 'done' (with ``extra``) or 'error'."""
-    global _generating
-    if _engine is None:
-        _report(InputError("no model is loaded yet: wait for loading to finish, or load a model URL"), during)
+async def _run(kind: str, rid, make, params=None, **extra) -> bool:
+    """Run one request that generates, the one path of every such kind. ``make(on_token, on_result)`` is its
+    coroutine: it passes each GenerationResult of the request to on_result and returns the API reply (a dict, an
+    async iterator of chunk dicts when streamed) or None (page kinds). Posts 'prompt' and 'token' (or 'chunk')
+    messages under ``rid``, then one 'done' (with ``extra``: values, or functions called after the run) or one
+    'error'. ``params``: the request's arguments, for naming the one an error is about."""
+    engine = _state.engine
+    if engine is None:
+        _report(InputError("no model is loaded yet: wait for loading to finish, or load a model URL"), kind, rid)
         return False
-    _generating = True
-    _engine.on_prefill = _on_prefill       # the page's runs show their prompt's progress ('prompt' messages)
+    results = []
+
+    def on_token(token_id: int, text: str) -> None:
+        _send(type="token", id=rid, token=int(token_id), text=text)
+
+    def on_prefill(done: int, total: int) -> None:
+        _send(type="prompt", id=rid, done=int(done), total=int(total))
+
+    _state.running = (rid,)
+    engine.on_prefill = on_prefill
     try:
-        result = await make_coro()
+        reply = await make(on_token, results.append)
+        if reply is not None and not isinstance(reply, dict):     # a stream: its chunks are the reply
+            async for chunk in reply:
+                _send(type="chunk", id=rid, chunk=_json_safe(chunk))
+            reply = None
     except Exception as exc:
-        _report(exc, during)
+        if not isinstance(exc, CeraError) and isinstance(exc, TypeError) and "argument" in str(exc):
+            exc = InputError(str(exc).replace("create() ", ""))     # e.g. an API request without 'messages'
+        _report(exc, kind, rid, params)
         return False
     finally:
-        _generating = False
-        _engine.on_prefill = None
-    _done(result, memory=memory_summary(_engine), **{k: v() if callable(v) else v for k, v in extra.items()})
+        _state.running = None
+        engine.on_prefill = None
+    _send(type="done", id=rid, **run_fields(results[-1], engine.tokenizer), memory=memory_summary(engine),
+          result=_json_safe(reply), **{k: v() if callable(v) else v for k, v in extra.items()})
     return True
 
 
-async def generate(prompt: str, max_tokens: int, chat: bool, settings_json: str = "") -> bool:
+async def generate(prompt: str, max_tokens: int, chat: bool = False, settings="", id=None) -> bool:
     """Run one raw completion (``chat``: the prompt wrapped as one user message), posting each token, then 'done'
     (or 'error'). Greedy unless the settings say otherwise. Returns whether it succeeded."""
-    async def run():
-        settings = parse_settings(settings_json)
-        settings["max_tokens"] = int(max_tokens)
-        return await _engine.generate(prompt, on_token=_on_token, chat=bool(chat), **settings)
-    return await _run("generate", run)
+    async def run(on_token, on_result):
+        s = parse_settings(settings)
+        s["max_tokens"] = int(max_tokens)
+        on_result(await _state.engine.generate(prompt, on_token=on_token, chat=bool(chat), **s))
+    return await _run("generate", id, run)
 
 
-def _messages():
-    return [dict(m) for m in _chat.messages]
+def _chat_turn(kind: str, turn):
+    """A request function running ``turn(chat_session, on_token, settings)``, one of ChatSession's turns; its 'done'
+    carries the conversation after the turn (a turn stopped before any reply text is dropped)."""
+    async def request(settings="", system=None, id=None) -> bool:
+        async def run(on_token, on_result):
+            if system is not None:
+                set_system(system)
+            on_result(await turn(_state.chat, on_token, parse_settings(settings)))
+        return await _run(kind, id, run, mode="chat", messages=lambda: [dict(m) for m in _state.chat.messages])
+    return request
 
 
-async def chat_send(text: str, settings_json: str = "") -> bool:
-    """Send the user message ``text`` to the page's conversation and stream the reply; 'done' carries the
-    conversation after the turn (a turn stopped before any reply text is dropped)."""
-    async def run():
-        return await _chat.send(text, on_token=_on_token, **parse_settings(settings_json))
-    return await _run("chat-send", run, mode="chat", messages=_messages)
+async def chat_send(text: str, settings="", system=None, id=None) -> bool:
+    """Send the user message ``text`` to the page's conversation (with ``system`` as its system message, when
+    given) and stream the reply."""
+    async def turn(chat, on_token, s):
+        return await chat.send(text, on_token=on_token, **s)
+    return await _chat_turn("chat-send", turn)(settings, system, id)
 
 
-async def chat_regenerate(settings_json: str = "") -> bool:
+async def chat_regenerate(settings="", system=None, id=None) -> bool:
     """Generate the last reply of the page's conversation again."""
-    async def run():
-        return await _chat.regenerate(on_token=_on_token, **parse_settings(settings_json))
-    return await _run("chat-regenerate", run, mode="chat", messages=_messages)
+    async def turn(chat, on_token, s):
+        return await chat.regenerate(on_token=on_token, **s)
+    return await _chat_turn("chat-regenerate", turn)(settings, system, id)
 
 
-async def chat_continue(settings_json: str = "") -> bool:
+async def chat_continue(settings="", system=None, id=None) -> bool:
     """Generate more of the last reply of the page's conversation (after a max-tokens stop), appended to it."""
-    async def run():
-        return await _chat.continue_reply(on_token=_on_token, **parse_settings(settings_json))
-    return await _run("chat-continue", run, mode="chat", messages=_messages)
+    async def turn(chat, on_token, s):
+        return await chat.continue_reply(on_token=on_token, **s)
+    return await _chat_turn("chat-continue", turn)(settings, system, id)
 
-
-def chat_set(messages_json: str) -> bool:
-    """Make the page's conversation the given messages (JSON text of [{role, content}]): a conversation restored
-    after a reload or a model switch, or cut at an edited message. The next turn reuses the KV cache as far as the
-    rendered conversation matches. Posts an 'error' (during 'chat-set') and returns False for bad messages."""
-    global _chat
-    try:
-        if _engine is None:
-            raise InputError("no model is loaded yet: wait for loading to finish")
-        messages = json.loads(messages_json)
-        if not isinstance(messages, list):
-            raise InputError("messages must be a list of {role, content}")
-        from .engine import ChatSession
-        _chat = ChatSession(_engine, messages=messages)
-    except Exception as exc:
-        _report(exc, "chat-set")
-        return False
-    return True
-
-
-def _page_facts(engine) -> dict:
-    """What the page needs to know about a loaded model beyond its name: file (the name of the file it came from,
-    which the page names it by) and chat_template (whether the file has one: the page opens chat models in chat
-    mode, and base models in raw completion)."""
-    return {"file": getattr(engine.source, "name", None) or engine.name,
-            "chat_template": bool(engine.gguf.metadata.get("tokenizer.chat_template"))}
-
-
-def set_system(text: str) -> None:
-    """Make ``text`` the system message of the page's conversation ("": none, the template's default), in place of
-    the one it has: the next turn renders the conversation with it (the KV cache is reused as far as it matches)."""
-    if _chat is None:
-        return
-    messages = [m for m in _chat.messages if m["role"] != "system"]
-    _chat.messages = ([{"role": "system", "content": text}] if text and text.strip() else []) + messages
-
-
-def chat_clear() -> None:
-    """Forget the page's conversation (the next message starts a new chat)."""
-    if _chat is not None:
-        _chat.reset()
-
-
-def stop() -> None:
-    """Ask the running generation to stop after its current step (no effect when nothing is running)."""
-    if _generating and _engine is not None:
-        _engine.cancel()
-
-
-# -- the OpenAI-shaped API for web/cera.js (messages 'api' and 'api-cancel'; protocol in web/worker.js) -------------
 
 API_METHODS = ("chat.completions.create", "completions.create")
-_api_id = None          # the id of the API request running now (None: none)
 
 
-def _json_safe(x):
-    """x with every non-finite float as None (JSON.parse has no NaN or Infinity)."""
-    if isinstance(x, float):
-        return x if math.isfinite(x) else None
-    if isinstance(x, dict):
-        return {k: _json_safe(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_json_safe(v) for v in x]
-    return x
-
-
-def _api_error(exc: BaseException, params) -> dict:
-    """OpenAI's error object {message, type, param} (plus kind: the error class). type: 'invalid_request_error'
-    for bad input (the request can be fixed), 'server_error' otherwise; param: the argument the message names."""
-    d = _describe(exc)
-    words = d["message"].replace("(s)", "").replace(",", " ").replace(":", " ").split()
-    names = [w for w in words[:6] if isinstance(params, dict) and w in params]
-    return {"message": d["message"], "type": "invalid_request_error" if isinstance(exc, InputError) else "server_error",
-            "param": names[0] if names else None, "kind": d["kind"]}
-
-
-async def api(request_json: str) -> bool:
-    """Answer one API request of web/cera.js: JSON text {id, method, params}; method 'chat.completions.create' or
-    'completions.create', params the OpenAI request (JSON: tools as schemas). Posts {type: 'api-chunk', id, chunk}
-    for each streamed chunk (stream: true) and then {type: 'api-result', id, result} (the completion dict; null
-    after a stream), or {type: 'api-error', id, error: {message, type, param, kind}}. Returns whether it succeeded;
-    never raises."""
-    global _api_id
-    rid, params = None, None
-    try:
-        req = json.loads(request_json)
-        rid = req.get("id") if isinstance(req, dict) else None
-        if not isinstance(req, dict) or not isinstance(rid, (int, str)):
-            raise InputError("an API request must be an object {type: 'api', id, method, params} with a number or "
-                             "string id")
-        params = req.get("params") if req.get("params") is not None else {}
-        if req.get("method") not in API_METHODS:
-            raise InputError(f"unknown API method {req.get('method')!r}: use {' or '.join(API_METHODS)}")
+async def api(method: str, id, params) -> bool:
+    """Answer one request of the OpenAI-shaped API (web/cera.js): ``method`` one of API_METHODS, ``params`` the
+    OpenAI request (JSON: tools as schemas). A streamed request (stream: true) posts a 'chunk' per chunk dict; 'done'
+    carries the reply dict as ``result`` (None after a stream) and the run of its last choice."""
+    async def run(on_token, on_result):
+        if method not in API_METHODS:
+            raise InputError(f"unknown API method {method!r}: use {' or '.join(API_METHODS)}")
         if not isinstance(params, dict):
             raise InputError(f"params must be an object of the request's arguments, got {params!r}")
-        for name in ("auto_call", "on_token"):
+        for name in ("auto_call", "on_token", "on_result"):
             if name in params:
                 raise InputError(f"{name} is not available from JavaScript (functions cannot cross the worker "
                                  f"boundary): read the reply's tool_calls, run the function yourself and send its "
                                  f"result back as a {{role: 'tool'}} message")
         if not isinstance(params.get("stream", False), bool):
             raise InputError(f"stream must be true or false, got {params['stream']!r}")
-        if _engine is None:
-            raise InputError("no model is loaded yet: wait for loading to finish, or load a model URL")
-        target = _engine.chat.completions if req["method"] == "chat.completions.create" else _engine.completions
-        _api_id = rid
-        out = await target.create(**params)
-        if params.get("stream"):
-            async for chunk in out:
-                _send(type="api-chunk", id=rid, chunk=_json_safe(chunk))
-            out = None
-        _send(type="api-result", id=rid, result=_json_safe(out))
-        return True
+        engine = _state.engine
+        target = engine.chat.completions if method == "chat.completions.create" else engine.completions
+        return await target.create(**params, on_result=on_result)
+    return await _run(method, id, run, params)
+
+
+async def chat_completions(id, params) -> bool:
+    """The 'chat.completions.create' request: api() of that method."""
+    return await api("chat.completions.create", id, params)
+
+
+async def completions(id, params) -> bool:
+    """The 'completions.create' request: api() of that method."""
+    return await api("completions.create", id, params)
+
+
+def chat_set(messages) -> bool:
+    """Make the page's conversation the given messages ([{role, content}], or JSON text of them): a conversation
+    restored after a reload or a model switch, or cut at an edited message. The next turn reuses the KV cache as far
+    as the rendered conversation matches. Posts an 'error' (during 'chat-set') and returns False for bad messages."""
+    try:
+        if _state.engine is None:
+            raise InputError("no model is loaded yet: wait for loading to finish")
+        if isinstance(messages, str):
+            messages = json.loads(messages)
+        if not isinstance(messages, list):
+            raise InputError("messages must be a list of {role, content}")
+        from .engine import ChatSession
+        _state.chat = ChatSession(_state.engine, messages=messages)
     except Exception as exc:
-        if not isinstance(exc, CeraError) and isinstance(exc, TypeError) and "argument" in str(exc):
-            exc = InputError(str(exc).replace("create() ", ""))     # e.g. a missing 'messages'
-        _send(type="api-error", id=rid, error=_api_error(exc, params))
+        _report(exc, "chat-set")
         return False
-    finally:
-        _api_id = None
-
-
-def api_cancel(request_id) -> bool:
-    """Stop the API request ``request_id`` if it is the one running (within a decode step; its reply ends as a stop
-    would end it, finish_reason 'stop'). Returns whether it was running."""
-    if _api_id is None or _api_id != request_id or _engine is None:
-        return False
-    _engine.cancel()
     return True
+
+
+def set_system(text: str) -> None:
+    """Make ``text`` the system message of the page's conversation ("": none, the template's default), in place of
+    the one it has: the next turn renders the conversation with it (the KV cache is reused as far as it matches)."""
+    chat = _state.chat
+    if chat is None:
+        return
+    messages = [m for m in chat.messages if m["role"] != "system"]
+    chat.messages = ([{"role": "system", "content": text}] if text and text.strip() else []) + messages
+
+
+def chat_clear() -> bool:
+    """Forget the page's conversation (the next message starts a new chat)."""
+    if _state.chat is not None:
+        _state.chat.reset()
+    return True
+
+
+def cancel(id=None) -> bool:
+    """Ask request ``id`` (None: whichever runs) to stop after its current step, if it is the one running: it ends
+    as a stop would (stop_reason 'cancelled'; an API reply's finish_reason 'stop'). Returns whether it was running."""
+    running = _state.running
+    if running is None or _state.engine is None or (id is not None and id != running[0]):
+        return False
+    _state.engine.cancel()
+    return True
+
+
+# The request kinds protocol.REQUESTS hands to Python, and the function that answers each (its parameters are the
+# kind's fields: tests/test_protocol.py checks them).
+_HANDLERS = {
+    "generate": generate, "chat-send": chat_send, "chat-regenerate": chat_regenerate, "chat-continue": chat_continue,
+    "chat-set": chat_set, "chat-clear": chat_clear,
+    "chat.completions.create": chat_completions, "completions.create": completions,
+}
+
+
+async def handle(message_json: str) -> bool:
+    """Answer one request of the page: JSON text of a protocol.REQUESTS message handled by "python". It is checked
+    against its row (an unknown kind, a missing or unknown field, a generating request without a number or string
+    id: one 'error'), then run by its function in _HANDLERS. Returns whether it succeeded; never raises."""
+    kind = rid = None
+    try:
+        message = json.loads(message_json)
+        if isinstance(message, dict):
+            rid = message.get("id")
+            kind = message.get("type") if isinstance(message.get("type"), str) else None
+        kind = protocol.check(protocol.REQUESTS, message, "request")
+        if kind not in _HANDLERS:
+            raise InputError(f"a {kind!r} request is the worker's own (web/worker.js), not Python's")
+        if protocol.generating(kind) and (not isinstance(rid, (int, str)) or isinstance(rid, bool)):
+            raise InputError(f"a {kind!r} request needs a number or string id, got {rid!r}")
+    except Exception as exc:
+        _report(exc, kind or "request", rid if isinstance(rid, (int, str)) else None)
+        return False
+    out = _HANDLERS[kind](**{k: v for k, v in message.items() if k != "type"})
+    return await out if inspect.isawaitable(out) else out
 
 
 def __getattr__(name: str):

@@ -393,6 +393,7 @@ def test_glue_generate_without_a_model_is_an_input_error():
     from cera_web import webapp
     ok, msgs = _run_glue(webapp.generate, "Hello", 8, False)
     assert ok is False
-    assert msgs == [{"type": "error", "kind": "InputError", "during": "generate", "message": msgs[0]["message"]}]
+    assert msgs == [{"type": "error", "id": None, "kind": "InputError", "during": "generate",
+                     "message": msgs[0]["message"], "error_type": "invalid_request_error", "param": None}]
     assert "no model is loaded" in msgs[0]["message"]
-    webapp.stop()   # nothing running: a no-op, not an error
+    assert webapp.cancel() is False   # nothing running: a no-op, not an error

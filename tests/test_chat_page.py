@@ -276,7 +276,7 @@ def test_a_lost_gpu_device_is_reported_and_the_model_reloads(browser, server_url
         raw.generate()
         assert raw.output.text_content() == TINY_CASE["text"]
         assert len(page.workers) == 1
-        page.workers[0].evaluate("webapp._engine.dev.device.destroy()")     # the device is lost
+        page.workers[0].evaluate("webapp._state.engine.dev.device.destroy()")     # the device is lost
         raw.generate(wait=False)
         expect(raw.alert).to_have_attribute("data-kind", "GPUUnavailableError", timeout=GENERATE_MS)
         expect(raw.alert).to_contain_text("No usable GPU: ")
@@ -406,8 +406,8 @@ def test_glue_chat_turns_equal_a_chat_session_and_bad_settings_are_input_errors(
         results, sent = _glue((webapp.chat_regenerate, greedy))
         assert results == [False] and "no user message" in sent[0]["message"]
     finally:   # leave the glue as other tests expect it: no model loaded
-        webapp._engine.close()
-        webapp._engine = webapp._chat = None
+        webapp._state.engine.close()
+        webapp._state.engine = webapp._state.chat = None
 
 
 def test_choose_backend_takes_the_cpu_only_for_a_fallback_adapter_and_a_model_that_fits():

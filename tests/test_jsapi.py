@@ -1,8 +1,10 @@
-"""The OpenAI-shaped API from JavaScript: the worker's 'api' protocol (cera_web.webapp.api, web/worker.js) and the ES
-module web/cera.js, against the Python API (cera_web.openai_api) run natively on the same requests.
+"""The OpenAI-shaped API from JavaScript: the worker's requests 'chat.completions.create' and 'completions.create'
+(cera_web.protocol, cera_web.webapp.handle, web/worker.js) and the ES module web/cera.js, against the Python API
+(cera_web.openai_api) run natively on the same requests.
 
-CPython: the glue posts api-chunk / api-result / api-error messages whose payloads equal what
-engine.chat.completions.create returns; bad requests become one api-error and the next request still works. What is
+CPython: the glue posts 'chunk' messages and one 'done' whose payloads equal what engine.chat.completions.create
+returns (and whose run fields agree with the reply's usage); bad requests become one 'error' and the next request
+still works. What is
 tested is the protocol, not the kernels, so the glue's engine runs on the CPU backend (prepare(backend="cpu"): the
 numpy reference model, ~10x faster than lavapipe on two cores); the kernels' own tests hold the GPU path to the same
 references.
@@ -65,22 +67,22 @@ def glue(smollm2_gguf):
     assert sent[-1]["type"] == "ready" and sent[-1]["backend_kind"] == "cpu", sent[-1]
     webapp.sent = sent
     yield webapp
-    webapp._engine.close()
-    webapp._engine = webapp._chat = None
-    webapp._backend = "webgpu"      # as a fresh module: later glue callers load on the GPU
+    webapp._state.engine.close()
+    webapp._state = webapp._Worker()      # as a fresh module: later glue callers load on the GPU
     del webapp.sent
 
 
 def _api(glue, rid, method, params) -> list[dict]:
-    """Send one API request through the glue; the messages it posted."""
+    """Send one API request through the glue; the messages it posted but the prompt's progress."""
     glue.sent.clear()
-    _in_thread(glue.api, json.dumps({"type": "api", "id": rid, "method": method, "params": params}))
+    _in_thread(glue.handle, json.dumps({"type": method, "id": rid, "params": params}))
     assert glue.sent and all(m["id"] == rid for m in glue.sent), glue.sent
-    return list(glue.sent)
+    return [m for m in glue.sent if m["type"] != "prompt"]
 
 
 def _native(glue, method, params):
-    api = glue._engine.chat.completions if method == "chat.completions.create" else glue._engine.completions
+    engine = glue._state.engine
+    api = engine.chat.completions if method == "chat.completions.create" else engine.completions
     return _in_thread(api.create, **params)
 
 
@@ -112,18 +114,25 @@ def _same_reply(got: dict, want: dict, tool: bool = False):
 def test_glue_answers_like_the_python_api(glue):
     params = dict(REQUESTS["chat"], max_tokens=4)
     msgs = _api(glue, 1, "chat.completions.create", params)
-    assert [m["type"] for m in msgs] == ["api-result"]
+    assert [m["type"] for m in msgs] == ["done"]
     _same_reply(msgs[0]["result"], _native(glue, "chat.completions.create", params))
+    # the run of the request, in the fields a page run's 'done' has: they agree with the reply
+    done = msgs[0]
+    assert done["stop_reason"] == "max_tokens" and len(done["tokens"]) == 4 == done["result"]["usage"][
+        "completion_tokens"] and len(done["prompt_tokens"]) == done["result"]["usage"]["prompt_tokens"]
+    assert done["text"] == done["result"]["choices"][0]["message"]["content"]
+    assert [e["text"] for e in done["logprobs"]] == [e["token"] for e in done["result"]["choices"][0]["logprobs"][
+        "content"]]
     for name in ("schema", "tool"):        # constrained requests cross the protocol as any other
         msgs = _api(glue, name, "chat.completions.create", REQUESTS[name])
-        assert [m["type"] for m in msgs] == ["api-result"]
+        assert [m["type"] for m in msgs] == ["done"]
         _same_reply(msgs[0]["result"], _native(glue, "chat.completions.create", REQUESTS[name]), tool=name == "tool")
     jsonschema.validate(json.loads(msgs[0]["result"]["choices"][0]["message"]["tool_calls"][0]["function"]
                                    ["arguments"]), WEATHER["function"]["parameters"])
     # streamed: chunks, then a null result; the deltas concatenate to the reply
     msgs = _api(glue, "s", "chat.completions.create", dict(params, stream=True))
-    assert [m["type"] for m in msgs[:-1]] == ["api-chunk"] * (len(msgs) - 1) and msgs[-1] == {
-        "type": "api-result", "id": "s", "result": None}
+    assert [m["type"] for m in msgs[:-1]] == ["chunk"] * (len(msgs) - 1) and msgs[-1]["type"] == "done"
+    assert msgs[-1]["result"] is None and msgs[-1]["id"] == "s" and len(msgs[-1]["tokens"]) == 4
     chunks = [m["chunk"] for m in msgs[:-1]]
     want = _native(glue, "chat.completions.create", params)
     assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == \
@@ -138,19 +147,20 @@ BAD = [   # (method, params, the param the error names, a piece of its message)
     ("chat.completions.create", {}, None, "missing 1 required keyword-only argument: 'messages'"),
     ("chat.completions.create", {"messages": MSGS, "auto_call": True}, "auto_call", "cannot cross the worker"),
     ("chat.completions.create", {"messages": MSGS, "response_format": {"type": "json_schema", "json_schema": {
-        "schema": {"type": "string", "pattern": "a+"}}}}, None, "pattern"),
+        "schema": {"type": "string", "pattern": "a(?=b)"}}}}, None, "#/pattern: a lookahead"),
     ("completions.create", {"prompt": "Hi", "stream": "yes"}, "stream", "stream must be true or false"),
-    ("images.generate", {}, None, "unknown API method 'images.generate'"),
+    ("images.generate", {}, None, "unknown request type 'images.generate'"),
 ]
 
 
-def test_glue_bad_requests_give_one_api_error_and_the_next_request_works(glue):
+def test_glue_bad_requests_give_one_error_and_the_next_request_works(glue):
     for method, params, param, needle in BAD:
         msgs = _api(glue, 7, method, params)
-        assert len(msgs) == 1 and msgs[0]["type"] == "api-error", msgs
-        err = msgs[0]["error"]
+        assert len(msgs) == 1 and msgs[0]["type"] == "error", msgs
+        err = msgs[0]
         assert needle in err["message"] and "\n" not in err["message"], err
-        assert err["type"] == "invalid_request_error" and err["param"] == param, err
+        assert err["error_type"] == "invalid_request_error" and err["param"] == param, err
+        assert err["during"] == method, err
     msgs = _api(glue, 8, "completions.create", REQUESTS["text"])
     _same_reply(msgs[0]["result"], _native(glue, "completions.create", REQUESTS["text"]))
 

@@ -1,4 +1,5 @@
-// The page: controls and display only. All Python, model and GPU work happens in web/worker.js (protocol there).
+// The page: controls and display only. All Python, model and GPU work happens in web/worker.js (the messages between
+// them are declared in cera_web/protocol.py).
 'use strict';
 
 const DEFAULT_MODEL_URL = '/models/SmolLM2-135M-Instruct.Q4_1.gguf';
@@ -36,6 +37,7 @@ const state = {
   cached: new Set(),      // absolute URLs of the models in the browser cache
   meta: new Map(),        // index of an assistant message -> {tokens, tok_s, seed, json, logprobs} of its run
   running: null,          // the mode of the generation in flight
+  runId: 0,               // the id of the last generation request sent (1, 2, ...)
   backend: 'auto',        // what loads ask for: 'auto', 'webgpu' or 'cpu' (?backend=, else the remembered choice)
   messages: [],           // the conversation as the worker's ChatSession holds it ({role, content})
   stopped: new Set(),     // indexes of assistant messages that were stopped before their end
@@ -177,8 +179,8 @@ function seedButton(seed) {
   return b;
 }
 
-const STOP_REASONS = {eos: 'end of text', max_tokens: 'max tokens reached', cancelled: 'stopped',
-                      context: 'context window full', grammar: 'structured output complete'};
+// What the status says for each stop reason: protocol.STOP_REASONS, from the worker's 'settings' message.
+let stopReasons = {};
 
 const worker = new Worker('/web/worker.js');
 
@@ -222,6 +224,7 @@ worker.onmessage = (event) => {
       break;
     }
     case 'settings':
+      stopReasons = msg.stop_reasons;
       buildSettings(msg);
       break;
     case 'prompt': {    // the prompt is being processed: progress and rate in the status (and the reply bubble)
@@ -255,13 +258,17 @@ worker.onmessage = (event) => {
       else rawDone(msg);
       state.generating = false;
       state.running = null;
-      ui.status.textContent = `Ready (${STOP_REASONS[msg.stop_reason] || msg.stop_reason})`;
+      ui.status.textContent = `Ready (${stopReasons[msg.stop_reason] || msg.stop_reason})`;
       if (msg.memory) ui.memory.textContent = formatMemory(msg.memory);   // after every run: a leak would show
       ui.stats.textContent = statsText(msg);
       if (msg.seed != null && msg.mode !== 'chat') ui.stats.append(' · ', seedButton(msg.seed));
       break;
     case 'error':
-      showError(msg.message, msg.kind, msg.during === 'load' || msg.during === 'cache-delete' ? 'load' : 'run');
+      if (msg.error_type === 'cancelled') {   // stopped while still queued: it never ran
+        ui.status.textContent = `Ready (${stopReasons.cancelled})`;
+      } else {
+        showError(msg.message, msg.kind, msg.during === 'load' || msg.during === 'cache-delete' ? 'load' : 'run');
+      }
       if (msg.during === 'load' && msg.kind === 'GPUUnavailableError' && !state.modelLoaded && state.backend !== 'cpu') {
         ui.cpuOffer.hidden = false;   // offer the CPU fallback
       }
@@ -528,16 +535,18 @@ ui.generateForm.addEventListener('submit', (event) => {
     state.lastSent = prompt;
     state.sending = true;
     ui.prompt.value = '';
-    worker.postMessage({type: 'chat-send', text: prompt, settings, system: ui.system.value});
+    worker.postMessage({type: 'chat-send', id: state.runId, text: prompt, settings, system: ui.system.value});
     return;
   }
   ui.output.textContent = '';
   state.raw = null;
   startRun('raw');
-  worker.postMessage({type: 'generate', prompt, maxTokens, chat: ui.chat.checked, settings});
+  worker.postMessage({type: 'generate', id: state.runId, prompt, max_tokens: maxTokens, chat: ui.chat.checked,
+                      settings});
 });
 
 function startRun(mode) {
+  state.runId += 1;   // the id of the request about to be sent: its answers and a Stop carry it
   clearError();
   state.runJson = JSON_MODES.has(ui.structured.value);
   ui.stats.textContent = '';
@@ -676,8 +685,8 @@ ui.regenerate.addEventListener('click', () => {
   state.messages = keep;
   startRun('chat');
   state.sending = false;
-  worker.postMessage({type: 'chat-regenerate', settings: {...readSettings(), max_tokens: maxTokens, ...extra},
-                      system: ui.system.value});
+  worker.postMessage({type: 'chat-regenerate', id: state.runId,
+                      settings: {...readSettings(), max_tokens: maxTokens, ...extra}, system: ui.system.value});
 });
 
 ui.clear.addEventListener('click', () => {
@@ -824,7 +833,7 @@ function continueButton() {
     const bubbles = ui.conversation.querySelectorAll('.turn.assistant .content');
     state.pending = bubbles[bubbles.length - 1];
     state.pendingText = state.messages[last].content;
-    worker.postMessage({type: 'chat-continue', settings: {...readSettings(), max_tokens: maxTokens},
+    worker.postMessage({type: 'chat-continue', id: state.runId, settings: {...readSettings(), max_tokens: maxTokens},
                         system: ui.system.value});
   });
   return b;
@@ -1149,7 +1158,7 @@ ui.prompt.addEventListener('keydown', (event) => {
 });
 
 ui.stop.addEventListener('click', () => {
-  worker.postMessage({type: 'stop'});
+  worker.postMessage({type: 'cancel', id: state.runId});
   ui.status.textContent = 'Stopping…';
 });
 

@@ -1,6 +1,7 @@
 // cera.js: the OpenAI-shaped API of cera_web from JavaScript, as an ES module. No Python to write: the engine runs in
-// a Web Worker (web/worker.js: Pyodide, WebGPU), and this module speaks its message protocol ('api', 'api-cancel' ->
-// 'api-chunk', 'api-result', 'api-error'; documented at the top of worker.js).
+// a Web Worker (web/worker.js: Pyodide, WebGPU), and this module speaks its message protocol (declared in
+// cera_web/protocol.py): a request {type: 'chat.completions.create' | 'completions.create', id, params} and
+// {type: 'cancel', id}, answered by 'chunk's (streamed) and then one 'done' (its result: the reply) or one 'error'.
 //
 //   import {Cera} from '/web/cera.js';
 //   const cera = await Cera.load({model: '/models/SmolLM2-135M-Instruct.Q4_1.gguf',
@@ -26,8 +27,9 @@
 
 const DEFAULT_MODEL = new URL('../models/SmolLM2-135M-Instruct.Q4_1.gguf', import.meta.url).href;
 
-// An error answered by the worker: message (one line), type ('invalid_request_error', 'server_error', 'cancelled'),
-// param (the request argument at fault, or null), kind (the engine's error class, e.g. 'InputError').
+// An error answered by the worker: message (one line), type ('invalid_request_error', 'server_error', 'cancelled':
+// the 'error' message's error_type), param (the request argument at fault, or null), kind (the engine's error class,
+// e.g. 'InputError').
 export class CeraError extends Error {
   constructor({message, type = 'server_error', param = null, kind = 'Error'} = {}) {
     super(message);
@@ -174,21 +176,22 @@ export class Cera {
     } else if (msg.type === 'ready') {
       this.info = msg;
       if (load) { this._loading = null; load.resolve(msg); }
-    } else if (msg.type === 'error') {
+    } else if (msg.type === 'error' && msg.id == null) {
       if (load && msg.during === 'load') {
         this._loading = null;
         load.reject(new CeraError({message: msg.message, type: 'server_error', kind: msg.kind}));
       }
-    } else if (msg.type === 'api-chunk' || msg.type === 'api-result' || msg.type === 'api-error') {
+    } else if (msg.type === 'chunk' || msg.type === 'done' || msg.type === 'error') {
       const req = this._requests.get(msg.id);
       if (!req) return;
-      if (msg.type === 'api-chunk') {
+      if (msg.type === 'chunk') {
         req.chunk(msg.chunk);
         return;
       }
       this._requests.delete(msg.id);
-      if (msg.type === 'api-result') req.done(msg.result);
-      else req.fail(msg.error.type === 'cancelled' ? abortError() : new CeraError(msg.error));
+      if (msg.type === 'done') req.done(msg.result);
+      else if (msg.error_type === 'cancelled') req.fail(abortError());
+      else req.fail(new CeraError({message: msg.message, type: msg.error_type, param: msg.param, kind: msg.kind}));
     }
   }
 
@@ -197,7 +200,7 @@ export class Cera {
     checkParams(params);
     const id = this._nextId++;
     const controller = new AbortController();
-    const cancel = () => this.worker.postMessage({type: 'api-cancel', id});
+    const cancel = () => this.worker.postMessage({type: 'cancel', id});
     const onAbort = () => controller.abort();
     if (signal) {
       if (signal.aborted) throw abortError();
@@ -208,7 +211,7 @@ export class Cera {
       if (signal) signal.removeEventListener('abort', onAbort);
       controller.signal.removeEventListener('abort', cancel);
     };
-    const message = {type: 'api', id, method, params};
+    const message = {type: method, id, params};
     if (params.stream) {
       const stream = new ChunkStream(controller);
       this._requests.set(id, {

@@ -19,96 +19,11 @@
 // dropped file is uploaded the same way from the File. Only when the cache is unavailable (no OPFS, storage full)
 // is a download held in one ArrayBuffer in JS memory (not the wasm heap) while it is uploaded.
 //
-// Protocol. Every message is a plain object with a `type`.
-//
-// page → worker
-//   {type: 'load', url, limits, backend}        load the model at `url` (the first load also boots Pyodide): from the
-//                                               browser cache when it holds a good copy, else downloaded (and kept).
-//                                               If the load fails, the model loaded before (if any) stays in use.
-//   {type: 'load', file, limits}                load a model from a File (file picker, drag-and-drop); not cached.
-//                                               limits (optional): device limits to lower, {kebab-case name: bytes},
-//                                               e.g. {'max-storage-buffer-binding-size': 16e6}, to simulate a GPU.
-//                                               backend: 'auto' (default: WebGPU, except on a software fallback
-//                                               adapter such as SwiftShader, where the CPU path is faster and is
-//                                               taken for models that fit it: webapp.choose_backend), 'webgpu' (the
-//                                               adapter, whatever it is) or 'cpu' (no adapter needed: the engine runs
-//                                               the numpy reference model in Pyodide).
-//   {type: 'generate', prompt, maxTokens, chat, settings}
-//                                               run one raw completion; `chat` wraps the prompt in the chat template;
-//                                               settings: the settings form's values as typed ({name: string|bool},
-//                                               see cera_web.webapp.parse_settings); greedy unless they say otherwise.
-//                                               settings may add response_format (an OpenAI-style object: json_object,
-//                                               json_schema, grammar; a bad one is an 'error' of kind GrammarError
-//                                               before anything runs) and logprobs/top_logprobs (as do chat turns)
-//   {type: 'chat-send', text, settings, system} the next user turn of the worker's one ChatSession (its KV cache is
-//                                               kept between turns); the reply streams as 'token's, then 'done'.
-//                                               system (optional): the conversation's system message ('' for none)
-//   {type: 'chat-regenerate', settings, system} the last reply again
-//   {type: 'chat-continue', settings, system}   more of the last reply (after a max-tokens stop), appended to it
-//   {type: 'chat-set', messages}                the conversation becomes `messages` ([{role, content}]): one restored
-//                                               after a reload or kept across a model switch, or cut at an edit
-//   {type: 'chat-clear'}                        forget the conversation (a new model also starts a new one)
-//   {type: 'stop'}                              cancel the running generation (handled at once, not queued: the
-//                                               engine stops within one decode step and still sends 'done').
-//   {type: 'cache-list'}                        answer with a 'cache' message (at once, not queued)
-//   {type: 'cache-delete', url}                 delete a cached model, then answer with a 'cache' message
-//   {type: 'api', id, method, params}           one request of the OpenAI-shaped API (web/cera.js sends these):
-//                                               method 'chat.completions.create' or 'completions.create'; params
-//                                               the OpenAI request as JSON (tools as JSON schemas; auto_call and
-//                                               other functions cannot cross to the worker); id: a number or
-//                                               string the answers carry
-//   {type: 'api-cancel', id}                    stop that request (handled at once, not queued): running, it ends
-//                                               within a decode step as a stop would (finish_reason 'stop', the
-//                                               text so far); still queued, it is answered at once with an
-//                                               api-error of type 'cancelled' and never runs
-//   'load', 'generate', 'chat-*', 'api' and 'cache-delete' are queued and run one at a time, in order (one GPU).
-//
-// worker → page
-//   {type: 'status', text}                      a human-readable step ("Loading Pyodide…")
-//   {type: 'notice', text}                      something worth keeping on screen about the last load ("Loaded X
-//                                               from the browser cache", "the cached copy was damaged: downloading
-//                                               it again", "not cached: ...")
-//   {type: 'progress', stage, done, total}      stage: 'download' or 'verify' (the cache check) in bytes (total 0
-//                                               when the size is unknown), or an engine stage: 'parse', 'upload'
-//                                               (bytes), 'compile', ... (its units)
-//   {type: 'settings', fields, raw}             after Python starts: the generation settings (name, label, default,
-//                                               min, max, help: SamplingParams.describe()) and the raw-completion
-//                                               defaults (greedy), for the settings form
-//   {type: 'ready', model, file, chat_template, backend, memory, origin, cpu, split: {tensor: buffers} of weights
-//    split across buffers}                      a model is loaded and usable; model: its general.name; file: the
-//                                               file it came from; chat_template: whether the file has one;
-//                                               backend describes the GPU adapter;
-//                                               memory: {weights, kv_cache, other, total, buffers} GPU bytes (null
-//                                               on the CPU); origin: 'cache', 'download' or 'file'; cpu: running on
-//                                               the CPU; backend_kind: 'webgpu' or 'cpu'; backend_reason: why, in
-//                                               words for the page
-//   {type: 'cache', entries, usage, quota}      the cached models [{url, name, size, stored}], newest first, and the
-//                                               origin's storage use and quota in bytes (null when unknown)
-//   {type: 'prompt', done, total}               a run's prompt is being processed: done of its total tokens (those
-//                                               not reused from the KV cache), at the start and after each chunk
-//   {type: 'token', id, text}                   one generated token and its new text ('' while a UTF-8 character
-//                                               is still incomplete)
-//   {type: 'done', text, stop_reason, prompt_tokens, tokens, reused_tokens (prompt tokens the KV cache held: not
-//    prefilled again), seed (text; null when greedy), prefill_tok_s, decode_tok_s, prefill_ms, decode_ms,
-//    memory: webapp.memory_summary + wasm_heap (bytes of the Pyodide heap; in 'ready' too) | null on the CPU
-//    fallback}
-//                                               a generation finished; stop_reason is 'eos', 'max_tokens',
-//                                               'context' (context window full) or 'cancelled'; prompt_tokens and
-//                                               tokens are lists of token ids; rates and times may be null. Chat
-//                                               turns add mode: 'chat' and messages (the conversation after it).
-//                                               logprobs: null, or when the settings asked for them one entry a
-//                                               token {text, logprob, top: [[text, logprob], ...]}
-//   {type: 'api-chunk', id, chunk}              stream: true: one chat.completion.chunk (or text_completion) dict
-//   {type: 'api-result', id, result}            the request's reply: the chat.completion / text_completion dict
-//                                               (null after a stream: its chunks were the reply)
-//   {type: 'api-error', id, error: {message, type, param, kind}}
-//                                               the request failed: a one-line message; type
-//                                               'invalid_request_error' (fix the request), 'server_error' or
-//                                               'cancelled'; param the argument at fault (or null); kind the error
-//                                               class. The worker stays usable: the next request runs.
-//   {type: 'error', kind, message, during}      something failed; kind is the error class name (e.g.
-//                                               'GGUFFormatError', 'GPUUnavailableError', 'DownloadError');
-//                                               during is the message type that failed. The worker stays usable.
+// Protocol: the message kinds and their fields are declared once, in cera_web/protocol.py (REQUESTS: page → worker,
+// EVENTS: worker → page, STOP_REASONS); tests/test_protocol.py checks this file, app.js and cera.js against it. The
+// worker handles 'load', 'cache-list', 'cache-delete' and 'cancel' itself (WORKER_KINDS below); every other request
+// goes to Python as it is (webapp.handle), which checks it against the table and answers it. Requests run one at a
+// time, in order (one GPU), except those handled at once ('cancel', 'cache-list').
 'use strict';
 
 // Relative to this file (web/worker.js), so a site may serve the whole tree under a folder of its own. Started from a
@@ -248,100 +163,73 @@ async function load(msg) {
   return ok;
 }
 
-const needModel = () => {
-  if (!webapp) {
-    throw new WorkerError('InputError', 'No model is loaded yet: wait for loading to finish, or load a model URL.');
-  }
+// The requests the worker answers itself (protocol.py: handled by "worker"); those marked at once are not queued.
+const WORKER_KINDS = {
+  load: {run: load},
+  'cache-delete': {run: async (msg) => { await CeraModelStore.remove(msg.url); await postCache(); }},
+  'cache-list': {now: true, run: () => postCache().catch(reportError('cache-list'))},
+  cancel: {now: true, run: (msg) => cancel(msg.id)},
 };
-const settingsJson = (msg) => (msg.settings ? JSON.stringify(msg.settings) : '');
 
-async function handle(msg) {
-  if (msg.type === 'load') {
-    await load(msg);
-  } else if (msg.type === 'generate') {
-    needModel();
-    // posts 'token's, then 'done' or 'error' (as do the chat calls)
-    await webapp.generate(msg.prompt, msg.maxTokens, !!msg.chat, settingsJson(msg));
-  } else if (msg.type === 'chat-send') {
-    needModel();
-    if (msg.system != null) webapp.set_system(msg.system);
-    await webapp.chat_send(msg.text, settingsJson(msg));
-  } else if (msg.type === 'chat-regenerate') {
-    needModel();
-    if (msg.system != null) webapp.set_system(msg.system);
-    await webapp.chat_regenerate(settingsJson(msg));
-  } else if (msg.type === 'chat-continue') {
-    needModel();
-    if (msg.system != null) webapp.set_system(msg.system);
-    await webapp.chat_continue(settingsJson(msg));
-  } else if (msg.type === 'chat-set') {
-    needModel();
-    webapp.chat_set(JSON.stringify(msg.messages || []));
-  } else if (msg.type === 'chat-clear') {
-    if (webapp) webapp.chat_clear();
-  } else if (msg.type === 'api') {
-    await handleApi(msg);
-  } else if (msg.type === 'cache-delete') {
-    await CeraModelStore.remove(msg.url);
-    await postCache();
-  } else {
-    throw new WorkerError('ProtocolError', `Unknown message type ${JSON.stringify(msg.type)}.`);
+const queued = new Map();      // id -> kind of the requests waiting in the queue
+const cancelled = new Set();   // ... of those cancelled while waiting (answered then; skipped when their turn comes)
+
+// A request that fails before Python answers it (not booted yet, cancelled while queued): its 'error', by id.
+const requestError = (msg, errorType, kind, message) => post({type: 'error', id: msg.id ?? null, during: msg.type,
+  kind, message, error_type: errorType, param: null});
+
+function cancel(id) {
+  if (id != null && queued.has(id)) {
+    cancelled.add(id);
+    requestError({id, type: queued.get(id)}, 'cancelled', 'Cancelled', 'The request was cancelled before it started.');
+    queued.delete(id);
+  } else if (webapp) {
+    webapp.cancel(id ?? null);   // runs between the engine's decode steps (it awaits a GPU readback each step)
   }
 }
 
-// The OpenAI-shaped API: webapp.api answers (api-chunk..., then api-result or api-error) and never throws; what fails
-// before it runs (no model yet, a boot error, a request cancelled while queued) is answered here, by id.
-const apiQueued = new Set();      // ids of 'api' requests waiting in the queue
-const apiCancelled = new Set();   // ... of those cancelled while waiting
-
-const apiError = (id, type, message, kind) => post({type: 'api-error', id, error: {message, type, param: null, kind}});
-
-async function handleApi(msg) {
-  apiQueued.delete(msg.id);
-  if (apiCancelled.delete(msg.id)) return;    // answered when it was cancelled
-  if (!webapp) {
-    apiError(msg.id, 'invalid_request_error', 'No model is loaded yet: load one first (Cera.load).', 'InputError');
+async function handle(msg) {
+  if (msg.id != null) {
+    queued.delete(msg.id);
+    if (cancelled.delete(msg.id)) return;    // answered when it was cancelled
+  }
+  const own = WORKER_KINDS[msg.type];
+  if (own) return own.run(msg);
+  if (!webapp) {   // Python is not up: no model was ever loaded (and a conversation to forget is none)
+    if (msg.type !== 'chat-clear') {
+      requestError(msg, 'invalid_request_error', 'InputError',
+                   'No model is loaded yet: wait for loading to finish, or load a model URL.');
+    }
     return;
   }
   let json;
   try {
-    json = JSON.stringify({id: msg.id, method: msg.method, params: msg.params});
+    json = JSON.stringify(msg);
   } catch (e) {
-    apiError(msg.id, 'invalid_request_error', `The request cannot be sent as JSON: ${e.message}`, 'InputError');
+    requestError(msg, 'invalid_request_error', 'InputError', `The request cannot be sent as JSON: ${e.message}`);
     return;
   }
-  await webapp.api(json);
+  await webapp.handle(json);   // posts its answers ('prompt', 'token' or 'chunk', then 'done' or 'error'); never throws
 }
 
 const reportError = (during) => (e) => {
   console.error(e);
-  post({type: 'error', kind: e.kind || e.name || 'Error', message: e.message || String(e), during});
+  post({type: 'error', id: null, during, kind: e.kind || e.name || 'Error', message: e.message || String(e),
+        error_type: 'server_error', param: null});
 };
 
 let queue = Promise.resolve();
 
 self.onmessage = (event) => {
   const msg = event.data || {};
-  if (msg.type === 'stop') {
-    // Runs between the engine's decode steps (it awaits a GPU readback each step), so cancel takes effect at once.
-    if (webapp) webapp.stop();
+  const own = WORKER_KINDS[msg.type];
+  if (own && own.now) {
+    own.run(msg);
     return;
   }
-  if (msg.type === 'api-cancel') {
-    if (apiQueued.delete(msg.id)) {           // still waiting: answered now, and skipped when its turn comes
-      apiCancelled.add(msg.id);
-      apiError(msg.id, 'cancelled', 'The request was cancelled before it started.', 'Cancelled');
-    } else if (webapp) {
-      webapp.api_cancel(msg.id);
-    }
-    return;
-  }
-  if (msg.type === 'api') apiQueued.add(msg.id);
-  if (msg.type === 'cache-list') {
-    postCache().catch(reportError('cache-list'));
-    return;
-  }
-  queue = queue.then(() => handle(msg)).catch(msg.type === 'api'
-    ? (e) => apiError(msg.id, 'server_error', e.message || String(e), e.kind || e.name || 'Error')
-    : reportError(msg.type));
+  if (msg.id != null) queued.set(msg.id, msg.type);
+  queue = queue.then(() => handle(msg)).catch((e) => {
+    console.error(e);
+    requestError(msg, 'server_error', e.kind || e.name || 'Error', e.message || String(e));
+  });
 };
