@@ -159,6 +159,27 @@ def _read(name: str) -> str:
         raise FileNotFoundError(f"WGSL kernel {path} is missing ({e.strerror}); reinstall cera_web (its wheel holds cera_web/shaders/)") from None
 
 
+# A line //#include "name.wgsl" in a kernel's file stands for shaders/name.wgsl (code shared by several kernels: the
+# workgroup argmax tree, the tiled attentions' KV loads), resolved when build() assembles the kernel's source. A file
+# goes in once however many of the source's files include it (WGSL's module-scope declarations may come in any
+# order, and a second copy would declare its names twice).
+INCLUDE = re.compile(r'^//#include "([^"]+)"[ \t]*(?://.*)?$', re.M)
+
+
+def _expand(text: str, where: str, seen: set) -> str:
+    """``text`` (of shaders/``where``) with its includes resolved; ``seen``: the files the kernel's source holds."""
+    def one(match):
+        name = match.group(1)
+        if name in seen:
+            return f"// {name}: included above"
+        if not (SHADER_DIR / name).is_file():
+            raise FileNotFoundError(f"shaders/{where} includes {name!r}, which is not in {SHADER_DIR}: fix the "
+                                    f"include line (a path under shaders/) or add the file")
+        seen.add(name)
+        return _expand(_read(name), name, seen)
+    return INCLUDE.sub(one, text)
+
+
 def _const(name, value) -> str:
     if isinstance(value, bool):
         return f"const {name}: bool = {'true' if value else 'false'};"
@@ -183,7 +204,7 @@ def build(kernel: str, *, fmt=None, aligned=False, **consts) -> str:
         parts.append(f"alias KVT = {'f16' if kv16 else 'f32'};")
     parts += [_const(k, v) for k, v in consts.items()]
     parts.append(_read("common.wgsl"))
-    body = _read(kernel + ".wgsl")
+    body = _expand(_read(kernel + ".wgsl"), kernel + ".wgsl", {kernel + ".wgsl"})
     parts.append(body)   # WGSL declarations are order independent at module scope
     if "gate_act(" in body:
         parts.append(_read("gate_act.wgsl"))
@@ -718,8 +739,8 @@ def attention_tiled(heads: int, kv_heads: int, head_dim: int, scale: float, wind
         raise ValueError(f"attention_tiled: heads of 64 in 32 or 64 rows, or of 128 in 32 (got {head_dim}, {rows}), "
                          f"{heads} heads on {kv_heads} KV heads, split {split} (>= 1; a split needs tmax)")
     extra = {"SG": True} if kernel != "attention_tiled" else {}
-    return "\n".join([build(kernel, HEADS=heads, KV_HEADS=kv_heads, HD=head_dim, SCALE=float(scale), WINDOW=window,
-                             KV16=kv16, SPLIT=split, TMAX=max(tmax, 1), **extra), _read("attention_kv.wgsl")])
+    return build(kernel, HEADS=heads, KV_HEADS=kv_heads, HD=head_dim, SCALE=float(scale), WINDOW=window, KV16=kv16,
+                 SPLIT=split, TMAX=max(tmax, 1), **extra)
 
 
 def attention_tiled_groups(heads: int, kv_heads: int, T: int, split: int = 1, rows: int = 32) -> tuple[int, int, int]:

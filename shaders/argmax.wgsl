@@ -15,8 +15,8 @@
 @group(0) @binding(2) var<storage, read_write> log: array<u32>;
 @group(0) @binding(3) var<uniform> step: Step;
 
-var<workgroup> best_v: array<f32, 256>;
-var<workgroup> best_i: array<u32, 256>;
+const WG: u32 = 256u;
+//#include "argmax_tree.wgsl"
 
 fn keep_best(bv: ptr<function, f32>, bi: ptr<function, u32>, v: f32, i: u32) {
     if (v > *bv) {
@@ -60,22 +60,11 @@ fn main(@builtin(local_invocation_index) tid: u32) {
     for (; i < V; i += 256u) {
         keep_best(&bv, &bi, value(i), index(i));
     }
-    best_v[tid] = bv;
-    best_i[tid] = bi;
-    workgroupBarrier();
-    for (var s = 128u; s > 0u; s /= 2u) {
-        if (tid < s) {
-            let ov = best_v[tid + s];
-            let oi = best_i[tid + s];
-            if (ov > best_v[tid] || (ov == best_v[tid] && oi < best_i[tid])) {
-                best_v[tid] = ov;
-                best_i[tid] = oi;
-            }
-        }
-        workgroupBarrier();
-    }
+    tree_v[tid] = bv;
+    tree_i[tid] = bi;
+    argmax_tree(tid);
     if (tid == 0u) {
-        tokens[0] = best_i[0];
-        log[step.out_index] = best_i[0];
+        tokens[0] = tree_i[0];
+        log[step.out_index] = tree_i[0];
     }
 }

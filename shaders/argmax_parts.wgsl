@@ -11,8 +11,8 @@
 @group(0) @binding(0) var<storage, read> logits: array<f32>;
 @group(0) @binding(1) var<storage, read_write> pairs: array<f32>;
 
-var<workgroup> best_v: array<f32, 256>;
-var<workgroup> best_i: array<u32, 256>;
+const WG: u32 = 256u;
+//#include "argmax_tree.wgsl"
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
@@ -28,22 +28,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             bi = i;
         }
     }
-    best_v[tid] = bv;
-    best_i[tid] = bi;
-    workgroupBarrier();
-    for (var s = 128u; s > 0u; s /= 2u) {
-        if (tid < s) {
-            let ov = best_v[tid + s];
-            let oi = best_i[tid + s];
-            if (ov > best_v[tid] || (ov == best_v[tid] && oi < best_i[tid])) {
-                best_v[tid] = ov;
-                best_i[tid] = oi;
-            }
-        }
-        workgroupBarrier();
-    }
+    tree_v[tid] = bv;
+    tree_i[tid] = bi;
+    argmax_tree(tid);
     if (tid == 0u) {
-        pairs[2u * wid.x] = best_v[0];
-        pairs[2u * wid.x + 1u] = f32(select(best_i[0], begin, best_i[0] == 0xffffffffu));   // all -inf: its first id
+        pairs[2u * wid.x] = tree_v[0];
+        pairs[2u * wid.x + 1u] = f32(select(tree_i[0], begin, tree_i[0] == 0xffffffffu));   // all -inf: its first id
     }
 }

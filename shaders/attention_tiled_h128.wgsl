@@ -28,12 +28,8 @@
 //   4 step: uniform Step
 // Dispatch: (KV_HEADS, ceil(n_tokens_max * G / 32), SPLIT) workgroups of 128 threads (kernels.attention_tiled_groups
 // with rows 32); workgroups take the rows from the end (the most keys first); rows past step.n_tokens write nothing.
-// load_k / load_v (the key and value tiles): attention_kv.wgsl, which kernels.attention_tiled appends.
-@group(0) @binding(0) var<storage, read> Q: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> Kc: array<vec4<KVT>>;
-@group(0) @binding(2) var<storage, read> Vc: array<vec4<KVT>>;
-@group(0) @binding(3) var<storage, read_write> O: array<vec4<f32>>;
-@group(0) @binding(4) var<uniform> step: Step;
+// The bindings and load_k / load_v (the key and value tiles): attention_tiled_io.wgsl.
+//#include "attention_tiled_io.wgsl"
 
 const D4: u32 = HD / 4u;          // vec4s a head (32)
 const G: u32 = HEADS / KV_HEADS;  // query heads a KV head

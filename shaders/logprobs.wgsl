@@ -19,9 +19,8 @@ const WG: u32 = 256u;
 const LOW: f32 = -3.4e38;
 const NONE: u32 = 0xffffffffu;
 
-var<workgroup> red_m: array<f32, 256>;
+//#include "argmax_tree.wgsl"     // tree_v, tree_i: the argmax tree's, and tree_v the running maxima's
 var<workgroup> red_s: array<f32, 256>;
-var<workgroup> red_i: array<u32, 256>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) tid: u32) {
@@ -52,40 +51,29 @@ fn main(@builtin(local_invocation_index) tid: u32) {
             ti[k] = i;
         }
     }
-    red_m[tid] = m;
+    tree_v[tid] = m;
     red_s[tid] = s;
     workgroupBarrier();
     for (var h = WG / 2u; h > 0u; h /= 2u) {
         if (tid < h) {
-            let m2 = max(red_m[tid], red_m[tid + h]);
-            red_s[tid] = red_s[tid] * exp(red_m[tid] - m2) + red_s[tid + h] * exp(red_m[tid + h] - m2);
-            red_m[tid] = m2;
+            let m2 = max(tree_v[tid], tree_v[tid + h]);
+            red_s[tid] = red_s[tid] * exp(tree_v[tid] - m2) + red_s[tid + h] * exp(tree_v[tid + h] - m2);
+            tree_v[tid] = m2;
         }
         workgroupBarrier();
     }
-    let lse = red_m[0] + log(red_s[0]);
+    let lse = tree_v[0] + log(red_s[0]);
     let base = step.out_index * (2u + 2u * TOPN);
     workgroupBarrier();
 
     var head = 0u;
     var n = 0u;
     for (var r = 0u; r < TOPN; r++) {
-        red_m[tid] = select(LOW, tv[min(head, TOPN - 1u)], head < TOPN);
-        red_i[tid] = select(NONE, ti[min(head, TOPN - 1u)], head < TOPN);
-        workgroupBarrier();
-        for (var h = WG / 2u; h > 0u; h /= 2u) {
-            if (tid < h) {
-                let ov = red_m[tid + h];
-                let oi = red_i[tid + h];
-                if (ov > red_m[tid] || (ov == red_m[tid] && oi < red_i[tid])) {
-                    red_m[tid] = ov;
-                    red_i[tid] = oi;
-                }
-            }
-            workgroupBarrier();
-        }
-        let best = red_i[0];
-        let bv = red_m[0];
+        tree_v[tid] = select(LOW, tv[min(head, TOPN - 1u)], head < TOPN);
+        tree_i[tid] = select(NONE, ti[min(head, TOPN - 1u)], head < TOPN);
+        argmax_tree(tid);
+        let best = tree_i[0];
+        let bv = tree_v[0];
         if (best != NONE && head < TOPN && ti[min(head, TOPN - 1u)] == best) {
             head += 1u;
         }

@@ -99,8 +99,7 @@ const KEY: u32 = 0xfffffu;          // penalty set slot: token + 1 in the low 20
 // P1-P2: the penalty hash set (token + 1; 0 = empty). Fast path: the candidate list, key (bits of p) in [0, CAP),
 // token id in [CAP, 2 CAP). (WGSL has no unions: both live in one atomic array, read with atomicLoad/atomicStore.)
 var<workgroup> tab: array<atomic<u32>, 2048>;
-var<workgroup> red_v: array<f32, 256>;
-var<workgroup> red_i: array<u32, 256>;
+//#include "argmax_tree.wgsl"                // tree_v, tree_i: the argmax tree's, and tree_v the scans' scratch
 var<workgroup> hist: array<f32, 1024>;    // radix: [BINS][64] folded histograms; fast path: prefix sums
 var<workgroup> bins: array<f32, 16>;
 var<workgroup> counts: array<atomic<u32>, 16>;
@@ -201,13 +200,13 @@ fn prefix_sums(tid: u32, n: u32) {
             hist[j] = s;
         }
     }
-    red_v[tid] = s;
+    tree_v[tid] = s;
     workgroupBarrier();
     if (tid < 16u) {                        // 16 groups of 16 threads: exclusive offsets inside each group
         var c = 0.0;
         for (var t = tid * 16u; t < tid * 16u + 16u; t++) {
-            let v = red_v[t];
-            red_v[t] = c;
+            let v = tree_v[t];
+            tree_v[t] = c;
             c += v;
         }
         bins[tid] = c;
@@ -222,7 +221,7 @@ fn prefix_sums(tid: u32, n: u32) {
         }
     }
     workgroupBarrier();
-    let offset = bins[tid / 16u] + red_v[tid];
+    let offset = bins[tid / 16u] + tree_v[tid];
     for (var e = 0u; e < 4u; e++) {
         let j = j0 + e;
         if (j < n) {
@@ -313,13 +312,13 @@ fn radix_select(tid: u32, floor: u32, mass: bool, want: f32) -> u32 {
         }
         let d4 = tid / 16u;
         let j4 = (tid & 15u) * 4u;
-        red_v[tid] = hist[d4 * 64u + j4] + hist[d4 * 64u + j4 + 1u] + hist[d4 * 64u + j4 + 2u]
+        tree_v[tid] = hist[d4 * 64u + j4] + hist[d4 * 64u + j4 + 1u] + hist[d4 * 64u + j4 + 2u]
                    + hist[d4 * 64u + j4 + 3u];
         workgroupBarrier();
         if (tid < BINS) {
             var s = 0.0;
             for (var j = 0u; j < 16u; j++) {
-                s += red_v[tid * 16u + j];
+                s += tree_v[tid * 16u + j];
             }
             bins[tid] = s;
         }
@@ -449,22 +448,11 @@ fn main(@builtin(local_invocation_index) tid: u32) {
             }
         }
     }
-    red_v[tid] = bv;
-    red_i[tid] = bi;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s /= 2u) {
-        if (tid < s) {
-            let ov = red_v[tid + s];
-            let oi = red_i[tid + s];
-            if (ov > red_v[tid] || (ov == red_v[tid] && oi < red_i[tid])) {
-                red_v[tid] = ov;
-                red_i[tid] = oi;
-            }
-        }
-        workgroupBarrier();
-    }
-    let zmax = red_v[0];
-    let best = red_i[0];
+    tree_v[tid] = bv;
+    tree_i[tid] = bi;
+    argmax_tree(tid);
+    let zmax = tree_v[0];
+    let best = tree_i[0];
     storageBarrier();
 
     var chosen = best;
@@ -496,15 +484,15 @@ fn main(@builtin(local_invocation_index) tid: u32) {
                 atomicAdd(&counts[d], cnt[d]);
             }
         }
-        red_v[tid] = mass;
+        tree_v[tid] = mass;
         workgroupBarrier();
         for (var s = WG / 2u; s > 0u; s /= 2u) {
             if (tid < s) {
-                red_v[tid] += red_v[tid + s];
+                tree_v[tid] += tree_v[tid + s];
             }
             workgroupBarrier();
         }
-        let total_mass = red_v[0];
+        let total_mass = tree_v[0];
         storageBarrier();
 
         let k_on = params.top_k > 1u && params.top_k < V;
@@ -631,13 +619,13 @@ fn main(@builtin(local_invocation_index) tid: u32) {
                 let kept = vec4<u32>(bitcast<vec4<u32>>(p) >= vec4<u32>(thr));
                 s += dot(p, vec4<f32>(kept));
             }
-            red_v[tid] = s;
+            tree_v[tid] = s;
             workgroupBarrier();
             if (tid == 0u) {
                 var c = 0.0;
                 for (var t = 0u; t < WG; t++) {     // exclusive scan, in thread order
-                    let v = red_v[t];
-                    red_v[t] = c;
+                    let v = tree_v[t];
+                    tree_v[t] = c;
                     c += v;
                 }
                 sel_f[2] = c;
@@ -646,8 +634,8 @@ fn main(@builtin(local_invocation_index) tid: u32) {
             workgroupBarrier();
             let total = sel_f[2];
             let r = uniform01(pos) * total;
-            let c0 = red_v[tid];
-            let c1 = select(total, red_v[min(tid + 1u, WG - 1u)], tid + 1u < WG);
+            let c0 = tree_v[tid];
+            let c1 = select(total, tree_v[min(tid + 1u, WG - 1u)], tid + 1u < WG);
             if (c0 <= r && r < c1) {
                 var acc = c0;
                 var pick = best;
