@@ -189,22 +189,4 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     put_row(tok.w, g * G + (row0 + rows.w) % G, z, c, o3, p3, m.w, l.w);
 }
 
-// Output vec4s c, c + 8 of token t's head h from sums (o0, o1), max m and sum l: normalised into O, or (SPLIT > 1)
-// as split z's part, with (m, l) written once a row.
-fn put_row(t: u32, h: u32, z: u32, c: u32, o0: vec4<f32>, o1: vec4<f32>, m: f32, l: f32) {
-    if (t >= step.n_tokens) {
-        return;
-    }
-    if (SPLIT == 1u) {
-        let o = (t * HEADS + h) * D4;
-        O[o + c] = o0 / l;
-        O[o + c + 8u] = o1 / l;
-        return;
-    }
-    let o = ((z * TMAX + t) * HEADS + h) * D4;
-    O[o + c] = o0;
-    O[o + c + 8u] = o1;
-    if (c == 0u) {
-        O[SPLIT * TMAX * HEADS * D4 + (z * TMAX + t) * HEADS + h] = vec4<f32>(m, l, 0.0, 0.0);
-    }
-}
+//#include "attention_tiled_put_row.wgsl"   // put_row: output vec4s c, c + 8 of a row, normalised or as a part
