@@ -17,17 +17,14 @@ the stream are handled on the host as the ids arrive.
 """
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass, field
 
-from .errors import ContextOverflowError, GPUUnavailableError, InputError, UnsupportedModelError
-from .gguf import parse_gguf
-from .gpu import get_device
-from .models import check_kv_cache, load_model, model_spec
+from .errors import ContextOverflowError, InputError
+from .loading import LoadPlan, plan_load
+from .models import load_model
 from .pacing import ReadPacer
 from .sampling import GREEDY, SamplingParams, StopMatcher, random_seed
-from .source import FileSource
 
 
 @dataclass
@@ -111,14 +108,18 @@ class _Output:
 
 
 class Engine:
-    def __init__(self, dev, gguf, source, model, tokenizer):
-        self.dev = dev
-        self.gguf = gguf
-        self.source = source
+    def __init__(self, plan: LoadPlan, model):
+        """An engine on a load that plan_load decided and the model load_model built from it (Engine.load does
+        both; Engine.from_plan the second)."""
+        self.plan = plan
+        self.dev = plan.device
+        self.gguf = plan.gguf
+        self.source = plan.source
         self.model = model
-        self.tokenizer = tokenizer
-        self.name = gguf.get("general.name") or getattr(source, "name", "model")
-        self.backend = dev.name
+        self.tokenizer = plan.tokenizer
+        self.cpu = plan.cpu            # runs the numpy reference model on the CPU (no GPU)
+        self.name = plan.gguf.get("general.name") or getattr(plan.source, "name", "model")
+        self.backend = self.dev.name
         self.context_size = model.context_size
         self.steps_per_read = None      # decode steps a readback: None adapts to the step time (pacing.ReadPacer)
         self.pacer = ReadPacer()
@@ -127,8 +128,9 @@ class Engine:
         self.on_prefill = None  # on_prefill(done, total): prompt tokens processed of this run's, after each chunk
         self._sampler = None
         self._trie = None       # the vocabulary's byte trie, for grammar masks (built on first use)
-        self.overlap = True     # constrained decoding overlaps host and GPU work (_decode_constrained); False:
-                                # one plain step per readback (benchmarks compare the two)
+        self.overlap = True     # keep work in flight where the model runs ahead (a GPU): the next batch, or under a
+                                # grammar the next step's forward pass; False: one batch a readback (benchmarks
+                                # compare the two)
         # what the KV cache holds: _cache[p] is the token whose K/V are at position p; valid while model.passes
         # equals _cache_passes (a pass run by anyone else, e.g. a test calling model.prefill, invalidates it)
         self._cache: list[int] = []
@@ -136,7 +138,7 @@ class Engine:
 
     @classmethod
     async def load(cls, source, *, device=None, context_size: int = 2048, chunk: int | None = None,
-                   on_progress=None, cpu_fallback: bool = True, kv_cache: str = "f32"):
+                   on_progress=None, cpu_fallback: bool = True, kv_cache: str = "f32", header=None):
         """Parse a GGUF (a path or a source object), build its tokenizer and upload its weights to the GPU.
         device: a cera_web.gpu device, "cpu" for the numpy reference model on the CPU, or None for the best GPU —
         falling back to the CPU (with a message on stderr) when there is none, unless cpu_fallback is False.
@@ -144,42 +146,17 @@ class Engine:
         such as SwiftShader, 16 on the CPU; a Stop waits for the chunk in flight).
         kv_cache: the KV cache's element type: "f32" (the default), or "f16": half the memory (twice the context in
         the same bytes, as llama.cpp's default), keys and values rounded to halves as they are cached (logits move
-        by ~1e-2; docs/DESIGN.md); on GPUs it needs the shader-f16 feature (UnsupportedModelError without)."""
-        check_kv_cache(kv_cache)
-        if not hasattr(source, "read"):
-            source = FileSource(source)
-        if on_progress:
-            on_progress("parse", 0, 1)
-        gguf = parse_gguf(source.read, source.size, name=getattr(source, "name", None))
-        from .tokenizer import Tokenizer
-        tokenizer = Tokenizer.from_gguf(gguf)
-        model_spec(gguf)            # the architecture and its tensors check out before a device is made
-        if context_size < 1:
-            raise InputError(f"context_size must be positive, got {context_size}")
-        emb = gguf.tensors.get("token_embd.weight")
-        n_rows = emb.shape[1] if emb is not None and len(emb.shape) == 2 else None   # other shapes: the model says
-        if n_rows is not None and n_rows != tokenizer.vocab_size:
-            raise UnsupportedModelError(
-                f"the tokenizer has {tokenizer.vocab_size} tokens but the embedding table has {n_rows} rows: the "
-                f"file's vocabulary and weights disagree; re-convert the model")
-        if device == "cpu":
-            device = None
-        elif device is None:
-            try:
-                device = await get_device()
-            except GPUUnavailableError as e:
-                if not cpu_fallback:
-                    raise
-                print(f"cera_web: {e}; running on the CPU instead (slow)", file=sys.stderr)
-        if device is None:                  # the CPU fallback: the numpy reference model
-            from .models.cpu import CPUDevice
-            device = CPUDevice()
-        if chunk is None:
-            chunk = device.prefill_chunk
-        chunk = max(1, min(chunk, context_size))
-        model = load_model(device, gguf, source, context_size=context_size, chunk=chunk, on_progress=on_progress,
-                           kv_cache=kv_cache)
-        return cls(device, gguf, source, model, tokenizer)
+        by ~1e-2; docs/DESIGN.md); on GPUs it needs the shader-f16 feature (UnsupportedModelError without).
+        header: the file's header read and checked before (cera_web.loading.check), else it is read here.
+        The same as ``Engine.from_plan(await cera_web.loading.plan_load(source, ...), on_progress)``."""
+        plan = await plan_load(source, device=device, cpu_fallback=cpu_fallback, context_size=context_size,
+                               chunk=chunk, kv_cache=kv_cache, header=header, on_progress=on_progress)
+        return cls.from_plan(plan, on_progress)
+
+    @classmethod
+    def from_plan(cls, plan: LoadPlan, on_progress=None) -> "Engine":
+        """The engine of a planned load (cera_web.loading.plan_load): its weights uploaded, its passes recorded."""
+        return cls(plan, load_model(plan, on_progress))
 
     def close(self):
         """Release the GPU memory this engine holds (its device and every buffer on it)."""
@@ -343,8 +320,10 @@ class Engine:
         return out.finish()
 
     async def _run(self, ids, start, params, result, out, matcher=None):
-        """Prefill, then decode batches until a stop (the shape of gpt-fast's generate). matcher: the grammar's
-        cera_web.grammar.Matcher (each step's mask written before it is submitted), or None."""
+        """Prefill, then decode until a stop: the shape of gpt-fast's generate, one loop for every model and
+        setting. How decode steps are submitted and read back is a schedule's (_schedule); what the tokens mean
+        (_Stream: stop tokens, stop strings, the grammar, limits) and what the KV cache then holds are here, once.
+        matcher: the grammar's cera_web.grammar.Matcher, or None."""
         t0 = time.perf_counter()
         first = await self._prefill(ids, start)
         lps = await self._read_logprobs(1, params) if first is not None else None
@@ -354,28 +333,32 @@ class Engine:
             return
         stream = _Stream(self, params, result, out, matcher)
         t1 = time.perf_counter()
-        pos = len(ids)          # position of the token just sampled (the next step's input)
+        pos = len(ids)          # position of the token just drawn (the next step's input)
         stop = stream.accept(first, pos, lps[0])
         prev = first
-        if matcher is not None and not stop and self.overlap and hasattr(self.model, "encode_forward"):
-            stop = await self._decode_constrained(pos, prev, params, result, stream, matcher)
-        elif matcher is None and not stop and self.overlap and getattr(self.model, "on_gpu", False):
-            stop = await self._decode_pipelined(pos, prev, params, result, stream)
+        steps = self._schedule(pos, params, result, matcher)
         while not stop:
-            n = max(1, min(self.pacer.next(self.steps_per_read), params.max_tokens - len(result.tokens),
-                           self.context_size - pos, self.model.max_steps_per_read))
-            if matcher is not None:
-                # a step's mask depends on the token before it, known only once read back: one step per read
-                n = 1
-            new = await self._decode_batch(pos, n, result, matcher)
-            lps = await self._read_logprobs(n, params)
-            stop, used, pos = self._take(stream, new, lps, pos)
-            self._cache += ([prev] + new[:-1])[:used]      # step i's input, now in the cache (K/V rows, conv state)
-            prev = new[-1]
-            if used < n and not self.model.keep_state(used - 1):   # a running state is taken back to step used - 1
+            read = await steps.next()
+            n = len(read.tokens)
+            lps = self._sampler.parse_logprobs(read.logprobs, params.top_logprobs) if params.logprobs else [None] * n
+            stop, used, pos = self._take(stream, read.tokens, lps, pos)
+            self._cache += ([prev] + read.tokens[:-1])[:used]   # step i's input, now in the cache (K/V rows, state)
+            prev = read.tokens[-1]
+            # steps ran past the stop (in this read, or submitted after it): their cache rows are overwritten later;
+            # a running state (conv layers) is taken back to the last step used, or the cache is lost
+            if stop and (used < n or read.ahead) and not self.model.keep_state(read.base + used - 1 if used else -1):
                 self._cache = []
+        await steps.close()
         result.decode_ms = (time.perf_counter() - t1) * 1000
         result.stop_reason = stop
+
+    def _schedule(self, pos: int, params, result, matcher):
+        """How the decode steps from position pos are submitted: work is kept in flight where the model runs ahead
+        of the host (a GPU; engine.overlap); under a grammar a step's draw waits for its mask."""
+        ahead = self.overlap and self.model.runs_ahead
+        if matcher is not None and ahead:
+            return _Overlapped(self, pos, params, result, matcher)
+        return _Batches(self, pos, params, result, depth=2 if ahead and matcher is None else 1, matcher=matcher)
 
     async def _prefill(self, ids, start: int) -> int | None:
         """Prefill ids[start:] chunk by chunk; the last chunk also samples the first new token, returned (None when
@@ -400,69 +383,6 @@ class Engine:
         first = (await model.read_log(1))[0]
         return None if self._cancel else first
 
-    async def _decode_batch(self, pos: int, n: int, result, matcher=None) -> list[int]:
-        """Submit n decode steps from position pos (each step's token feeds the next on the GPU), then read their
-        tokens back at once. matcher: write its mask for the (single) step first."""
-        h = time.perf_counter()
-        if matcher is not None:
-            self._sampler.set_mask(matcher.mask())
-        for i in range(n):
-            self.model.decode(pos + i, i)
-        result.host_ms += (time.perf_counter() - h) * 1000
-        new = await self.model.read_log(n)
-        if matcher is None:         # a constrained step (its mask made on the host) says nothing of the step time
-            self.pacer.observe(n, time.perf_counter() - h)
-        return new
-
-    async def _decode_constrained(self, pos: int, prev: int, params, result, stream, matcher) -> str:
-        """Decode under a grammar, one token a readback, with the host's work overlapped with the GPU's. A step's
-        forward pass does not depend on the grammar, only its sampler does (through the mask, which depends on the
-        token before it). So per token: write the mask, submit the sampler with the read of its token, submit the
-        next step's forward pass (encoded while the previous token was awaited; its input is the token just drawn,
-        on the GPU), encode the one after, then wait for the token. The GPU runs the forward pass while the host
-        reads the token, advances the grammar and makes the next mask. Every drawn token had its own step's mask:
-        nothing is drawn ahead of the grammar. A forward pass run past a stop is discarded (its cache row is
-        overwritten later; a running conv state is taken back to the last used step: keep_state). Returns why it
-        stopped."""
-        model, sampler, dev = self.model, self._sampler, self.dev
-
-        def sample(slot):
-            return model.encode_sample(slot, [sampler.logprobs_slice(slot)] if params.logprobs else [])
-
-        slot = 0            # decode steps alternate two slots: log/logprobs entries, conv-state snapshots
-        h = time.perf_counter()
-        model.send_forward(model.encode_forward(slot), pos, slot)
-        forward, sampling = model.encode_forward(1), sample(slot)
-        result.host_ms += (time.perf_counter() - h) * 1000
-        stop = ""
-        while not stop:
-            h = time.perf_counter()
-            sampler.set_mask(matcher.mask())
-            pending = dev.send(sampling)
-            # the next step's pass, if a next step can follow: input = this step's token (on the GPU)
-            ahead = pos + 1 < self.context_size and len(result.tokens) + 1 < params.max_tokens
-            if ahead:
-                model.send_forward(forward, pos + 1, 1 - slot)
-                forward, sampling = model.encode_forward(slot), sample(1 - slot)   # encoded while the GPU works
-            result.host_ms += (time.perf_counter() - h) * 1000
-            raw = await dev.collect(pending)
-            tok = int.from_bytes(raw[0], "little")
-            lp = sampler.parse_logprobs(raw[1], params.top_logprobs)[0] if params.logprobs else None
-            pos += 1
-            if self._cancel:
-                stop = "cancelled"      # the token read after the request is dropped, and so is its step's input
-                kept = model.keep_state(-1)
-            else:
-                stop = stream.accept(tok, pos, lp)
-                self._cache.append(prev)
-                kept = model.keep_state(slot) if stop and ahead else True
-            if not kept:
-                self._cache = []
-            prev, slot = tok, 1 - slot
-        if ahead:
-            dev.discard(sampling)
-        return stop
-
     def _take(self, stream, new, lps, pos):
         """Give a batch's tokens (drawn for positions pos + 1 ...) to the stream until it stops or a cancel comes:
         (why it stopped, or "", the steps whose input stays part of the sequence, the position reached). Tokens read
@@ -476,62 +396,112 @@ class Engine:
                 return stop, i + 1, pos
         return "", len(new), pos
 
-    async def _decode_pipelined(self, pos: int, prev: int, params, result, stream) -> str:
-        """Decode without a grammar: batches of steps (sized by the pacer), each batch's tokens read back at once, and
-        the next batch submitted before the current one's tokens are awaited, so the GPU does not wait for the
-        readback, the host's handling of the tokens or its encoding of the next batch (the loop in _run waits for
-        each read before it encodes the next batch). Batches alternate the two halves of the token log, of the
-        logprob slots and of the conv-state snapshots (steps' out_index), so a batch's results are not overwritten
-        by the batch after it before they are read. Steps run past a stop, in its batch or in the batch after it,
-        are discarded as in _run (their cache rows are overwritten later; a running state goes back with
-        keep_state). Returns why it stopped."""
-        model, dev, sampler = self.model, self.dev, self._sampler
-        half = model.max_steps_per_read // 2
-        budget = min(params.max_tokens - len(result.tokens), self.context_size - pos)   # steps worth submitting
-        flight = []          # batches submitted and not read: (pending read, steps, slot base, time sent)
-        nxt, base = pos, 0   # the next step's position, and the half of the slots it writes
-
-        def submit():
-            nonlocal nxt, base, budget
-            h = time.perf_counter()
-            n = max(1, min(self.pacer.next(self.steps_per_read), half, budget))
-            for i in range(n):
-                model.decode(nxt + i, base + i)
-            reads = [(model.log, 4 * base, 4 * n)]
-            if params.logprobs:
-                buf, offset, size = sampler.logprobs_slice(base)
-                reads.append((buf, offset, size * n))
-            flight.append((dev.send(dev.encode([], read=reads)), n, base, h))
-            result.host_ms += (time.perf_counter() - h) * 1000
-            nxt, base, budget = nxt + n, half - base, budget - n
-
-        submit()
-        last = time.perf_counter()
-        stop = ""
-        while not stop:
-            if budget > 0:
-                submit()                      # the next batch goes to the GPU before this one's tokens are read
-            pending, n, b, sent = flight.pop(0)
-            raw = await dev.collect(pending)
-            now = time.perf_counter()
-            self.pacer.observe(n, now - max(last, sent))      # the GPU ran this batch since the last one came back
-            last = now
-            new = [int(t) for t in memoryview(raw[0]).cast("I")]
-            lps = sampler.parse_logprobs(raw[1], params.top_logprobs) if params.logprobs else [None] * n
-            stop, used, pos = self._take(stream, new, lps, pos)
-            self._cache += ([prev] + new[:-1])[:used]
-            prev = new[-1]
-            if stop and (used < n or flight) and not model.keep_state(b + used - 1 if used else -1):
-                self._cache = []
-        for pending, *_ in flight:            # a batch past the stop: its read is collected (and dropped)
-            await dev.collect(pending)
-        return stop
-
     async def _read_logprobs(self, n: int, params) -> list:
         """The logprobs of the last n steps read ({"logprob", "top_logprobs"} each), or n Nones when not asked."""
         if not params.logprobs:
             return [None] * n
         return await self._sampler.read_logprobs(n, params.top_logprobs)
+
+
+class _Read:
+    """One readback of decode steps: their tokens, their logprobs (for Sampler.parse_logprobs; None when not asked),
+    the slot of the first, and whether steps were submitted after them (they ran past a stop among these)."""
+
+    __slots__ = ("tokens", "logprobs", "base", "ahead")
+
+    def __init__(self, tokens, logprobs, base: int, ahead: bool):
+        self.tokens, self.logprobs, self.base, self.ahead = tokens, logprobs, base, ahead
+
+
+class _Batches:
+    """Decode steps in batches (sized by the engine's pacer), each batch's tokens read back at once. depth 2: the
+    next batch is submitted before this one's tokens are awaited, so the GPU does not wait for the readback, the
+    host's handling of the tokens or its encoding of the next batch; batches then alternate the two halves of the
+    slots (token log, logprobs, conv-state snapshots), so a batch's results are not overwritten by the one after it
+    before they are read. depth 1 (the CPU model, engine.overlap off, or a grammar): each batch is read before the
+    next is submitted; under a grammar (matcher) a batch is one step, its mask written first (a step's mask depends
+    on the token before it, known only once read back)."""
+
+    def __init__(self, engine, pos: int, params, result, depth: int, matcher=None):
+        self.engine, self.model, self.params, self.result = engine, engine.model, params, result
+        self.depth, self.matcher = depth, matcher
+        self.most = self.model.max_steps_per_read // depth                              # slots a batch may use
+        self.budget = min(params.max_tokens - len(result.tokens), engine.context_size - pos)    # steps worth running
+        self.nxt, self.base = pos, 0        # the next step's position, and the slot it writes
+        self.flight = []                    # batches submitted and not read: (pending read, steps, slot base, sent)
+        self.last = None                    # when the last batch came back
+
+    def submit(self):
+        engine, model = self.engine, self.model
+        h = time.perf_counter()
+        if self.matcher is not None:
+            n = 1
+            engine._sampler.set_mask(self.matcher.mask())
+        else:
+            n = max(1, min(engine.pacer.next(engine.steps_per_read), self.most, self.budget))
+        for i in range(n):
+            model.decode(self.nxt + i, self.base + i)
+        self.flight.append((model.send(model.encode_read(self.base, n, self.params.logprobs)), n, self.base, h))
+        self.result.host_ms += (time.perf_counter() - h) * 1000
+        self.nxt, self.budget = self.nxt + n, self.budget - n
+        if self.depth > 1:
+            self.base = self.most - self.base
+
+    async def next(self) -> _Read:
+        if self.last is None:
+            self.submit()
+            self.last = time.perf_counter()
+        while len(self.flight) < self.depth and self.budget > 0:
+            self.submit()                   # the next batch goes to the GPU before this one's tokens are read
+        pending, n, base, sent = self.flight.pop(0)
+        tokens, logprobs = await self.model.collect(pending)
+        now = time.perf_counter()
+        if self.matcher is None:            # a constrained step (its mask made on the host) says nothing of the GPU
+            self.engine.pacer.observe(n, now - max(self.last, sent))   # the GPU ran it since the last came back
+        self.last = now
+        return _Read(tokens, logprobs, base, bool(self.flight))
+
+    async def close(self):
+        for pending, *_ in self.flight:     # a batch past the stop: its read is collected (and dropped)
+            await self.model.collect(pending)
+
+
+class _Overlapped:
+    """Decode under a grammar, one token a readback, with the host's work overlapped with the GPU's. A step's
+    forward pass does not depend on the grammar, only its draw does (through the mask, which depends on the token
+    before it). So per token: write the mask, submit the draw with the read of its token, submit the next step's
+    forward pass (encoded while the previous token was awaited; its input is the token just drawn, on the GPU),
+    encode the one after, then wait for the token. The GPU runs the forward pass while the host reads the token,
+    advances the grammar and makes the next mask. Every drawn token had its own step's mask: nothing is drawn ahead
+    of the grammar. Steps alternate two slots (token log, logprobs, conv-state snapshots)."""
+
+    def __init__(self, engine, pos: int, params, result, matcher):
+        self.engine, self.model, self.params, self.result, self.matcher = engine, engine.model, params, result, matcher
+        self.pos, self.slot = pos, 0        # the position of the next step's input token, and its slot
+        self.forward = self.sampling = None
+        self.ahead = False                  # the next step's forward pass was submitted
+
+    async def next(self) -> _Read:
+        model, slot, logprobs = self.model, self.slot, self.params.logprobs
+        h = time.perf_counter()
+        if self.sampling is None:           # the first step's forward pass
+            model.send_forward(model.encode_forward(slot), self.pos, slot)
+            self.forward, self.sampling = model.encode_forward(1 - slot), model.encode_sample(slot, logprobs)
+        self.engine._sampler.set_mask(self.matcher.mask())
+        pending = model.send(self.sampling)
+        # the next step's pass, if a next step can follow: its input is this step's token (on the GPU)
+        self.ahead = self.pos + 1 < self.engine.context_size and len(self.result.tokens) + 1 < self.params.max_tokens
+        if self.ahead:
+            model.send_forward(self.forward, self.pos + 1, 1 - slot)
+            self.forward, self.sampling = model.encode_forward(slot), model.encode_sample(1 - slot, logprobs)
+        self.result.host_ms += (time.perf_counter() - h) * 1000
+        tokens, lps = await model.collect(pending)
+        self.pos, self.slot = self.pos + 1, 1 - slot
+        return _Read(tokens, lps, slot, self.ahead)
+
+    async def close(self):
+        if self.ahead:
+            self.model.discard(self.sampling)
 
 
 class _Stream:
@@ -579,4 +549,10 @@ def _constraint(response_format, grammar):
     return constraint(response_format, grammar)
 
 
-from .session import ChatSession  # noqa: E402,F401  (ChatSession lives in session.py; README imports it from here)
+def __getattr__(name: str):
+    """``from cera_web.engine import ChatSession`` (as README writes it): ChatSession lives in session.py, which
+    imports this module; it is imported when asked for, so the two modules do not import each other."""
+    if name == "ChatSession":
+        from .session import ChatSession
+        return ChatSession
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

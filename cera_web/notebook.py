@@ -12,7 +12,7 @@ import time
 
 from . import errors
 from .errors import CeraError, InputError
-from .webapp import CONTEXT_SIZE, _load_engine, _page_facts, check_header, memory_summary
+from .webapp import CONTEXT_SIZE, _checked, _load_engine, _page_facts, check_header, memory_summary
 
 DEFAULT_MODEL_URL = "/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_STORE_JS = "/web/modelstore.js"   # the browser cache of models (web/modelstore.js)
@@ -192,7 +192,8 @@ async def open_model(url: str | None = None, *, output=None, cache: bool = True,
         buffer = got.buffer if got.buffer is not None else await got.blob.arrayBuffer()
         source = ArrayBufferSource(buffer, str(got.name))
     try:
-        engine, _fit = await _load_engine(source, device, view.progress, context_size=context_size)
+        engine, _fit = await _load_engine(source, device, view.progress, context_size=context_size,
+                                          header=_checked(source))
     finally:
         view.finish()
     mem = memory_summary(engine)

@@ -299,7 +299,7 @@ class GPUSampler:
     @classmethod
     def for_model(cls, model) -> "GPUSampler":
         return cls(model.dev, model.vocab, model.logits, model.tokens, model.log, model.step,
-                   slots=getattr(model, "max_steps_per_read", 256))
+                   slots=model.max_steps_per_read)
 
     def set_params(self, params: SamplingParams, seed: int, masked: bool = False):
         """The generation's settings; masked: apply the mask (set_mask before each step). Selects ``plan``: the

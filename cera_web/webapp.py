@@ -40,7 +40,7 @@ import traceback
 from . import protocol
 from .errors import CeraError, InputError
 from .gguf import parse_gguf
-from .models import model_spec
+from .loading import BACKENDS, CPU_WEIGHT_BYTES, check, choose_backend, plan_load  # noqa: F401  (this module's API)
 from .models.memory import CONTEXT_SIZE, fit_report  # noqa: F401  (fit_report: part of this module's API)
 
 
@@ -55,6 +55,8 @@ class _Worker:
         self.device_limits = None   # the limits override it was made with
         self.backend = "webgpu"     # the backend prepare() was asked for: "auto", "webgpu" or "cpu" (see
                                     # choose_backend); a load_source() without prepare() takes the GPU as it is
+        self.header = None          # (file size, first bytes, loading.Header) that check_header read from the
+                                    # download since prepare(): the load of that file uses it, not a second parse
         self.running = None         # (id,) of the request generating now, None when none: what cancel() may stop
 
 
@@ -148,36 +150,17 @@ def check_header(prefix, total, name: str, limits: dict | None = None) -> str:
     if limits is None and _state.device is not None:
         limits = _state.device.limits
     try:
-        gguf = _parse_prefix(data, int(total), name)
-        spec = model_spec(gguf)
-        fit = fit_report(gguf, limits, spec=spec) if limits is not None else None
+        header = check(_parse_prefix(data, int(total), name), limits)
     except _NeedMore as more:
         return json.dumps({"need": more.end})
     except Exception as exc:
         return json.dumps({"error": _describe(exc)})
-    return json.dumps({"ok": fit})
+    if int(total) > 0:              # the file's size known: the load of these bytes reuses the header
+        _state.header = (int(total), data[:4096], header)
+    return json.dumps({"ok": header.fit})
 
 
-# -- loading ---------------------------------------------------------------------------------------------------------
-
-BACKENDS = ("auto", "webgpu", "cpu")
-
-# The CPU path keeps a model's weights as float32 arrays in the wasm heap (cera_web.reference), which tops out near
-# 4 GiB: "auto" takes it only for models whose float32 weights stay under this (SmolLM2-135M: 0.54 GB; a 0.5B model:
-# 2 GB, left on the adapter).
-CPU_WEIGHT_BYTES = 1 << 30
-
-
-def choose_backend(backend: str, device, gguf) -> str:
-    """"cpu" or "webgpu" for a load: what was asked, except that "auto" takes the CPU path where the adapter is a
-    software fallback (SwiftShader, or any adapter that says it is a CPU: on a 2-core box its WebGPU decodes SmolLM2
-    ~20x slower than numpy in Pyodide) and the model's float32 weights fit CPU_WEIGHT_BYTES."""
-    if backend == "cpu" or device is None:
-        return "cpu"
-    if backend == "auto" and device.is_cpu and 4 * sum(t.n_elements for t in gguf.tensors.values()) <= CPU_WEIGHT_BYTES:
-        return "cpu"
-    return "webgpu"
-
+# -- loading (choose_backend, BACKENDS and CPU_WEIGHT_BYTES: cera_web.loading) ---------------------------------------
 
 async def prepare(limits_json: str = "", backend: str = "auto") -> bool:
     """Make the device the next load uses (reusing one made before with the same limits). limits_json: a JSON object
@@ -188,6 +171,7 @@ async def prepare(limits_json: str = "", backend: str = "auto") -> bool:
         if backend not in BACKENDS:
             raise InputError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
         _state.backend = backend
+        _state.header = None
         override = json.loads(limits_json) if limits_json else None
         if override is not None and (not isinstance(override, dict)
                                      or not all(isinstance(v, int) and v > 0 for v in override.values())):
@@ -228,30 +212,31 @@ async def _load_from(source_class, data, name: str, origin: str) -> bool:
     return await load_source(source, origin)
 
 
-async def _load_engine(source, device, on_progress, backend: str = "webgpu", context_size: int = CONTEXT_SIZE):
-    """Parse and check ``source`` (bad files fail here, before a GPU is needed), then load it onto ``device`` (made
-    here when None and the backend is not "cpu"), or on the CPU where choose_backend says so (the device is then
-    released). Returns (engine, fit_report); the device is destroyed when loading fails."""
+async def _load_engine(source, device, on_progress, backend: str = "webgpu", context_size: int = CONTEXT_SIZE,
+                       header=None):
+    """Load ``source`` through cera_web.loading.plan_load (bad files fail there, before a GPU is needed) onto
+    ``device`` (made there when None and the backend is not "cpu"; no CPU fallback: the page offers it), or on the
+    CPU where choose_backend says so (the device is then released). header: a loading.Header of this file read
+    before (check_header). Returns (engine, fit_report); the device is destroyed when loading fails."""
+    from .engine import Engine
     try:
-        gguf = parse_gguf(source.read, source.size, name=getattr(source, "name", None))
-        spec = model_spec(gguf)
-        from .engine import Engine
-        if device is None and backend != "cpu":
-            from .gpu import get_device
-            device = await get_device()
-        if choose_backend(backend, device, gguf) == "cpu":   # the numpy reference model: no GPU buffers to fit
-            if device is not None:
-                device.destroy()
-                device = None
-            engine = await Engine.load(source, device="cpu", context_size=context_size, on_progress=on_progress)
-            return engine, None
-        fit = fit_report(gguf, device.limits, context_size, spec=spec)
-        engine = await Engine.load(source, device=device, context_size=context_size, on_progress=on_progress)
+        plan = await plan_load(source, device=device, backend=backend, cpu_fallback=False,
+                               context_size=context_size, header=header, on_progress=on_progress)
+        device = plan.device
+        return Engine.from_plan(plan, on_progress), plan.fit
     except BaseException:
         if device is not None:
             device.destroy()
         raise
-    return engine, fit
+
+
+def _checked(source):
+    """The loading.Header check_header read from this download's first bytes (None when it read none, or another
+    file's), taken: the load uses it instead of parsing the header again."""
+    checked, _state.header = _state.header, None
+    if checked is None or checked[0] != source.size or source.read(0, len(checked[1])) != checked[1]:
+        return None
+    return checked[2]
 
 
 async def load_source(source, origin: str | None = None) -> bool:
@@ -262,19 +247,19 @@ async def load_source(source, origin: str | None = None) -> bool:
 
     try:
         device, _state.device = _state.device, None    # the load owns the prepared device from here on
-        engine, _fit = await _load_engine(source, device, on_progress, _state.backend)
+        engine, _fit = await _load_engine(source, device, on_progress, _state.backend, header=_checked(source))
     except Exception as exc:
         _report(exc, "load")
         return False
     previous, _state.engine = _state.engine, engine
-    from .engine import ChatSession
+    from .session import ChatSession
     _state.chat = ChatSession(engine)            # a new model starts a new conversation
     if previous is not None:
         try:
             previous.close()   # release its GPU buffers
         except Exception as exc:
             traceback.print_exception(exc, file=sys.stderr)
-    cpu = not engine.model.on_gpu
+    cpu = engine.cpu
     _send(type="ready", model=engine.name, backend=engine.backend, memory=memory_summary(engine), origin=origin,
           cpu=cpu, backend_kind="cpu" if cpu else "webgpu", backend_reason=_backend_reason(cpu),
           split=split_tensors(engine), **_page_facts(engine))

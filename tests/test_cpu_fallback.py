@@ -47,10 +47,11 @@ def test_cpu_sampling_is_seeded_and_matches_the_gpu_sampler(cpu_engine, smollm2_
 
 def test_no_adapter_falls_back_to_the_cpu(smollm2_gguf, monkeypatch, capsys):
     from cera_web import engine as engine_mod
+    from cera_web import gpu
 
     async def no_gpu(**kwargs):
         raise GPUUnavailableError("no WebGPU adapter found (test)")
-    monkeypatch.setattr(engine_mod, "get_device", no_gpu)
+    monkeypatch.setattr(gpu, "get_device", no_gpu)     # the one place a load makes its device (loading.open_model)
     eng = run(engine_mod.Engine.load(smollm2_gguf, context_size=32))
     assert eng.backend == "CPU (numpy reference)"
     assert "running on the CPU instead" in capsys.readouterr().err

@@ -270,15 +270,15 @@ def test_chat_template_renders_like_transformers(engines, family):
 
 def load_modified(dev, stem, *, meta=None, drop=()):
     """Build the model from a parsed header with some metadata replaced or tensors removed."""
-    from cera_web.gguf import parse_gguf
-    from cera_web.models import model_class
+    from cera_web.engine import Engine
+    from cera_web.loading import check, read_header
     from cera_web.source import FileSource
     src = FileSource(SMALL / f"{stem}.gguf")
-    g = parse_gguf(src.read, src.size)
+    g = read_header(src)
     g.metadata.update(meta or {})
     for name in drop:
         del g.tensors[name]
-    return model_class(g.architecture)(dev, g, src, context_size=16, chunk=4)
+    return run(Engine.load(src, device=dev, context_size=16, chunk=4, header=check(g))).model
 
 
 @gpu

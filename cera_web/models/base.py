@@ -1,30 +1,111 @@
-"""What every GPU model shares: uploading weights, the recorded plans, and the per-pass step uniform.
+"""The Model protocol the engine drives (both the GPU model and the CPU model implement it), and what every GPU model
+shares: uploading weights, the recorded plans, and the per-pass step uniform.
 
-A model builds its forward pass once, as two recorded dispatch lists over the same buffers: one sized for a prompt
+A GPU model builds its forward pass once, as two recorded dispatch lists over the same buffers: one sized for a prompt
 chunk (prefill, up to ``chunk`` tokens) and one for a single token (decode). Kernels read the pass's token count
 and position from the ``step`` uniform, so running a pass is: write 16 bytes, submit the recorded plan.
 """
 from __future__ import annotations
 
 import struct
+from typing import Protocol
 
 import numpy as np
 
 from .. import formats, kernels
 from ..errors import UnsupportedModelError
 from ..gguf import GGML_BLOCK, GGMLType
+from .memory import SPLIT_ROWS, gpu_memory, smallest_piece
 
 GPU_TYPES = formats.GPU_TYPES
 LOG_SIZE = 256      # token log entries (steps that can run between two readbacks)
-SPLIT_ROWS = 16     # a tensor split across buffers is split at multiples of this many rows (see GPUModel.pieces)
 REPACK_BYTES = 8 << 20      # bytes of file blocks a slab of the aligned layout's repacking (GPUModel._repack)
 
 
-def smallest_piece(info) -> int:
-    """The fewest bytes a buffer holding part of tensor ``info`` needs: SPLIT_ROWS of its rows (all of it when it has
-    no more, or is 1-D: a vector is not split)."""
-    rows = info.shape[-1] if len(info.shape) > 1 else 1
-    return min(info.nbytes, info.nbytes // rows * SPLIT_ROWS)
+class Sampler(Protocol):
+    """A model's sampler (its make_sampler()): sampling.GPUSampler on a GPU, models.cpu.CPUSampler on the CPU. While
+    the engine sets ``model.sampler_plan = sampler.plan`` each head draws with it (else: argmax)."""
+
+    plan: object
+
+    def set_params(self, params, seed: int, masked: bool = False) -> None:
+        """The generation's settings and seed; masked: apply the mask (set_mask before each step)."""
+
+    def set_history(self, ids) -> None:
+        """The sequence so far (the repetition penalty's window)."""
+
+    def set_mask(self, words) -> None:
+        """The allowed tokens of the next draw: a uint32 bitset over the vocabulary (grammar.Matcher.mask)."""
+
+    async def read_logprobs(self, n: int, top: int) -> list[dict]:
+        """The logprobs of the draws into slots 0..n-1: {"logprob", "top_logprobs": [(id, logprob)]} each."""
+
+    def parse_logprobs(self, raw, top: int) -> list[dict]:
+        """The logprobs of a Model.collect() result's second part (read with logprobs=True)."""
+
+
+class Model(Protocol):
+    """What the engine knows of a model: the GPU model (GPUModel, models/transformer.py) and the CPU model
+    (models/cpu.py: the numpy reference model) implement it; tests/test_model_protocol.py checks both against it.
+
+    A pass writes the token it draws into tokens[0] (the next step's input) and into the token log at its slot
+    (out_index); the engine reads slots back. Work is submitted, then read: on a GPU the reads wait for it (and
+    ``runs_ahead``: the host may submit more meanwhile); the CPU model computes at submission."""
+
+    spec: object                # the file's ModelSpec
+    vocab: int
+    chunk: int                  # prompt tokens a prefill pass takes at most
+    context_size: int           # KV cache positions
+    kv_cache: str               # the KV cache's element type: "f32", or "f16" (values rounded to halves)
+    rewindable: bool            # a pass may restart at any cached position (no running state)
+    passes: int                 # forward passes run so far (the engine notices passes it did not run)
+    max_steps_per_read: int     # token log slots: decode steps the engine may submit between two reads
+    runs_ahead: bool            # submitted work runs while the host goes on (a GPU): worth keeping work in flight
+    sampler_plan: object        # set by the engine: the sampler's plan (draw with it), or None (argmax)
+
+    def prefill(self, ids, pos0: int, with_head: bool) -> None:
+        """Submit a prompt chunk at positions pos0...; with_head: draw its next token (into slot 0)."""
+
+    def decode(self, pos: int, out_index: int) -> None:
+        """Submit a decode step: the last drawn token at position pos; its successor into slot out_index."""
+
+    async def read_log(self, n: int) -> list[int]:
+        """The tokens of slots 0..n-1, once the work submitted is done."""
+
+    def encode_forward(self, out_index: int):
+        """A decode step's forward pass up to the logits, prepared ahead (send_forward runs it)."""
+
+    def send_forward(self, encoded, pos: int, out_index: int) -> None:
+        """Run an encode_forward() pass on the last drawn token at position pos."""
+
+    def encode_sample(self, out_index: int, logprobs: bool):
+        """The draw from the last forward pass into slot out_index (with the sampler_plan) and the read of its
+        token (and logprobs), prepared ahead: send() it, or discard() it."""
+
+    def encode_read(self, base: int, n: int, logprobs: bool):
+        """The read of slots base..base+n-1 (tokens, and logprobs when asked), to send() after the steps."""
+
+    def send(self, encoded):
+        """Submit an encode_sample() / encode_read() result; returns the pending read, for collect()."""
+
+    def discard(self, encoded) -> None:
+        """Drop an encode_sample() / encode_read() result that will not be sent."""
+
+    async def collect(self, pending) -> tuple[list[int], object]:
+        """(the tokens of a pending read, its logprobs for Sampler.parse_logprobs or None)."""
+
+    def keep_state(self, step: int) -> bool:
+        """Steps ran past a stop: keep the running state as after step ``step`` of the last read (-1: before its
+        first); False when it cannot (the cached positions are then lost)."""
+
+    def make_sampler(self) -> Sampler:
+        """The sampler of this model's head (made once)."""
+
+    def memory(self) -> dict | None:
+        """GPU bytes held: {weights, kv_cache, other, total, buffers}; None on the CPU."""
+
+    def split_tensors(self) -> dict:
+        """{tensor: [(buffer, first row, rows)]} of the weights split across GPU buffers."""
 
 
 class Recorder:
@@ -48,9 +129,9 @@ class Recorder:
 
 class GPUModel:
     """Weights on the GPU, the step uniform, the token buffers and running passes (models/transformer.py builds the
-    layers on top). Implements the Model interface of models/__init__.py."""
+    layers on top). Implements Model."""
 
-    on_gpu = True           # runs on a GPU device (the CPU fallback, models/cpu.py, does not)
+    runs_ahead = True       # the GPU runs submitted work while the host goes on
     sampler_plan = None     # set by the engine: a plan submitted right after the head (sampling; cera_web.sampling)
     passes = 0              # forward passes set up so far (the engine notices passes it did not run itself)
 
@@ -288,11 +369,32 @@ class GPUModel:
         self.set_step(1, pos, out_index)
         self.dev.send(encoded)
 
-    def encode_sample(self, out_index: int, reads=()):
+    def encode_sample(self, out_index: int, logprobs: bool):
         """The command buffer that samples the last forward pass (sampler_plan; its token into tokens[0] and
-        log[out_index]) and copies that token, and ``reads`` ((buf, offset, n) slices), for reading back; encoded
-        ahead: send it with dev.send (returns the pending read, for dev.collect), or drop it with dev.discard."""
-        return self.dev.encode([self.sampler_plan], read=[(self.log, 4 * out_index, 4), *reads])
+        log[out_index]) and copies that token (and its logprobs slot) for reading back; encoded ahead: send() it,
+        or discard() it."""
+        return self.dev.encode([self.sampler_plan], read=self._reads(out_index, 1, logprobs))
+
+    def encode_read(self, base: int, n: int, logprobs: bool):
+        """The command buffer that copies log[base:base + n] (and those steps' logprobs slots) for reading back."""
+        return self.dev.encode([], read=self._reads(base, n, logprobs))
+
+    def _reads(self, base: int, n: int, logprobs: bool) -> list:
+        reads = [(self.log, 4 * base, 4 * n)]
+        if logprobs:
+            buf, offset, size = self._sampler.logprobs_slice(base)
+            reads.append((buf, offset, size * n))
+        return reads
+
+    def send(self, encoded):
+        return self.dev.send(encoded)
+
+    def discard(self, encoded):
+        self.dev.discard(encoded)
+
+    async def collect(self, pending) -> tuple[list[int], object]:
+        raw = await self.dev.collect(pending)
+        return [int(t) for t in memoryview(raw[0]).cast("I")], (raw[1] if len(raw) > 1 else None)
 
     def step_copies(self, out_index: int) -> list:  # pragma: no cover - abstract
         """Buffer copies to run after decode step out_index of a read (see keep_state)."""
@@ -302,14 +404,17 @@ class GPUModel:
         raw = await self.dev.read(self.log, 0, 4 * n)
         return np.frombuffer(raw, np.uint32).tolist()
 
+    _sampler = None
+
     def make_sampler(self):
-        """The sampler of this model's head (shaders/sample.wgsl over the logits buffer)."""
-        from ..sampling import GPUSampler
-        return GPUSampler.for_model(self)
+        """The sampler of this model's head (shaders/sample.wgsl over the logits buffer), made once."""
+        if self._sampler is None:
+            from ..sampling import GPUSampler
+            self._sampler = GPUSampler.for_model(self)
+        return self._sampler
 
     def memory(self) -> dict:
         """Bytes of GPU memory held: {weights, kv_cache, other, total, buffers} (see models/memory.py)."""
-        from .memory import gpu_memory
         return gpu_memory(self)
 
     def build(self):

@@ -34,7 +34,7 @@ class CPUDevice:
 
 
 class CPUSampler:
-    """The host twin of GPUSampler: the settings, the seed and the ring of recent tokens."""
+    """The host twin of GPUSampler: the settings, the seed, the ring of recent tokens and the logprobs of each slot."""
 
     def __init__(self):
         self.plan = self            # the engine sets model.sampler_plan = sampler.plan
@@ -42,15 +42,17 @@ class CPUSampler:
         self.seed = 0
         self.recent: list[int] = []
         self.allowed = None         # a grammar's mask as a boolean array, or None
+        self.slots = [None] * LOG_SIZE      # (logprob, top logprobs) of the draw into each slot
 
     def set_params(self, params: SamplingParams, seed: int, masked: bool = False):
         self.params, self.seed = params, seed
         self.allowed = None
-        self.pending = []           # logprobs of the steps not read yet
 
     async def read_logprobs(self, n: int, top: int) -> list[dict]:
-        got, self.pending = self.pending[-n:], []
-        return [{"logprob": lp, "top_logprobs": tops[:top]} for lp, tops in got]
+        return self.parse_logprobs(self.slots[:n], top)
+
+    def parse_logprobs(self, raw, top: int) -> list[dict]:
+        return [{"logprob": lp, "top_logprobs": tops[:top]} for lp, tops in raw]
 
     def set_mask(self, words):
         self.allowed = np.unpackbits(np.asarray(words, np.uint32).view(np.uint8), bitorder="little").astype(bool)
@@ -60,9 +62,11 @@ class CPUSampler:
 
 
 class CPUModel:
-    """ReferenceModel with the Model interface the engine drives (models/__init__.py)."""
+    """ReferenceModel behind the Model protocol (models/base.py). Work runs when it is submitted (runs_ahead is
+    False): a "pending read" is the values themselves, and prepared (encoded) work is a function to call."""
 
-    on_gpu = False
+    runs_ahead = False
+    max_steps_per_read = LOG_SIZE
 
     def __init__(self, dev, gguf, source, spec, *, context_size: int, chunk: int, on_progress=None,
                  kv_cache: str = "f32"):
@@ -80,49 +84,81 @@ class CPUModel:
         self.passes = 0
         self.logits = None
         self._log = [0] * LOG_SIZE
-        self._next = 0
+        self._next = 0          # the last drawn token (the next step's input)
+        self._drawn = 0         # the position the next draw is for (its random number's)
+        self._sampler = None
 
     def make_sampler(self):
-        return CPUSampler()
+        if self._sampler is None:
+            self._sampler = CPUSampler()
+        return self._sampler
 
-    def _head(self, logits: np.ndarray, pos: int) -> int:
-        s = self.sampler_plan
+    def _draw(self, out_index: int):
+        """Draw the token after self.logits into slot out_index: argmax, or the numpy twin of sample.wgsl."""
+        logits, s = self.logits, self.sampler_plan
         if s is None:
-            return int(np.argmax(logits))
-        window = s.params.repeat_window
-        recent = s.recent[-window:] if window else []
-        allowed = None if s.allowed is None else s.allowed[:len(logits)]
-        tok = sample_numpy(logits, s.params, recent, uniform(s.seed, pos), allowed)
-        if s.params.logprobs:
-            lp = logprobs_numpy(logits, s.params, recent, allowed)
-            order = np.argsort(-lp, kind="stable")[:20]
-            s.pending.append((float(lp[tok]), [(int(i), float(lp[i])) for i in order if lp[i] > -1e30]))
-        s.recent = (s.recent + [tok])[-RING:]
-        return tok
+            tok = int(np.argmax(logits))
+        else:
+            window = s.params.repeat_window
+            recent = s.recent[-window:] if window else []
+            allowed = None if s.allowed is None else s.allowed[:len(logits)]
+            tok = sample_numpy(logits, s.params, recent, uniform(s.seed, self._drawn), allowed)
+            if s.params.logprobs:
+                lp = logprobs_numpy(logits, s.params, recent, allowed)
+                order = np.argsort(-lp, kind="stable")[:20]
+                s.slots[out_index] = (float(lp[tok]), [(int(i), float(lp[i])) for i in order if lp[i] > -1e30])
+            s.recent = (s.recent + [tok])[-RING:]
+        self._next = self._log[out_index] = tok
+
+    def _forward(self, ids, pos0: int):
+        self.passes += 1
+        self.logits = self.ref.forward(list(ids), pos0, last_only=True)[-1]
+        self._drawn = pos0 + len(ids)
 
     def prefill(self, ids, pos0: int, with_head: bool):
-        self.passes += 1
-        logits = self.ref.forward(list(ids), pos0, last_only=True)[-1]
+        self._forward(ids, pos0)
         if with_head:
-            self.logits = logits
-            self._next = self._log[0] = self._head(logits, pos0 + len(ids))
-
-    max_steps_per_read = LOG_SIZE
-
-    def keep_state(self, step: int) -> bool:
-        return self.rewindable          # the reference's LFM2 conv state is not snapshotted
+            self._draw(0)
 
     def decode(self, pos: int, out_index: int):
-        self.passes += 1
-        logits = self.ref.forward([self._next], pos, last_only=True)[-1]
-        self.logits = logits
-        self._next = self._log[out_index] = self._head(logits, pos + 1)
+        self._forward([self._next], pos)
+        self._draw(out_index)
 
-    async def read_log(self, n: int) -> list[int]:
+    def encode_forward(self, out_index: int):
+        return None             # nothing to prepare: send_forward computes
+
+    def send_forward(self, encoded, pos: int, out_index: int):
+        self._forward([self._next], pos)
+
+    def encode_sample(self, out_index: int, logprobs: bool):
+        def sample():
+            self._draw(out_index)
+            return self._read(out_index, 1, logprobs)
+        return sample
+
+    def encode_read(self, base: int, n: int, logprobs: bool):
+        return lambda: self._read(base, n, logprobs)
+
+    def _read(self, base: int, n: int, logprobs: bool):
+        return self._log[base:base + n], (self._sampler.slots[base:base + n] if logprobs else None)
+
+    def send(self, encoded):
+        return encoded()
+
+    def discard(self, encoded):
+        pass
+
+    async def collect(self, pending):
         # Nothing to wait for, but yield to the event loop: in a browser worker this is where a Stop message (and
         # the page's other messages) come in, as they do while a GPU model awaits its readback.
         await asyncio.sleep(0)
-        return self._log[:n]
+        return pending
+
+    async def read_log(self, n: int) -> list[int]:
+        return (await self.collect(self._read(0, n, False)))[0]
+
+    def keep_state(self, step: int) -> bool:
+        return self.rewindable          # the reference's LFM2 conv state is not snapshotted
 
     def memory(self):
         return None           # nothing on a GPU

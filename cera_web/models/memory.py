@@ -3,10 +3,17 @@ tensor table, before anything is uploaded), and what does a loaded model hold (g
 from __future__ import annotations
 
 from ..errors import UnsupportedModelError
-from .base import SPLIT_ROWS, smallest_piece
 from .spec import model_spec
 
 CONTEXT_SIZE = 2048                     # tokens of KV cache the pages load models with
+SPLIT_ROWS = 16     # a tensor split across buffers is split at multiples of this many rows (see GPUModel.pieces)
+
+
+def smallest_piece(info) -> int:
+    """The fewest bytes a buffer holding part of tensor ``info`` needs: SPLIT_ROWS of its rows (all of it when it has
+    no more, or is 1-D: a vector is not split)."""
+    rows = info.shape[-1] if len(info.shape) > 1 else 1
+    return min(info.nbytes, info.nbytes // rows * SPLIT_ROWS)
 
 
 def _mib(n: int) -> str:

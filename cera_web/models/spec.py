@@ -90,17 +90,6 @@ class ModelSpec:
         if not self.query_scale:
             self.query_scale = 1.0 / math.sqrt(self.head_dim)
 
-    @property
-    def q_dim(self) -> int:
-        return self.heads * self.head_dim
-
-    @property
-    def kv_dim(self) -> int:
-        return self.kv_heads * self.head_dim
-
-    def attention_layers(self) -> list[int]:
-        return [i for i, layer in enumerate(self.layers) if layer.attention]
-
     def conv_layers(self) -> list[int]:
         return [i for i, layer in enumerate(self.layers) if layer.kind == "conv"]
 
@@ -114,11 +103,6 @@ class ModelSpec:
         float16: kv_cache "f16"), one [context, kv_heads * head_dim] buffer each for K and V per attention layer."""
         sizes = [KV_WIDTH[kv_cache] * context_size * layer.kv_heads * self.head_dim for layer in self.layers if layer.attention]
         return max(sizes, default=0), 2 * sum(sizes)
-
-    def layer_tensors(self, i: int) -> dict:
-        """{short name (e.g. "attn_q.weight"): full name} of layer i's tensors."""
-        p = f"blk.{i}."
-        return {n[len(p):]: n for n in self.tensors if n.startswith(p)}
 
 
 # -- reading metadata ------------------------------------------------------------------------------------------------

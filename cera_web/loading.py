@@ -1,0 +1,163 @@
+"""The one load path: ``plan_load`` reads a model file's header and makes every decision of a load once.
+
+    plan = await plan_load("model.gguf")       # header parsed, spec built, tokenizer made, device chosen, fit
+                                               # checked: each once, before any weight is read
+    engine = Engine.from_plan(plan)            # the weights go up (models.load_model); nothing is re-derived
+
+``Engine.load(source, ...)`` is those two lines. The page's worker (webapp.py) and the notebook call ``plan_load``
+themselves, to pass in what they have already: a device made ahead (the page makes one before the download, to
+check the header against its limits), the header checked from the download's first bytes (``check``, through
+webapp.check_header), or the page's backend setting ("auto" | "webgpu" | "cpu").
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+from .errors import GPUUnavailableError, InputError, UnsupportedModelError
+from .gguf import GGUFFile, parse_gguf
+from .models.memory import CONTEXT_SIZE, fit_report
+from .models.spec import ModelSpec, check_kv_cache, model_spec
+from .source import FileSource
+
+BACKENDS = ("auto", "webgpu", "cpu")
+
+# The CPU path keeps a model's weights as float32 arrays (cera_web.reference; in Pyodide: the wasm heap, which tops
+# out near 4 GiB): "auto" takes it only for models whose float32 weights stay under this (SmolLM2-135M: 0.54 GB; a
+# 0.5B model: 2 GB, left on the adapter).
+CPU_WEIGHT_BYTES = 1 << 30
+
+
+@dataclass
+class Header:
+    """A model file's header, read and checked: the parsed GGUF, its spec, and its fit report against a device's
+    limits (with the (limits, context_size, kv_cache) it was checked for; None when no limits were given)."""
+
+    gguf: GGUFFile
+    spec: ModelSpec
+    fit: dict | None = None
+    fit_for: tuple | None = None
+
+
+def check(gguf: GGUFFile, limits: dict | None = None, context_size: int = CONTEXT_SIZE,
+          kv_cache: str = "f32") -> Header:
+    """Check a parsed header: the architecture and tensors (models.model_spec), and, given a device's limits, that
+    its buffers fit them (models.memory.fit_report). Raises with what is wrong."""
+    spec = model_spec(gguf)
+    if limits is None:
+        return Header(gguf, spec)
+    return Header(gguf, spec, fit_report(gguf, limits, context_size, spec=spec, kv_cache=kv_cache),
+                  (limits, context_size, kv_cache))
+
+
+@dataclass
+class LoadPlan:
+    """Everything decided about a load before its weights are read: made once by plan_load, passed down as is."""
+
+    source: object              # where the bytes come from (cera_web.source): name, size, read(offset, n)
+    gguf: GGUFFile              # the parsed header: metadata and tensor table
+    spec: ModelSpec             # the model's description, checked against the tensor table (models/spec.py)
+    tokenizer: object           # cera_web.tokenizer.Tokenizer, checked against the embedding table
+    backend: str                # where it runs: "webgpu" (a GPU device) or "cpu" (the numpy reference model)
+    device: object              # the GPU device (cera_web.gpu), or a models.cpu.CPUDevice on the CPU path
+    fit: dict | None            # models.memory.fit_report against the device's limits (None on the CPU path)
+    context_size: int           # KV cache positions
+    chunk: int                  # prompt tokens a prefill pass
+    kv_cache: str               # the KV cache's element type: "f32" or "f16"
+
+    @property
+    def cpu(self) -> bool:
+        """Whether the load runs the numpy reference model on the CPU (not a GPU device)."""
+        return self.backend == "cpu"
+
+
+def choose_backend(backend: str, device, gguf) -> str:
+    """"cpu" or "webgpu" for a load: what was asked, except that "auto" takes the CPU path where the adapter is a
+    software fallback (SwiftShader, or any adapter that says it is a CPU: on a 2-core box its WebGPU decodes SmolLM2
+    ~20x slower than numpy in Pyodide) and the model's float32 weights fit CPU_WEIGHT_BYTES."""
+    if backend == "cpu" or device is None:
+        return "cpu"
+    if backend == "auto" and device.is_cpu and 4 * sum(t.n_elements for t in gguf.tensors.values()) <= CPU_WEIGHT_BYTES:
+        return "cpu"
+    return "webgpu"
+
+
+def read_header(source) -> GGUFFile:
+    """Parse the GGUF header of ``source`` (cera_web.source: name, size, read)."""
+    return parse_gguf(source.read, source.size, name=getattr(source, "name", None))
+
+
+async def plan_load(source, *, device=None, backend: str = "webgpu", cpu_fallback: bool = True,
+                    context_size: int = 2048, chunk: int | None = None, kv_cache: str = "f32",
+                    header: Header | None = None, on_progress=None) -> LoadPlan:
+    """Read and check a model's header, choose where it runs and check that it fits there; nothing is uploaded.
+
+    source: a path or a source object. header: its Header when the caller read and checked it already (from the
+    first bytes of its download: check()), else it is read here. device: a cera_web.gpu device, "cpu" for the numpy reference
+    model, or None for the best GPU where this code runs: without one, the CPU (a message on stderr) unless
+    cpu_fallback is False (GPUUnavailableError). backend: "webgpu" (the device, whatever it is), "cpu", or "auto"
+    (choose_backend: the CPU where the device is a software adapter and the model is small enough); a device passed
+    in that the load does not use is released. chunk: prompt tokens a prefill pass (default: the device's
+    prefill_chunk). Raises InputError / UnsupportedModelError / GGUFFormatError with what is wrong, before any
+    weight is read."""
+    check_kv_cache(kv_cache)
+    if backend not in BACKENDS:
+        raise InputError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if not hasattr(source, "read"):
+        source = FileSource(source)
+    if on_progress:
+        on_progress("parse", 0, 1)
+    if header is None:
+        gguf = read_header(source)
+    else:
+        gguf = header.gguf
+    from .tokenizer import Tokenizer
+    tokenizer = Tokenizer.from_gguf(gguf)
+    if header is None:
+        header = check(gguf)        # the architecture and its tensors check out before a device is made
+    spec = header.spec
+    if context_size < 1:
+        raise InputError(f"context_size must be positive, got {context_size}")
+    emb = gguf.tensors.get("token_embd.weight")
+    n_rows = emb.shape[1] if emb is not None and len(emb.shape) == 2 else None   # other shapes: the model says
+    if n_rows is not None and n_rows != tokenizer.vocab_size:
+        raise UnsupportedModelError(
+            f"the tokenizer has {tokenizer.vocab_size} tokens but the embedding table has {n_rows} rows: the "
+            f"file's vocabulary and weights disagree; re-convert the model")
+    backend, device, made = await _choose_device(device, backend, cpu_fallback, gguf)
+    try:
+        fit = None
+        if backend == "webgpu":
+            if kv_cache == "f16" and "shader-f16" not in device.features:
+                raise UnsupportedModelError(
+                    "kv_cache='f16' needs the GPU's shader-f16 feature, which this device does not offer; use "
+                    "kv_cache='f32' (the default)")
+            fit = header.fit if header.fit_for == (device.limits, context_size, kv_cache) else \
+                fit_report(gguf, device.limits, context_size, spec=spec, kv_cache=kv_cache)   # refuse what cannot fit
+    except BaseException:
+        if made:
+            device.destroy()
+        raise
+    chunk = max(1, min(device.prefill_chunk if chunk is None else chunk, context_size))
+    return LoadPlan(source, gguf, spec, tokenizer, backend, device, fit, context_size, chunk, kv_cache)
+
+
+async def _choose_device(device, backend: str, cpu_fallback: bool, gguf):
+    """(backend, the device a load runs on, whether it was made here): the one place a load's device is chosen."""
+    from .models.cpu import CPUDevice
+    if device == "cpu":
+        device, backend = None, "cpu"
+    made = False
+    if device is None and backend != "cpu":
+        from .gpu import get_device
+        try:
+            device, made = await get_device(), True
+        except GPUUnavailableError as e:
+            if not cpu_fallback:
+                raise
+            print(f"cera_web: {e}; running on the CPU instead (slow)", file=sys.stderr)
+    if choose_backend(backend, device, gguf) == "cpu":
+        if device is not None:          # made for a GPU load (the page's prepare, or here) but not used
+            device.destroy()
+        return "cpu", CPUDevice(), False
+    return "webgpu", device, made
