@@ -119,7 +119,7 @@ def test_logprobs_equal_log_softmax_of_reference_logits(engines):
 
 @pytest.mark.parametrize("arch", ["lfm2", "qwen3"])
 def test_overlapped_steps_equal_serial_steps_and_keep_the_cache(arch):
-    """The overlapped constrained decode (engine._decode_constrained: the next forward pass runs while the token is
+    """The overlapped constrained decode (engine._Overlapped: the next forward pass runs while the token is
     read) gives the tokens and logprobs of one plain step per read (engine.overlap = False), greedy and seeded; and
     after its stop (a forward pass ran past it) the cache and LFM2's conv state are those of the tokens kept: a
     continuation that reuses the cache equals one that prefills everything."""
