@@ -44,12 +44,14 @@ class Reader:
 
 @dataclass(frozen=True)
 class Aligned:
-    """A type's aligned layout: ``regions`` ((offset in the block, bytes) each, in the order they are stored) and
-    the reader of that layout on each path."""
+    """A type's aligned layout: ``regions`` ((offset in the block, bytes) each, in the order they are stored), the
+    reader of that layout on each path, and whether its matvec_q8 reader's item is a whole 32-weight block
+    (``block_items``: the lanes a row then follow the row's blocks, kernels.matvec_q8_lanes)."""
     regions: tuple[tuple[int, int], ...]
     f32: Reader
     matvec_q8: Reader | None = None
     matmul_i8: Reader | None = None
+    block_items: bool = False
 
 
 @dataclass(frozen=True)
@@ -102,14 +104,15 @@ FORMATS: dict[GGMLType, Format] = {row.type: row for row in [
     Format(T.Q4_0, quants.dequantize_q4_0, f32=_f("q4_0", "bytes"), matvec_q8=_mv("q4_0", _BYTES),
            matmul_i8=_mm("q4_0", "bytes")),
     Format(T.Q4_1, quants.dequantize_q4_1, f32=_f("q4_1"), matvec_q8=_mv("q4_1"), matmul_i8=_mm("q4_1"),
-           aligned=Aligned(((4, 16), (0, 4)), f32=_f("q4_1a"), matvec_q8=_mv("q4_1a"), matmul_i8=_mm("q4_1a"))),
+           aligned=Aligned(((4, 16), (0, 4)), f32=_f("q4_1a"), matvec_q8=_mv("q4_1a"), matmul_i8=_mm("q4_1a"),
+                           block_items=True)),
     Format(T.Q5_0, quants.dequantize_q5_0, f32=_f("q5_0", "bytes"), matvec_q8=_mv("q5_0", _BYTES),
            matmul_i8=_mm("q5_0", "bytes")),
     Format(T.Q5_1, quants.dequantize_q5_1, f32=_f("q5_1")),
     Format(T.Q8_0, quants.dequantize_q8_0, f32=_f("q8_0", "bytes"), matvec_q8=_mv("q8_0", _BYTES),
            matmul_i8=_mm("q8_0", "bytes"),
            aligned=Aligned(((2, 32), (0, 2)), f32=_f("q8_0a", "bytes"), matvec_q8=_mv("q8_0a"),
-                           matmul_i8=_mm("q8_0a"))),
+                           matmul_i8=_mm("q8_0a"), block_items=True)),
     Format(T.Q2_K, quants.dequantize_q2_k, f32=_f("q2_k")),
     Format(T.Q3_K, quants.dequantize_q3_k, f32=_f("q3_k", "bytes")),
     Format(T.Q4_K, quants.dequantize_q4_k, f32=_f("q4_k", "kscales"),

@@ -580,7 +580,8 @@ def matvec_q8_shape(fmt, K: int, cpu: bool, subgroup_size: int | None, wg_memory
         shape = {"lanes": 1, "wg": 64, "sg": False}
     else:
         cfg = _tuning(tuning).matvec8_config()
-        whole = aligned and fmt in (GGMLType.Q4_1, GGMLType.Q8_0)     # an item is a whole block (Q6_K's: 64 weights)
+        layout = formats.FORMATS[fmt].aligned
+        whole = aligned and layout is not None and layout.block_items     # an item a block (Q6_K's: 64 weights)
         lanes, wg = cfg["lanes"] or matvec_q8_lanes(rows, cfg["wg"], K // 32 if whole else None), cfg["wg"]
         if lanes & (lanes - 1) or not 1 <= lanes <= 32 or wg not in (64, 128, 256) or wg < lanes:
             raise ValueError(f"CERA_WEB_MATVEC8: lanes={lanes} (a power of two up to 32), wg={wg} (64, 128, 256)")

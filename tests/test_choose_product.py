@@ -184,6 +184,11 @@ def test_the_formats_registry():
     assert set(formats.types_with("matvec_q8")) == {G.Q4_0, G.Q4_1, G.Q5_0, G.Q8_0, G.Q4_K, G.Q5_K, G.Q6_K}
     assert set(formats.types_with("matmul_i8")) == {G.Q4_0, G.Q4_1, G.Q5_0, G.Q8_0, G.Q4_K, G.Q6_K}
     assert formats.ALIGNED_TYPES == {G.Q4_1, G.Q8_0, G.Q6_K}
+    # matvec_q8 on aligned Q4_1 / Q8_0 reads a whole block an item: rows of 256 blocks or more take at most 16 lanes
+    assert {t for t in formats.ALIGNED_TYPES if formats.FORMATS[t].aligned.block_items} == {G.Q4_1, G.Q8_0}
+    assert picks(G.Q8_0, 2048, 8192, 1, aligned=True)[0][1]["lanes"] == 16
+    assert picks(G.Q8_0, 2048, 8192, 1, aligned=False)[0][1]["lanes"] == 32
+    assert picks(G.Q6_K, 2048, 8192, 1, aligned=True)[0][1]["lanes"] == 32
     for t, row in formats.FORMATS.items():
         assert (row.block_elems, row.block_bytes) == GGML_BLOCK[t]
         for path in formats.PATHS:
