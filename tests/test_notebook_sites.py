@@ -146,3 +146,47 @@ def test_jupyterlite_notebook_runs_the_engine_from_the_served_wheel(jupyterlite,
     assert out[0].startswith("installed: cera_web-0.1.0-py3-none-any.whl, jinja2-"), out[0]
     assert out[1].startswith("loaded SmolLM2-135M-Instruct.Q4_1.gguf (") and out[1].endswith(" on CPU (numpy reference)"), out[1]
     assert out[2:] == _native(smollm2_gguf)
+
+
+# ----------------------------------------------------------------------------- marimo
+
+MARIMO_NOTEBOOK = ROOT / "notebooks" / "cera_web_marimo.py"
+
+
+@pytest.mark.slow   # the same notebook steps as the JupyterLite test, in marimo's WASM notebook (~2 min here)
+def test_marimo_notebook_runs_the_engine_from_the_served_wheel(tmp_path, page, smollm2_gguf):
+    """notebooks/build_marimo_site.py's site for notebooks/cera_web_marimo.py (its settings pointed at serve.py and
+    the CPU path), on a static host of its own; serve.py allows that origin."""
+    from playwright.sync_api import expect
+
+    sys.path.insert(0, str(ROOT / "notebooks"))
+    import build_marimo_site
+
+    host = tmp_path / "host"
+    host.mkdir()
+    lite_server, site_url = _static_host(host)
+    cera_server, cera_url = _start(serve.ROOT, cors=[site_url])
+    try:
+        source = MARIMO_NOTEBOOK.read_text()
+        assert source.count('SITE = "http://127.0.0.1:8000"') == 1 and source.count("DEVICE = None ") == 1
+        notebook = tmp_path / MARIMO_NOTEBOOK.name
+        notebook.write_text(source.replace('SITE = "http://127.0.0.1:8000"', f'SITE = "{cera_url}"').replace(
+            "DEVICE = None ", 'DEVICE = "cpu"'))
+        build_marimo_site.build(notebook, host / "site")
+        console = []
+        page.on("console", lambda m: console.append(f"{m.type}: {m.text}"[:300]))
+        page.goto(site_url + "/site/")
+        body = page.locator("body")
+        try:
+            expect(body).to_contain_text("parsed: ", timeout=RUN_MS)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{body.inner_text()[-2000:]}\n" + "\n".join(console[-30:])) from None
+        text = body.inner_text()
+        assert "installed: cera_web-0.1.0-py3-none-any.whl, jinja2-" in text
+        assert "loaded SmolLM2-135M-Instruct.Q4_1.gguf (" in text and " on CPU (numpy reference)" in text
+        for want in _native(smollm2_gguf):
+            assert want in text, (want, text[-3000:])
+    finally:
+        for server in (lite_server, cera_server):
+            server.shutdown()
+            server.server_close()
