@@ -182,7 +182,9 @@ def api_page(browser, server_url):
     page.goto(server_url + "/web/api.html")
     try:
         expect(page.get_by_role("status")).to_have_text(re.compile(r"^Ready: |^Loading failed"), timeout=LOAD_MS)
-        expect(page.get_by_role("status")).to_have_text(re.compile(r"^Ready: SmolLM2"), timeout=1)
+        # the model named as the chat page's menu names it (web/ggufmeta.js), then its file
+        expect(page.get_by_role("status")).to_have_text(
+            re.compile(r"^Ready: SmolLM2 135M Instruct \(SmolLM2-135M-Instruct\.Q4_1\.gguf\) on "), timeout=1)
     except AssertionError as e:
         raise AssertionError(f"{e}\n" + "\n".join(console[-30:])) from None
     page.console = console

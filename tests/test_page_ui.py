@@ -2,7 +2,8 @@
 (tests/fixtures/small/qwen3-q8_0.gguf, routed at /fake/qwen3.gguf) so that each test takes seconds, not minutes.
 
 - the model menu lists the served models (serve.py's /models/index.json: assets.json's models present on disk) with
-  size and cache state, and loads the one picked; the model is named by its file everywhere
+  size and cache state, and loads the one picked; the menu names models from their GGUF headers, the model panel
+  by its file
 - chat is the default mode for a model with a chat template; a base model (no template) opens in raw completion
 - the system prompt reaches the template: the page's prompt ids and reply equal a native ChatSession's with it
 - Markdown replies are DOM nodes: model text with <script> or <img onerror=...> is shown as text and never runs;
@@ -171,7 +172,9 @@ def test_menu_chat_default_and_base_model_raw(browser, server_url):
         size = (ROOT / ".assets" / "models" / DEFAULT_FILE).stat().st_size
         menu = page.get_by_label("Model", exact=True)
         # the served model, with its size and (downloaded just now) cache state; selected, as it is the loaded one
-        expect(menu.locator("option:checked")).to_have_text(f"{DEFAULT_FILE} · {size / 1e6:.1f} MB · cached")
+        # named from its header (tests/test_model_names.py), the file name its title
+        expect(menu.locator("option:checked")).to_have_text(f"SmolLM2 135M Instruct · {size / 1e6:.1f} MB · cached")
+        expect(menu.locator("option:checked")).to_have_attribute("title", DEFAULT_FILE)
         expect(page.locator("#model-state")).to_have_text(f"{size / 1e6:.1f} MB · cached")   # also beside the menu
         expect(page.locator("#model-name")).to_have_text(DEFAULT_FILE)
         # the adapter here is SwiftShader, a software fallback: by default the page takes its faster CPU path, and
@@ -203,18 +206,20 @@ def test_menu_chat_default_and_base_model_raw(browser, server_url):
         expect(page.get_by_role("button", name="Generate")).to_be_enabled()
         expect(page.get_by_label("Chat template")).not_to_be_checked()
         expect(page.locator("#mode-hint")).to_have_text("This model has no chat template: it continues text.")
-        # the menu: the served default model (not cached in this fresh context) and the loaded one, by file name
+        # the menu: the served default model (not cached in this fresh context) and the loaded one, named from their
+        # headers (this one's server ignores Range: read from its start)
         options = page.get_by_label("Model", exact=True).locator("option")
+        expect(options.nth(0)).to_have_text("tiny random qwen3 167K Base")
+        expect(options.nth(1)).to_have_text(re.compile(r"^SmolLM2 135M Instruct · [\d.]+ MB · download$"))
         texts = options.all_text_contents()
-        assert texts[0] == "qwen3.gguf" and re.fullmatch(rf"{re.escape(DEFAULT_FILE)} · [\d.]+ MB · download",
-                                                          texts[1]), texts
         # a model over 200 MB asks before it is downloaded; declined, nothing loads and the menu shows the loaded one
         big = [t for t in texts if re.search(r" · ([2-9]\d\d|\d{4,})\.\d MB · download$", t)]
         if big:     # the optional real checkpoints are served (tests/run.py fetches them)
             asked = []
             page.once("dialog", lambda d: (asked.append(d.message), d.dismiss()))
             page.get_by_label("Model", exact=True).select_option(label=big[0])
-            expect(page.get_by_label("Model", exact=True).locator("option:checked")).to_have_text("qwen3.gguf")
+            expect(page.get_by_label("Model", exact=True).locator("option:checked")).to_have_text(
+                "tiny random qwen3 167K Base")
             assert asked and asked[0].startswith(f"Download {big[0].split(' · ')[0]} ("), asked
             expect(ui.status).to_have_text("Ready")
         expect(page.locator("#model-name")).to_have_text("qwen3.gguf")

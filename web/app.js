@@ -11,7 +11,8 @@ const ui = {
   progress: $('progress'), progressText: $('progress-text'), progressRow: $('progress-row'),
   modelSelect: $('model-select'), modelState: $('model-state'), drawer: $('drawer'), loadError: $('load-error'),
   system: $('system'), modeHint: $('mode-hint'), chatRadio: document.querySelector('input[name="mode"][value="chat"]'),
-  loadForm: $('load-form'), modelUrl: $('model-url'), load: $('load'), modelFile: $('model-file'),
+  loadForm: $('load-form'), modelUrl: $('model-url'), modelUrlName: $('model-url-name'), load: $('load'),
+  modelFile: $('model-file'),
   notice: $('notice'), memory: $('memory'), cacheList: $('cache-list'), cacheUsage: $('cache-usage'),
   dropOverlay: $('drop-overlay'),
   generateForm: $('generate-form'), prompt: $('prompt'), chat: $('chat'), maxTokens: $('max-tokens'),
@@ -34,6 +35,7 @@ const state = {
   loadingUrl: null,       // its URL (null for a picked or dropped file)
   modelUrl: null,         // the URL of the loaded model (null for a file)
   served: [],             // the served models [{name, file, url, size}] (the model menu)
+  names: new Map(),       // absolute URL -> the model's name read from its GGUF header (web/ggufmeta.js)
   cached: new Set(),      // absolute URLs of the models in the browser cache
   meta: new Map(),        // index of an assistant message -> {tokens, tok_s, seed, json, logprobs} of its run
   running: null,          // the mode of the generation in flight
@@ -377,6 +379,7 @@ function loadModel(url) {
   startLoading(fileName(url));
   state.loadingUrl = absolute(url);
   showMenu();
+  nameModel(url);
   worker.postMessage({type: 'load', url, limits: LIMITS, backend: state.backend});
 }
 
@@ -391,13 +394,30 @@ async function fetchMenu() {
     state.served = [];   // a static host without the list: the menu shows the loaded model only
   }
   showMenu();
+  for (const m of state.served) nameModel(m.url);
 }
 
-// The menu: every served model ("file · size · cached"), selected: the loaded (or loading) one; a model loaded from
-// elsewhere (a URL, a file) shows as one more entry.
+// Reads the model's name from its header (Range requests of its first bytes, before any download) into the menu,
+// once a URL; resolves to the name, or null where the header cannot be read (the menu keeps the file name).
+const nameReads = new Map();
+function nameModel(url) {
+  const key = absolute(url);
+  if (!nameReads.has(key)) {
+    nameReads.set(key, CeraGGUFMeta.describe(key).then((found) => {
+      if (found) state.names.set(key, found.name);
+      showMenu();
+      return found && found.name;
+    }));
+  }
+  return nameReads.get(key);
+}
+
+// The menu: every served model ("name · size · cached", the name from its header, else its file; the file name is
+// the entry's title), selected: the loaded (or loading) one; a model loaded from elsewhere (a URL, a file) shows as
+// one more entry.
 function showMenu() {
   const current = state.loading ? state.loadingUrl : state.modelUrl;
-  const currentName = state.loading ? state.loadingName : ui.modelName.textContent;
+  const currentName = state.names.get(current) || (state.loading ? state.loadingName : ui.modelName.textContent);
   ui.modelSelect.textContent = '';
   let selected = false;
   for (const m of state.served) {
@@ -405,7 +425,8 @@ function showMenu() {
     const option = document.createElement('option');
     option.value = m.url;
     const cached = state.cached.has(url) ? 'cached' : 'download';
-    option.textContent = `${m.file} · ${formatBytes(m.size)} · ${cached}`;
+    option.textContent = `${state.names.get(url) || m.file} · ${formatBytes(m.size)} · ${cached}`;
+    option.title = m.file;
     if (url === current) option.selected = selected = true;
     ui.modelSelect.append(option);
   }
@@ -415,6 +436,7 @@ function showMenu() {
     option.disabled = true;
     option.selected = true;
     option.textContent = state.modelLoaded || state.loading ? currentName : 'none loaded';
+    if (current) option.title = fileName(current);
     ui.modelSelect.prepend(option);
   }
   // the loaded (or loading) model's size and cache state beside the menu: in view even where a phone cuts the
@@ -431,7 +453,8 @@ ui.modelSelect.addEventListener('change', () => {
   const url = ui.modelSelect.value;
   const served = state.served.find((m) => m.url === url);
   if (served && served.size > CONFIRM_BYTES && !state.cached.has(absolute(url)) &&
-      !confirm(`Download ${served.file} (${formatBytes(served.size)})? It is kept in this browser afterwards.`)) {
+      !confirm(`Download ${state.names.get(absolute(url)) || served.file} (${served.file}, ${formatBytes(served.size)})? ` +
+               'It is kept in this browser afterwards.')) {
     showMenu();   // the menu shows the loaded model again
     return;
   }
@@ -483,6 +506,25 @@ document.addEventListener('drop', (event) => {
   ui.dropOverlay.hidden = true;
   const file = event.dataTransfer.files[0];
   if (file) loadFile(file);
+});
+
+// A URL typed or pasted into the Model URL field is named (from its header) before anything downloads.
+let urlTyped = 0;
+ui.modelUrl.addEventListener('input', () => {
+  const typed = ++urlTyped;
+  ui.modelUrlName.textContent = '';
+  setTimeout(async () => {
+    const url = ui.modelUrl.value.trim();
+    if (typed !== urlTyped || !url) return;
+    let file, name;
+    try {
+      file = fileName(url);
+      name = await nameModel(url);
+    } catch (e) {
+      return;   // not a URL (yet)
+    }
+    if (typed === urlTyped) ui.modelUrlName.textContent = name ? `${name} (${file})` : file;
+  }, 400);
 });
 
 ui.loadForm.addEventListener('submit', (event) => {
