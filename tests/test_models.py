@@ -168,7 +168,7 @@ def test_a_run_stopped_inside_a_read_is_continued_from_where_it_stopped(stem):
 @gpu
 @pytest.mark.parametrize("stem", ["lfm2-q8_0", "qwen3-q8_0"])
 def test_pipelined_decode_equals_one_read_at_a_time(stem):
-    """engine._decode_pipelined (the next batch submitted before this one's tokens are read, batches in alternate
+    """engine._Batches at depth 2 (the next batch submitted before this one's tokens are read, batches in alternate
     halves of the token log, logprob slots and conv snapshots) gives the tokens and logprobs of the loop that reads
     each batch before encoding the next (engine.overlap = False), greedy and seeded; a stop in the first batch, in a
     later one, or at max_tokens leaves the cache (and LFM2's conv state) of the tokens kept: a continuation reusing

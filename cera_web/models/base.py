@@ -358,7 +358,7 @@ class GPUModel:
         self.set_step(1, pos, out_index)
         self.dev.submit([self.plan_decode, *self._head(self.plan_head_decode)], self.step_copies(out_index))
 
-    # -- a decode step in halves, for constrained decoding (the engine's _decode_constrained) ---------------------
+    # -- a decode step in halves, for constrained decoding (the engine's _Overlapped schedule) ---------------------
     def encode_forward(self, out_index: int):
         """The command buffer of a decode step's forward pass up to the logits (body and head, not the sampler),
         encoded ahead; send_forward runs it."""

@@ -12,7 +12,7 @@ of two real tokens, so the byte statistics stay realistic), to measure a 150k-to
 ``--decode`` measures the engine instead: decode tok/s of the same prompt unconstrained (argmax plan, several steps
 a readback), unconstrained through the sampler at one step a readback (what constrained decoding costs without
 its mask), and under a JSON schema (first generation: cold grammar caches; then again: warm; then warm without the
-host/GPU overlap of engine._decode_constrained, ``engine.overlap = False``), with the host's mask time per step.
+host/GPU overlap of engine._Overlapped, ``engine.overlap = False``), with the host's mask time per step.
 ``--vocab-json`` (written by ``--save-vocab F`` where the model file is) builds a random-weight model
 with the real vocabulary on machines the model file cannot reach.
 """
