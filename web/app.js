@@ -453,8 +453,8 @@ ui.modelSelect.addEventListener('change', () => {
   const url = ui.modelSelect.value;
   const served = state.served.find((m) => m.url === url);
   if (served && served.size > CONFIRM_BYTES && !state.cached.has(absolute(url)) &&
-      !confirm(`Download ${state.names.get(absolute(url)) || served.file} (${served.file}, ${formatBytes(served.size)})? ` +
-               'It is kept in this browser afterwards.')) {
+      !confirm(`Download ${state.names.get(absolute(url)) || served.file} (${served.file}, ` +
+               `${formatBytes(served.size)})? It is kept in this browser afterwards.`)) {
     showMenu();   // the menu shows the loaded model again
     return;
   }

@@ -1,10 +1,9 @@
 // cera_web GGUF header reader: a model's metadata and tensor table from the first bytes of its URL (HTTP Range
-// requests) or of a File, without downloading the model, and the name people know it by.
+// requests), without downloading the model, and the name people know it by.
 //
 // A classic script that defines one global, `CeraGGUFMeta` (load it with <script src="/web/ggufmeta.js">, or
 // importScripts in a worker):
 //   CeraGGUFMeta.readUrl(url, {budget}) -> header      fetches a first slice, then more only while the header needs it
-//   CeraGGUFMeta.readBlob(blob, {budget}) -> header     the same from a File or Blob (slices of it)
 //   CeraGGUFMeta.friendlyName(header, fileName) -> 'SmolLM2 135M Instruct'
 //   CeraGGUFMeta.describe(url) -> {name, file} | null   readUrl + friendlyName; null when the header cannot be read
 // header: {version, fileSize, metadata: {key: value}, complete, tensors, dataOffset, bytesRead}. An array value with
@@ -52,7 +51,8 @@
       need(8);
       pos += 8;
       const v = view.getBigUint64(pos - 8, true);
-      if (v > BigInt(fileSize === Infinity ? Number.MAX_SAFE_INTEGER : fileSize)) fail(`${what} is ${v}, more than the file holds`);
+      const most = fileSize === Infinity ? Number.MAX_SAFE_INTEGER : fileSize;
+      if (v > BigInt(most)) fail(`${what} is ${v}, more than the file holds`);
       return Number(v);
     };
     const string = (what, keep = true) => {
@@ -208,13 +208,7 @@
     };
   }
 
-  function blobReader(blob) {
-    return async (start, end) => ({bytes: new Uint8Array(await blob.slice(start, end).arrayBuffer()),
-                                   fileSize: blob.size});
-  }
-
   const readUrl = (url, {budget = BUDGET} = {}) => readHeader(urlReader(url), budget);
-  const readBlob = (blob, {budget = BUDGET} = {}) => readHeader(blobReader(blob), budget);
 
   // A parameter count as GGUF size labels write it: 135M, 0.5B, 7B.
   function sizeLabel(n) {
@@ -239,7 +233,9 @@
     if (!out.length) return null;
     const tune = typeof md['general.finetune'] === 'string' ? words(md['general.finetune']) : [];
     const tail = out.slice(out.length - tune.length);
-    if (tune.length && tune.length < out.length && tail.every((w, i) => same(w, tune[i]))) out = out.slice(0, -tune.length);
+    if (tune.length && tune.length < out.length && tail.every((w, i) => same(w, tune[i]))) {
+      out = out.slice(0, -tune.length);
+    }
     const fileWords = words(fileName.replace(/\.gguf$/i, '').replace(/\./g, ' '));
     out = out.map((w) => fileWords.find((f) => same(f, w) && /^.+[A-Z]/.test(f)) || w);
     let size = typeof md['general.size_label'] === 'string' ? md['general.size_label'] : null;
@@ -272,5 +268,5 @@
     }
   }
 
-  self.CeraGGUFMeta = {readUrl, readBlob, readHeader, friendlyName, describe, sizeLabel, FormatError, BUDGET, FIRST};
+  self.CeraGGUFMeta = {readUrl, friendlyName, describe, sizeLabel, FormatError, BUDGET, FIRST};
 })();
