@@ -89,7 +89,8 @@ def _byteset(a: int, b: int) -> int:
     return ((1 << (b + 1)) - 1) ^ ((1 << a) - 1)
 
 
-def _normalise(ranges) -> list[tuple[int, int]]:
+def normalise_ranges(ranges) -> list[tuple[int, int]]:
+    """Code-point ranges (a, b) inclusive, sorted and merged where they touch or overlap."""
     out = []
     for a, b in sorted(ranges):
         if out and a <= out[-1][1] + 1:
@@ -99,9 +100,10 @@ def _normalise(ranges) -> list[tuple[int, int]]:
     return out
 
 
-def _complement(ranges) -> list[tuple[int, int]]:
+def complement_ranges(ranges) -> list[tuple[int, int]]:
+    """The code points outside the ranges, never a surrogate."""
     out, nxt = [], 0
-    for a, b in _normalise(ranges + [(0xD800, 0xDFFF)]):     # never a surrogate
+    for a, b in normalise_ranges(list(ranges) + [(0xD800, 0xDFFF)]):     # never a surrogate
         if a > nxt:
             out.append((nxt, a - 1))
         nxt = max(nxt, b + 1)
@@ -319,7 +321,7 @@ class _Parser:
         return self.class_item(ranges, negate)
 
     def class_item(self, ranges, negate):
-        ranges = _complement(ranges) if negate else _normalise(ranges)
+        ranges = complement_ranges(ranges) if negate else normalise_ranges(ranges)
         if not ranges:
             self.fail("the character class matches no character")
         seqs = [q for a, b in ranges for q in utf8_sequences(a, b)]

@@ -42,7 +42,7 @@ from decimal import Decimal
 from math import ceil, floor
 from urllib.parse import unquote
 
-from .grammar import Grammar, GrammarError, Recogniser
+from .grammar import Grammar, GrammarError, Recogniser, complement_ranges, normalise_ranges
 
 ANNOTATIONS = {"title", "description", "default", "examples", "$schema", "$comment", "deprecated", "readOnly",
                "writeOnly", "$defs", "definitions", "contentMediaType", "contentEncoding", "discriminator"}
@@ -259,27 +259,6 @@ def number_range(lo, lo_x, hi, hi_x) -> str | None:
 
 # -- regular expressions (pattern) -----------------------------------------------------------------------------------------
 
-def _ranges_norm(ranges):
-    out = []
-    for a, b in sorted(ranges):
-        if out and a <= out[-1][1] + 1:
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        else:
-            out.append((a, b))
-    return out
-
-
-def _ranges_not(ranges):
-    out, nxt = [], 0
-    for a, b in _ranges_norm(list(ranges) + [(0xD800, 0xDFFF)]):
-        if a > nxt:
-            out.append((nxt, a - 1))
-        nxt = max(nxt, b + 1)
-    if nxt <= 0x10FFFF:
-        out.append((nxt, 0x10FFFF))
-    return out
-
-
 def _class_escape(e: str, negated: bool):
     """The code points of the class escape \\e (d, w, s and their capitals) that the grammar may use: inside a
     negated class the widest reading of the escape (what either ECMAScript or Python's `re`, which the `jsonschema`
@@ -296,14 +275,14 @@ def _class_escape(e: str, negated: bool):
 
     def wide(k):
         if k == "s":
-            return _ranges_norm(es_space + list(WHITE_SPACE) + [(0x1C, 0x1F)])
+            return normalise_ranges(es_space + list(WHITE_SPACE) + [(0x1C, 0x1F)])
         extra = list(category_ranges("N")) + (list(category_ranges("L")) if k == "w" else [])
-        return _ranges_norm(narrow(k) + extra)
+        return normalise_ranges(narrow(k) + extra)
 
     k = e.lower()
     if e == k:
         return wide(k) if negated else narrow(k)
-    return _ranges_not(narrow(k)) if negated else _ranges_not(wide(k))
+    return complement_ranges(narrow(k)) if negated else complement_ranges(wide(k))
 
 
 _LINE_ENDS = [(0x0A, 0x0A), (0x0D, 0x0D), (0x2028, 0x2029)]
@@ -319,7 +298,7 @@ def _cls_body(ranges):
 def json_chars(ranges) -> str | None:
     """GBNF for one character of the given code point ranges as it is written inside a JSON string: the
     character itself, or its escape where JSON needs one (quote, backslash, control characters)."""
-    ranges = _ranges_norm(ranges)
+    ranges = normalise_ranges(ranges)
     plain = []
     for a, b in ranges:         # without the quote, backslash and control characters
         for x, y in ((a, min(b, 0x1F)), (max(a, 0x20), b)):
@@ -346,7 +325,7 @@ class _Regex:
     def compile(self) -> str:
         alts = []
         for seq, start, end in self.top():
-            any_text = f"{json_chars(_ranges_not([]))}*"
+            any_text = f"{json_chars(complement_ranges([]))}*"
             alts.append(" ".join(([] if start else [any_text]) + [seq] + ([] if end else [any_text])))
         return _alt(alts)
 
@@ -433,7 +412,7 @@ class _Regex:
             return self.char_class()
         if c == ".":
             self.i += 1
-            return json_chars(_ranges_not(_LINE_ENDS))
+            return json_chars(complement_ranges(_LINE_ENDS))
         if c in "*+?":
             self.fail(f"the quantifier {c!r} has nothing to repeat")
         if c == "{" and re.compile(r"\{\d+(,\d*)?\}").match(s, self.i):
@@ -511,7 +490,7 @@ class _Regex:
                 ranges.append((lo, hi))
             else:
                 ranges.append((lo, lo))
-        got = json_chars(_ranges_not(ranges) if negate else ranges)
+        got = json_chars(complement_ranges(ranges) if negate else ranges)
         if got is None:
             self.fail("a character class matches no character")
         return got

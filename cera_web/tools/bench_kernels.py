@@ -419,6 +419,22 @@ async def run(types, shapes, lanes_list=None, *, repeats=None, target_ms=None, r
     return out
 
 
+def _variants(text, flag, keys):
+    """'k=N,k=N;k=N' -> [{k: N, ...}, ...] for the keys a flag allows (None when the flag is not given)."""
+    if not text:
+        return None
+    out = []
+    for part in text.split(";"):
+        v = {}
+        for item in filter(None, part.split(",")):
+            key, _, value = item.partition("=")
+            if key.strip() not in keys or not value.strip().isdigit():
+                raise SystemExit(f"{flag}: {item!r} is not one of {', '.join(k + '=N' for k in keys)}")
+            v[key.strip()] = int(value)
+        out.append(v)
+    return out
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m cera_web.tools.bench_kernels", description=__doc__.split("\n\n")[0])
     p.add_argument("--types", help="comma-separated GGML types (default: every type with a GPU kernel)")
@@ -464,31 +480,12 @@ def main(argv=None):
     for t in tiles or []:
         if t not in kernels.TILES:
             raise SystemExit(f"--tiles: {t} is not one of {kernels.TILES}")
-    variants = None
-    if args.variants:
-        variants = []
-        for text in args.variants.split(";"):
-            v = {}
-            for item in filter(None, text.split(",")):
-                key, _, value = item.partition("=")
-                if key.strip() not in ("rpt", "wg", "sg") or not value.strip().isdigit():
-                    raise SystemExit(f"--variants: {item!r} is not one of rpt=N, wg=N, sg=0|1")
-                v[key.strip()] = int(value)
-            variants.append(v)
-    variants8 = None
-    if args.variants8:
-        variants8 = []
-        for text in args.variants8.split(";"):
-            v = {}
-            for item in filter(None, text.split(",")):
-                key, _, value = item.partition("=")
-                if key.strip() not in ("lanes", "wg", "sg") or not value.strip().isdigit():
-                    raise SystemExit(f"--variants8: {item!r} is not one of lanes=N, wg=N, sg=0|1")
-                v[key.strip()] = int(value)
-            if v.get("lanes", 1) & (v.get("lanes", 1) - 1) or v.get("wg", 64) not in (64, 128, 256) \
-                    or v.get("wg", 256) % v.get("lanes", 1):
-                raise SystemExit(f"--variants8: {text!r}: lanes a power of two dividing wg, wg 64, 128 or 256")
-            variants8.append(v)
+    variants = _variants(args.variants, "--variants", ("rpt", "wg", "sg"))
+    variants8 = _variants(args.variants8, "--variants8", ("lanes", "wg", "sg"))
+    for v in variants8 or []:
+        if v.get("lanes", 1) & (v.get("lanes", 1) - 1) or v.get("wg", 64) not in (64, 128, 256) \
+                or v.get("wg", 256) % v.get("lanes", 1):
+            raise SystemExit(f"--variants8: {v}: lanes a power of two dividing wg, wg 64, 128 or 256")
     lanes = [int(v) for v in args.lanes.split(",")] if args.lanes else None
     for v in lanes or []:
         if v < 1 or v > 64 or v & (v - 1):
