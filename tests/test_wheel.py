@@ -65,7 +65,10 @@ def run_installed(target: Path, args, cwd: Path, block: str = "") -> subprocess.
     prelude = (f"import sys; sys.modules[{block!r}] = None; " if block else "") + (
         "import runpy, cera_web; print('FROM', cera_web.__file__, file=sys.stderr); "
         "sys.argv = ['cera_web'] + sys.argv[1:]; runpy.run_module('cera_web', run_name='__main__')")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(target), sysconfig.get_paths()["purelib"]]))
+    # TMPDIR: bench --synthetic keeps its files in the temp folder, and one left there by another run would be
+    # used without gguf (the case the test blocks)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(target), sysconfig.get_paths()["purelib"]]),
+               TMPDIR=str(cwd))
     return subprocess.run([sys.executable, "-S", "-c", "import sys; " + prelude, *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=600)
 
