@@ -47,7 +47,9 @@ def _field(path: Path, key: str):
 
 
 class _CountingHandler(serve.Handler):
-    """serve.py's handler, plus /testmodels/NAME (tests/fixtures/small/NAME), counting GETs and body bytes per path."""
+    """serve.py's handler, plus /testmodels/NAME (tests/fixtures/small/NAME), counting whole-file GETs and their
+    body bytes per path (gets, sent), and apart from them the bytes of Range GETs (ranged: the page reads each
+    model's header by Range requests to name it in the menu)."""
 
     def _resolve(self):
         path = self.path.split("?", 1)[0]
@@ -57,11 +59,13 @@ class _CountingHandler(serve.Handler):
         return super()._resolve()
 
     def do_GET(self):
-        self.server.gets[self.path.split("?", 1)[0]] += 1
+        if not self.headers.get("Range"):
+            self.server.gets[self.path.split("?", 1)[0]] += 1
         super().do_GET()
 
     def _send_body(self, fh, size, ctype, etag, mtime, head):
         server, path = self.server, self.path.split("?", 1)[0]
+        counter = server.ranged if self.headers.get("Range") else server.sent
 
         class Counted:       # counts the bytes read from the file to be sent
             def seek(self, n):
@@ -69,7 +73,7 @@ class _CountingHandler(serve.Handler):
 
             def read(self, n):
                 data = fh.read(n)
-                server.sent[path] += len(data)
+                counter[path] += len(data)
                 return data
 
         super()._send_body(Counted(), size, ctype, etag, mtime, head)
@@ -81,11 +85,12 @@ def site():
     ensure_assets()
     server = serve.AppServer(("127.0.0.1", 0), serve.ROOT, False)
     server.RequestHandlerClass = _CountingHandler
-    server.gets, server.sent = Counter(), Counter()
+    server.gets, server.sent, server.ranged = Counter(), Counter(), Counter()
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield SimpleNamespace(url=f"http://127.0.0.1:{server.server_address[1]}", gets=server.gets, sent=server.sent)
+        yield SimpleNamespace(url=f"http://127.0.0.1:{server.server_address[1]}", gets=server.gets, sent=server.sent,
+                              ranged=server.ranged)
     finally:
         server.shutdown()
         server.server_close()
@@ -340,6 +345,7 @@ def test_url_download_progress_memory_cache_and_reload(tab, site, smollm2_gguf):
     size = Path(smollm2_gguf).stat().st_size
     mb = f"{size / 1e6:.1f} MB"
     gets0, sent0 = site.gets[model], site.sent[model]     # the server is shared by the module's tests
+    ranged0 = site.ranged[model]
     tab.open("?backend=webgpu")      # uploaded to the GPU from the download and from the cache
     tab.wait_ready()
     seen = tab.seen()
@@ -352,6 +358,8 @@ def test_url_download_progress_memory_cache_and_reload(tab, site, smollm2_gguf):
     assert "Downloaded SmolLM2-135M-Instruct.Q4_1.gguf and kept it in the browser cache." in \
         tab.page.locator("#notice").text_content()
     assert site.gets[model] - gets0 == 1 and site.sent[model] - sent0 == size
+    # the menu named it from its header by Range requests: at most 8 MiB (web/ggufmeta.js's bound), not the file
+    assert 0 < site.ranged[model] - ranged0 <= 8 << 20
     # memory: weights are the file's matrices; the KV cache is 30 layers x K and V x 2048 x 192 floats
     weights = sum(int(t.n_bytes) for t in _tensors(smollm2_gguf) if sum(d > 1 for d in t.shape) == 2)
     tab.expect(tab.page.locator("#memory")).to_contain_text(
