@@ -37,7 +37,7 @@ class GenerationResult:
     stop_reason: str = ""            # "eos" | "stop" | "max_tokens" | "context" | "cancelled" | "grammar"
     stop_sequence: str | int | None = None   # the stop string or stop token id that ended it ("stop")
     seed: int | None = None          # the seed the draws used (None when decoding was greedy)
-    reused_tokens: int = 0           # prompt tokens found in the KV cache (not prefilled again)
+    cached_tokens: int = 0           # prompt tokens found in the KV cache (not prefilled again)
     prefill_ms: float = 0.0
     decode_ms: float = 0.0
     host_ms: float = 0.0             # decode time the host spent encoding/submitting (not waiting for the GPU)
@@ -46,7 +46,7 @@ class GenerationResult:
 
     @property
     def prefill_tok_s(self) -> float:
-        n = len(self.prompt_tokens) - self.reused_tokens
+        n = len(self.prompt_tokens) - self.cached_tokens
         return n / (self.prefill_ms / 1000) if self.prefill_ms > 0 else 0.0
 
     @property
@@ -58,7 +58,7 @@ class GenerationResult:
     def as_dict(self) -> dict:
         return {"prompt_tokens": self.prompt_tokens, "tokens": self.tokens, "text": self.text,
                 "stop_reason": self.stop_reason, "stop_sequence": self.stop_sequence, "seed": self.seed,
-                "reused_tokens": self.reused_tokens, "prefill_ms": round(self.prefill_ms, 3),
+                "cached_tokens": self.cached_tokens, "prefill_ms": round(self.prefill_ms, 3),
                 "decode_ms": round(self.decode_ms, 3), "prefill_tok_s": round(self.prefill_tok_s, 2),
                 "decode_tok_s": round(self.decode_tok_s, 2)}
 
@@ -135,6 +135,7 @@ class Engine:
         # equals _cache_passes (a pass run by anyone else, e.g. a test calling model.prefill, invalidates it)
         self._cache: list[int] = []
         self._cache_passes = -1
+        self._mark: list[int] = []      # the tokens whose running state model.mark() kept (conv layers on a GPU)
 
     @classmethod
     async def load(cls, source, *, device=None, context_size: int = 2048, chunk: int | None = None,
@@ -228,7 +229,7 @@ class Engine:
             raise InputError(f"params must be a SamplingParams or a dict of settings, not a {type(params).__name__}")
         return params.replace(**settings) if settings else params
 
-    async def generate(self, prompt, params=None, *, on_token=None, chat: bool = False, reuse_cache: bool = False,
+    async def generate(self, prompt, params=None, *, on_token=None, chat: bool = False, reuse_cache: bool = True,
                        stop_at_eos: bool | None = None, response_format=None, grammar=None,
                        **settings) -> GenerationResult:
         """Generate from ``prompt`` (text, or token ids). Settings: ``params`` (a SamplingParams or a dict) and/or
@@ -239,7 +240,10 @@ class Engine:
         stop string is held back; after the last token one more call may release held text with the id of the
         end-of-turn/stop token that ended the reply. The texts add up to result.text.
         chat: wrap a text prompt as one user message in the model's chat template.
-        reuse_cache: skip prefilling the longest prefix that the KV cache already holds from the last generation.
+        reuse_cache: skip prefilling the longest prefix of the prompt that the engine's state (KV cache, conv state)
+        already holds (from the last generation, or a restored snapshot: cera_web.snapshot); result.cached_tokens
+        counts it. On by default, as in llama.cpp's server: positions computed in other passes (decode steps, other
+        chunkings) move the logits by float rounding only (~1e-6), as chunk sizes do. False recomputes the prompt.
         stop_at_eos: the older spelling of ``ignore_eos=not stop_at_eos``.
         response_format / grammar: constrain the output (cera_web.json_schema.constraint): {"type": "json_object"},
         {"type": "json_schema", "json_schema": {"schema": ...}}, {"type": "grammar", "grammar": GBNF}, or GBNF text
@@ -259,8 +263,10 @@ class Engine:
             self._trie = TokenTrie.from_tokenizer(self.tokenizer)
         return self._trie
 
-    def _reusable(self, ids) -> int:
-        """How many leading tokens of ``ids`` the KV cache holds (leaving at least one to prefill for the logits)."""
+    def _resume(self, ids) -> int:
+        """How many leading tokens of ``ids`` the engine's state holds, leaving at least one to prefill for the
+        logits. With a running state (conv layers on the GPU) only where the state at that point is held: the end
+        of the cache, or the model's mark (the prompt's end but one, set by _prefill; restored here)."""
         if self.model.passes != self._cache_passes:
             return 0
         n = 0
@@ -270,11 +276,52 @@ class Engine:
             n += 1
         if self.model.rewindable:
             return min(n, len(ids) - 1)
-        # a running state (LFM2) holds everything processed: usable only when that is a strict prefix of ids
-        return n if n == len(self._cache) < len(ids) else 0
+        if n == len(self._cache) < len(ids):
+            return n
+        m = len(self._mark)
+        if 0 < m <= n and m < len(ids) and self._mark == self._cache[:m]:
+            self.model.restore_mark()
+            return m
+        return 0
+
+    def _restorable(self, prefix) -> tuple[int, bool]:
+        """(tokens, whether at the mark) of the longest prefix of ``prefix`` (None: the whole cache) that the engine
+        holds and whose state the model can hand out exactly."""
+        if self.model.passes != self._cache_passes:
+            return 0, False
+        n = len(self._cache)
+        if prefix is not None:
+            n = next((i for i, (a, b) in enumerate(zip(self._cache, prefix)) if a != b), min(n, len(prefix)))
+        if self.model.rewindable or n == len(self._cache):
+            return n, False
+        m = len(self._mark)
+        ok = 0 < m <= n and self._mark == self._cache[:m]
+        return (m, True) if ok else (0, False)
+
+    async def save_state(self, prefix=None, extra: dict | None = None) -> bytes:
+        """A snapshot (cera_web.snapshot) of the sequence the engine holds: of its longest prefix shared with the
+        token ids ``prefix`` (default: all of it) whose state can be restored exactly (any prefix on most models;
+        with conv layers on the GPU the whole sequence or the last prompt but its last token). ``extra``: JSON to
+        keep with it. Save after a generate() of the prompt to keep: ``await engine.save_state(prompt_ids)``."""
+        from .snapshot import pack
+        n, at_mark = self._restorable(prefix)
+        parts = await self.model.read_state(n, at_mark) if n else []
+        return pack(self, self._cache[:n], parts, extra)
+
+    def restore_state(self, data) -> list[int]:
+        """Make a snapshot's state the engine's (the next prompt that starts with its tokens prefills only the
+        rest); returns its tokens. SnapshotError (one line) when it was made for another model, cache type or
+        context, or is damaged: nothing changes then."""
+        from .snapshot import unpack
+        tokens, parts, _ = unpack(self, data)
+        if tokens:
+            self.model.write_state(parts, len(tokens))
+        self._cache, self._mark = list(tokens), list(tokens)
+        self._cache_passes = self.model.passes
+        return tokens
 
     async def generate_ids(self, ids: list[int], params: SamplingParams, *, on_token=None,
-                           reuse_cache: bool = False, grammar=None) -> GenerationResult:
+                           reuse_cache: bool = True, grammar=None) -> GenerationResult:
         """generate() for a prompt already tokenized (validated ids) with validated settings; grammar: a compiled
         cera_web.grammar.Grammar or None."""
         self._cancel = False
@@ -290,8 +337,8 @@ class Engine:
         if params.max_tokens <= 0:
             result.stop_reason = "max_tokens"
             return result
-        start = self._reusable(ids) if reuse_cache else 0
-        result.reused_tokens = start
+        start = self._resume(ids) if reuse_cache else 0
+        result.cached_tokens = start
         matcher = None
         if grammar is not None:
             from .grammar import Matcher
@@ -362,18 +409,25 @@ class Engine:
 
     async def _prefill(self, ids, start: int) -> int | None:
         """Prefill ids[start:] chunk by chunk; the last chunk also samples the first new token, returned (None when
-        cancelled). Waiting for each chunk gives cancel() (and the browser's event loop) a point to come in."""
+        cancelled). Waiting for each chunk gives cancel() (and the browser's event loop) a point to come in.
+        A model with a running state (not rewindable) prefills the last token alone and marks the state before it,
+        so that the prompt can be resumed there (_resume: the same prompt again, another reply to it)."""
         model = self.model
         self._cache = list(ids[:start])
         pos = start
+        split = not model.rewindable and len(ids) - start >= 2
         if self.on_prefill:
             self.on_prefill(0, len(ids) - start)
         while pos < len(ids):
-            part = ids[pos:pos + model.chunk]
+            end = len(ids) - 1 if split and pos < len(ids) - 1 else len(ids)
+            part = ids[pos:min(pos + model.chunk, end)]
             last = pos + len(part) >= len(ids)
             model.prefill(part, pos, with_head=last)
             pos += len(part)
             self._cache = list(ids[:pos])
+            if split and pos == len(ids) - 1:
+                model.mark()
+                self._mark = list(self._cache)
             if not last:
                 await model.read_log(1)
                 if self._cancel:

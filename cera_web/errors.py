@@ -27,3 +27,8 @@ class GPUMemoryError(CeraError):
 
 class InputError(CeraError):
     """Bad input from the caller (e.g. an empty prompt)."""
+
+
+class SnapshotError(CeraError):
+    """A state snapshot (cera_web.snapshot) that cannot be used here: another model, cache type or context, or
+    damaged. Callers warn with its message and recompute the prompt."""

@@ -226,8 +226,11 @@ def _token_entry(tok, lp, tokenizer) -> dict:
 
 
 def _usage(prompt_tokens, results) -> dict:
+    """OpenAI's usage: cached_tokens are the prompt tokens the engine's state already held (not prefilled again)."""
     c = sum(len(r.tokens) for r in results)
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": c, "total_tokens": prompt_tokens + c}
+    cached = results[0].cached_tokens if results else 0
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": c, "total_tokens": prompt_tokens + c,
+            "prompt_tokens_details": {"cached_tokens": cached}}
 
 
 # -- chat.completions -------------------------------------------------------------------------------------------------
@@ -300,7 +303,7 @@ class ChatCompletions:
         results = []
         for i in range(n):
             p = params if params.seed is None or i == 0 else params.replace(seed=params.seed + i)
-            results.append(await eng.generate_ids(ids, p, on_token=on_token, reuse_cache=i > 0, grammar=gram))
+            results.append(await eng.generate_ids(ids, p, on_token=on_token, grammar=gram))
             if on_result:
                 on_result(results[-1])
             if results[-1].stop_reason == "cancelled":     # engine.cancel() ends the request, not just one choice
@@ -403,7 +406,7 @@ class Completions:
         results = []
         for i in range(n):
             p = params if params.seed is None or i == 0 else params.replace(seed=params.seed + i)
-            results.append(await eng.generate_ids(ids, p, on_token=on_token, reuse_cache=i > 0, grammar=gram))
+            results.append(await eng.generate_ids(ids, p, on_token=on_token, grammar=gram))
             if on_result:
                 on_result(results[-1])
             if results[-1].stop_reason == "cancelled":

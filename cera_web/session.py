@@ -22,6 +22,9 @@ class ChatSession:
       arguments); the session's ``params`` (default: SamplingParams()) are the base.
     - Cancel (``cancel()`` or ``engine.cancel()``): a reply cancelled after some text was generated is kept, as far
       as it got; a turn cancelled before any text (during prefill) is dropped, leaving the conversation as before.
+    - ``await save(path)`` keeps the conversation and the model's state for it (cera_web.snapshot) in a file (or
+      returns the bytes); ``ChatSession.load(engine, path)`` resumes it, in this process or another: its next turn
+      prefills only the new message.
     - Context: a conversation whose prompt does not fit raises ContextOverflowError with the numbers (overflow=
       "error", the default). overflow="truncate_oldest" drops whole oldest turns (user message and its replies;
       the system message stays) until the prompt plus room for min(max_tokens, context/4) reply tokens fits;
@@ -56,6 +59,40 @@ class ChatSession:
     def cancel(self):
         self.engine.cancel()
 
+    async def save(self, target=None) -> bytes:
+        """The conversation and the engine's state for it as snapshot bytes (cera_web.snapshot), also written to
+        ``target`` when given (a path, or a binary file object). The state is that of the longest prefix of the
+        rendered conversation the engine holds (none, when another request ran since this session's last turn)."""
+        from .snapshot import write_bytes
+        ids = self.engine.encode_chat(self.messages, add_generation_prompt=False) if self.messages else []
+        data = await self.engine.save_state(ids, extra={"messages": self.messages, "dropped": self.dropped})
+        if target is not None:
+            write_bytes(target, data)
+        return data
+
+    @classmethod
+    def load(cls, engine: Engine, source, *, params=None, overflow: str = "error") -> "ChatSession":
+        """The conversation of a save() (bytes, a path or a binary file object), its state restored into ``engine``.
+        A snapshot made for another model file, cache type or context size, or with a damaged payload, gives the
+        conversation without its state (a SnapshotWarning says why; the next turn prefills the whole prompt).
+        SnapshotError when the data is not a saved conversation at all."""
+        import warnings
+        from .errors import SnapshotError
+        from .snapshot import read_bytes, read_header
+        data = read_bytes(source)
+        extra = read_header(data)["extra"]
+        messages = extra.get("messages")
+        if not isinstance(messages, list):
+            raise SnapshotError("the snapshot holds no conversation (it was not made by ChatSession.save)")
+        session = cls(engine, messages=messages, params=params, overflow=overflow)
+        session.dropped = int(extra.get("dropped", 0))
+        try:
+            engine.restore_state(data)
+        except SnapshotError as e:
+            warnings.warn(f"{e}: the conversation is kept, its next turn recomputes the prompt", SnapshotWarning,
+                          stacklevel=2)
+        return session
+
     async def send(self, text: str, *, on_token=None, params=None, **settings) -> GenerationResult:
         """Add the user message ``text`` and generate the assistant's reply (appended to ``messages``)."""
         return await self._reply(self._turn(text), on_token, params, settings)
@@ -79,7 +116,7 @@ class ChatSession:
         if len(ids) >= engine.context_size:
             raise ContextOverflowError(f"the conversation needs {len(ids)} tokens but the context holds "
                                        f"{engine.context_size}; start a new chat")
-        result = await engine.generate_ids(ids, p, on_token=on_token, reuse_cache=True, grammar=constraint)
+        result = await engine.generate_ids(ids, p, on_token=on_token, grammar=constraint)
         self.last_result = result
         self.messages = msgs[:-1] + [{"role": "assistant", "content": msgs[-1]["content"] + result.text}]
         return result
@@ -112,7 +149,7 @@ class ChatSession:
         constraint = _constraint(settings.pop("response_format", None), settings.pop("grammar", None))
         p = self._settings(params, settings)
         msgs, ids, dropped = self._fit(msgs, p)
-        result = await self.engine.generate_ids(ids, p, on_token=on_token, reuse_cache=True, grammar=constraint)
+        result = await self.engine.generate_ids(ids, p, on_token=on_token, grammar=constraint)
         self.last_result = result
         if result.stop_reason == "cancelled" and not result.tokens:
             return result       # stopped before any reply: the turn is dropped
@@ -144,6 +181,10 @@ class ChatSession:
                     f"shorten the message, load the model with a larger context size, or let the session drop the "
                     f"oldest turns (overflow='truncate_oldest')")
             return msgs, ids, dropped
+
+
+class SnapshotWarning(UserWarning):
+    """A saved conversation's state could not be used here (ChatSession.load): it is recomputed instead."""
 
 
 def _oldest_turn(msgs) -> tuple[int, int] | None:

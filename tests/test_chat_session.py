@@ -41,13 +41,13 @@ def test_two_turns_equal_the_conversation_from_scratch(engine, chat):
     assert session.messages[2]["content"] == first.text and session.messages[4]["content"] == second.text
     assert "Paris" in first.text and "Rome" in second.text
     # the second turn prefilled only what the cache did not hold: the new message, not the first prompt and reply
-    assert second.reused_tokens >= len(first.prompt_tokens) + len(first.tokens) - 1
-    assert len(second.prompt_tokens) - second.reused_tokens < 20
+    assert second.cached_tokens >= len(first.prompt_tokens) + len(first.tokens) - 1
+    assert len(second.prompt_tokens) - second.cached_tokens < 20
     # from scratch: the whole rendered conversation, nothing reused
     ids = engine.encode_chat(session.messages[:-1])
     assert ids == second.prompt_tokens
-    scratch = run(engine.generate(ids, GREEDY10))
-    assert scratch.reused_tokens == 0
+    scratch = run(engine.generate(ids, GREEDY10, reuse_cache=False))
+    assert scratch.cached_tokens == 0
     assert scratch.tokens == second.tokens and scratch.text == second.text
 
 
@@ -56,7 +56,7 @@ def test_regenerate(engine, chat):
     n = len(session.messages)
     again = run(session.regenerate())
     assert again.tokens == second.tokens and len(session.messages) == n
-    assert again.reused_tokens == len(again.prompt_tokens) - 1      # only the last prompt token is prefilled
+    assert again.cached_tokens == len(again.prompt_tokens) - 1      # only the last prompt token is prefilled
     # sampled: the same seed gives the same reply, and a reply that is kept in the history
     a = run(session.regenerate(temperature=1.0, seed=11, repeat_penalty=1.3))
     b = run(session.regenerate(temperature=1.0, seed=11, repeat_penalty=1.3))
@@ -81,7 +81,7 @@ def test_cancel_keeps_partial_reply_and_prefill_cancel_drops_the_turn(engine, mo
     assert session.messages[-1] == {"role": "assistant", "content": res.text} and res.text
     # the session goes on consistently: regenerating the cancelled reply reuses its prompt and, greedy, starts the same
     full = run(session.regenerate())
-    assert full.tokens[:2] == seen and full.reused_tokens == len(full.prompt_tokens) - 1 and "Paris" in full.text
+    assert full.tokens[:2] == seen and full.cached_tokens == len(full.prompt_tokens) - 1 and "Paris" in full.text
 
     # cancelled during prefill: the turn is dropped, the conversation is as before
     before = [dict(m) for m in session.messages]

@@ -139,7 +139,7 @@ def test_overlapped_steps_equal_serial_steps_and_keep_the_cache(arch):
                 more = r.prompt_tokens + r.tokens + e.tokenizer.encode(" next")
                 again = asyncio.run(e.generate(more, max_tokens=6, reuse_cache=True))
                 fresh = asyncio.run(e.generate(more, max_tokens=6))
-                assert again.reused_tokens > len(prompt) and again.tokens == fresh.tokens, (overlap, kw)
+                assert again.cached_tokens > len(prompt) and again.tokens == fresh.tokens, (overlap, kw)
                 runs.append(r)
             assert runs[0].stop_reason == "grammar" and Recogniser(constraint(grammar=grammar)).accepts(
                 runs[0].text.encode()), runs[0].text

@@ -67,7 +67,7 @@ def test_cpu_chat_session_reuses_the_cache(cpu_engine):
     first = run(chat.send("What is the capital of France?", temperature=0, max_tokens=8))
     assert first.text.strip().startswith("The capital of France is Paris")
     second = run(chat.send("And of Italy?", temperature=0, max_tokens=8))
-    assert second.reused_tokens > len(first.prompt_tokens)
+    assert second.cached_tokens > len(first.prompt_tokens)
 
 
 def test_cpu_prompt_progress_chunks_and_a_stop_between_them(cpu_engine):
@@ -80,7 +80,7 @@ def test_cpu_prompt_progress_chunks_and_a_stop_between_them(cpu_engine):
     seen = []
     cpu_engine.on_prefill = lambda done, total: seen.append((done, total))
     try:
-        res = run(cpu_engine.generate(prompt, max_tokens=2))
+        res = run(cpu_engine.generate(prompt, max_tokens=2, reuse_cache=False))
         assert seen == [(0, n)] + [(d, n) for d in range(16, n, 16)] and len(res.tokens) == 2
 
         seen.clear()
@@ -90,7 +90,7 @@ def test_cpu_prompt_progress_chunks_and_a_stop_between_them(cpu_engine):
             if done >= 32:
                 cpu_engine.cancel()
         cpu_engine.on_prefill = stop_at
-        res = run(cpu_engine.generate(prompt, max_tokens=2))
+        res = run(cpu_engine.generate(prompt, max_tokens=2, reuse_cache=False))
         assert res.stop_reason == "cancelled" and res.tokens == [] and seen == [0, 16, 32]
     finally:
         cpu_engine.on_prefill = None
@@ -111,6 +111,6 @@ def test_continue_reply_extends_a_cut_reply_as_one_longer_reply_would(cpu_engine
     more = run(chat.continue_reply(max_tokens=6, temperature=0, ignore_eos=True))
     assert first.tokens + more.tokens == want.tokens
     assert chat.messages[-1] == {"role": "assistant", "content": want.text}
-    assert more.reused_tokens == len(first.prompt_tokens) + len(first.tokens) - 1   # the cache held all but one
+    assert more.cached_tokens == len(first.prompt_tokens) + len(first.tokens) - 1   # the cache held all but one
     with pytest.raises(InputError, match="no reply to continue"):
         run(ChatSession(cpu_engine).continue_reply())

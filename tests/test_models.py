@@ -158,9 +158,9 @@ def test_a_run_stopped_inside_a_read_is_continued_from_where_it_stopped(stem):
         assert first.tokens[:k] == greedy[:k] and first.stop_reason == "stop"
         follow = ids + greedy[:k + 1] + ids[:5]          # what was kept, the stop token, more text
         again = run(eng.generate(follow, GREEDY.replace(max_tokens=8), reuse_cache=True))
-        assert again.reused_tokens == len(ids) + k
-        scratch = run(eng.generate(follow, GREEDY.replace(max_tokens=8)))
-        assert scratch.reused_tokens == 0 and again.tokens == scratch.tokens
+        assert again.cached_tokens == len(ids) + k
+        scratch = run(eng.generate(follow, GREEDY.replace(max_tokens=8), reuse_cache=False))
+        assert scratch.cached_tokens == 0 and again.tokens == scratch.tokens
     finally:
         eng.close()
 
@@ -191,8 +191,8 @@ def test_pipelined_decode_equals_one_read_at_a_time(stem):
                 r = run(eng.generate(ids, params))
                 follow = ids + r.tokens + ([r.stop_sequence] if r.stop_sequence is not None else []) + ids[:4]
                 again = run(eng.generate(follow, GREEDY.replace(max_tokens=6), reuse_cache=True))
-                fresh = run(eng.generate(follow, GREEDY.replace(max_tokens=6)))
-                assert again.reused_tokens >= len(ids) and again.tokens == fresh.tokens, (overlap, params)
+                fresh = run(eng.generate(follow, GREEDY.replace(max_tokens=6), reuse_cache=False))
+                assert again.cached_tokens >= len(ids) and again.tokens == fresh.tokens, (overlap, params)
                 runs.append(r)
             assert runs[1].tokens == runs[0].tokens and runs[1].stop_reason == runs[0].stop_reason, params
             assert runs[1].logprobs == runs[0].logprobs, params

@@ -68,8 +68,12 @@ def test_chat_completion_shape_and_equal_to_generate(engine):
     assert c["index"] == 0 and c["message"]["role"] == "assistant" and c["finish_reason"] == "length"
     ref = run(engine.generate(MSGS[0]["content"], chat=True, max_tokens=6))
     assert c["message"]["content"] == ref.text
-    assert r["usage"] == {"prompt_tokens": len(ref.prompt_tokens), "completion_tokens": 6,
-                          "total_tokens": len(ref.prompt_tokens) + 6}
+    n = len(ref.prompt_tokens)
+    assert ref.cached_tokens == n - 1           # the request left its prompt in the cache
+    again = run(engine.chat.completions.create(messages=MSGS, max_tokens=6, temperature=0))
+    assert again["usage"] == {"prompt_tokens": n, "completion_tokens": 6, "total_tokens": n + 6,
+                              "prompt_tokens_details": {"cached_tokens": n - 1}}
+    assert again["choices"][0]["message"]["content"] == c["message"]["content"]
 
 
 def test_stream_equals_non_streamed(engine):

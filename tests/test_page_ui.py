@@ -283,11 +283,11 @@ def test_system_prompt_reaches_the_template(browser, server_url):
         expect(ui.message).to_have_value("")
         done = ui.received("done")[-1]
         assert done["messages"][3] == {"role": "user", "content": "more\nlines"}
-        assert done["reused_tokens"] > len(ids)
-        new = len(done["prompt_tokens"]) - done["reused_tokens"]
+        assert done["cached_tokens"] > len(ids)
+        new = len(done["prompt_tokens"]) - done["cached_tokens"]
         expect(ui.page.locator("#stats")).to_contain_text(f"({new} tokens, ")
         assert ui.received("prompt")[-1]["total"] == new
-        expect(ui.page.locator("#stats")).to_contain_text(f", {done['reused_tokens']} more from the cache")
+        expect(ui.page.locator("#stats")).to_contain_text(f", {done['cached_tokens']} more from the cache")
         # Clear: status back to plain Ready, no stale stop reason
         ui.page.get_by_role("button", name="Clear", exact=True).click()
         expect(ui.status).to_have_text("Ready")
@@ -327,7 +327,7 @@ def test_markdown_replies_are_built_as_text_never_html(browser, server_url):
         content = ui.log.locator(".turn").last.locator(".content")
         expect(content.locator("strong")).to_have_text("bold")
         page.evaluate("""(text) => worker.onmessage({data: {type: 'done', mode: 'chat', text, stop_reason: 'eos',
-            prompt_tokens: [1, 2], tokens: [3, 4, 5], reused_tokens: 0, seed: '42', prefill_tok_s: 1, decode_tok_s: 2,
+            prompt_tokens: [1, 2], tokens: [3, 4, 5], cached_tokens: 0, seed: '42', prefill_tok_s: 1, decode_tok_s: 2,
             prefill_ms: 1, decode_ms: 1, memory: null,
             messages: [{role: 'user', content: 'hi'}, {role: 'assistant', content: text}]}})""", HOSTILE)
         reply = ui.log.locator(".turn").last

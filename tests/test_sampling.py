@@ -288,7 +288,7 @@ def test_temperature_0_and_top_k_1_equal_greedy(engine):
     res = run(engine.generate(p["prompt_ids"], temperature=0.8, top_k=1, repeat_penalty=1.0, max_tokens=6,
                               reuse_cache=True))
     assert res.tokens == want and res.seed is None      # through the sampler kernel's greedy path
-    assert res.reused_tokens == len(p["prompt_ids"]) - 1
+    assert res.cached_tokens == len(p["prompt_ids"]) - 1
 
 
 @pytest.mark.gpu
@@ -360,7 +360,7 @@ def test_cancel_mid_decode_and_during_prefill(engine, monkeypatch, cancel_in_pre
     monkeypatch.undo()
     # still consistent: the cache holds the first chunk, and the rest of the prompt continues from it
     res = run(engine.generate(q["prompt_ids"], max_tokens=3, reuse_cache=True))
-    assert res.reused_tokens == 8 and res.tokens == q["greedy_ids"][:3]
+    assert res.cached_tokens == 8 and res.tokens == q["greedy_ids"][:3]
 
 
 @pytest.mark.gpu
@@ -371,7 +371,7 @@ def test_stop_token_ids_and_ignore_eos(engine):
     assert res.stop_reason == "stop" and res.stop_sequence == 30 and res.tokens == p["greedy_ids"][:6]
     # the KV cache holds the prompt: only its last token is prefilled again
     res = run(engine.generate(p["prompt_ids"], max_tokens=eos + 2, ignore_eos=True, reuse_cache=True))
-    assert res.reused_tokens == len(p["prompt_ids"]) - 1
+    assert res.cached_tokens == len(p["prompt_ids"]) - 1
     assert res.tokens == p["greedy_ids"][:eos + 2] and res.stop_reason == "max_tokens"
 
 

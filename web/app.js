@@ -156,7 +156,7 @@ function fmtRate(tokS, count, ms) {
 // The stats line of a finished run. Prefill counts only the prompt tokens processed now (not those the KV cache
 // already held from the last turn), so its rate is theirs.
 function statsText(msg) {
-  const reused = msg.reused_tokens || 0;
+  const reused = msg.cached_tokens || 0;
   const first = state.firstTokenMs == null ? '' : ` · First token after ${(state.firstTokenMs / 1000).toFixed(2)} s`;
   return `Prefill: ${fmtRate(msg.prefill_tok_s, msg.prompt_tokens.length - reused, msg.prefill_ms)}` +
     (reused ? `, ${reused} more from the cache` : '') +

@@ -98,6 +98,25 @@ class Model(Protocol):
         """Steps ran past a stop: keep the running state as after step ``step`` of the last read (-1: before its
         first); False when it cannot (the cached positions are then lost)."""
 
+    def state_sizes(self, n: int) -> list[int]:
+        """Bytes of each part of the state of an n-token sequence, in layer order: an attention layer's K rows and
+        V rows [0, n) ([n, kv_heads * head_dim] in the cache's element type), a conv layer's rolling state
+        ([l_cache - 1, hidden] float32: the B*x values of positions n - l_cache + 1 .. n - 1, oldest first, zeros
+        before position 0). The same layout on every backend (cera_web.snapshot writes it to files)."""
+
+    async def read_state(self, n: int, at_mark: bool = False) -> list[bytes]:
+        """The parts (state_sizes) of the sequence held: KV rows [0, n); the conv states as they are now (n is
+        then the position processed last), or with at_mark as mark() kept them."""
+
+    def write_state(self, parts: list, n: int) -> None:
+        """Make the held sequence the n tokens of ``parts`` (read_state's layout); the mark holds it too."""
+
+    def mark(self) -> None:
+        """Keep the running state as it is now (conv layers; nothing to keep without any)."""
+
+    def restore_mark(self) -> None:
+        """Set the running state back to what mark() kept."""
+
     def make_sampler(self) -> Sampler:
         """The sampler of this model's head (made once)."""
 

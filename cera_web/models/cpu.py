@@ -11,7 +11,7 @@ import asyncio
 
 import numpy as np
 
-from ..reference import ReferenceModel
+from ..reference import KVCache, ReferenceModel
 from ..sampling import RING, SamplingParams, logprobs_numpy, sample_numpy, uniform
 from .base import LOG_SIZE
 
@@ -76,7 +76,7 @@ class CPUModel:
         if on_progress:
             on_progress("weights", 0, 0)        # no GPU upload: the weights are unpacked to float32 (no count)
         self.ref = ReferenceModel.from_gguf(gguf, source, spec, kv_cache)
-        self.rewindable = spec.rewindable     # the reference's conv state is not snapshotted: no rewinding
+        self.rewindable = True    # the reference keeps every position's B*x for its conv layers (like K/V)
         self.vocab = spec.vocab
         self.context_size = context_size
         self.chunk = chunk
@@ -158,7 +158,49 @@ class CPUModel:
         return (await self.collect(self._read(0, n, False)))[0]
 
     def keep_state(self, step: int) -> bool:
-        return self.rewindable          # the reference's LFM2 conv state is not snapshotted
+        return True             # rewindable: nothing to restore
+
+    # -- the sequence state as bytes (Model.state_sizes: the GPU model's layout) -------------------------------
+    def _kv_type(self):
+        return np.float16 if self.kv_cache == "f16" else np.float32
+
+    def state_sizes(self, n: int) -> list[int]:
+        s, width = self.spec, np.dtype(self._kv_type()).itemsize
+        return [size for layer in s.layers for size in ((n * width * layer.kv_heads * s.head_dim,) * 2
+                                                        if layer.attention else (4 * (s.l_cache - 1) * s.hidden,))]
+
+    async def read_state(self, n: int, at_mark: bool = False) -> list[bytes]:
+        parts, D = [], self.spec.l_cache - 1
+        for c in self.ref.cache:
+            if isinstance(c, KVCache):
+                parts += [c.k[:n].astype(self._kv_type()).tobytes(), c.v[:n].astype(self._kv_type()).tobytes()]
+            else:       # the last D positions' B*x, oldest first, zeros before position 0
+                rows = np.zeros((D, c.bx.shape[1]), np.float32)
+                got = c.bx[max(0, n - D):n]
+                rows[D - len(got):] = got
+                parts.append(rows.tobytes())
+        return parts
+
+    def write_state(self, parts: list, n: int) -> None:
+        D, it = self.spec.l_cache - 1, iter(parts)
+        for c in self.ref.cache:
+            if isinstance(c, KVCache):
+                k, v = (np.frombuffer(next(it), self._kv_type()).reshape(n, *c.k.shape[1:]).astype(np.float32)
+                        for _ in "kv")
+                c.update(0, k, v)
+            else:
+                hist = np.zeros((n, c.bx.shape[1]), np.float32)
+                rows = np.frombuffer(next(it), np.float32).reshape(D, -1)
+                take = min(n, D)
+                hist[n - take:] = rows[D - take:]
+                c.update(0, hist)
+        self.ref.position = n
+
+    def mark(self) -> None:
+        pass                    # rewindable: any position can be gone back to
+
+    def restore_mark(self) -> None:
+        pass
 
     def memory(self):
         return None           # nothing on a GPU

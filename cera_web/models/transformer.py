@@ -38,6 +38,7 @@ class AttentionBlock:
         self.gain = m.norm(p + "attn_norm.weight")
         kv_dim = layer.kv_heads * s.head_dim        # KV cache: [context, kv_heads * head_dim] for K and for V
         width = KV_WIDTH[m.kv_cache]                # f32 or f16
+        self.row_bytes = width * kv_dim             # one position's K (or V)
         self.k_cache = dev.create_buffer(width * m.context_size * kv_dim, label=f"k{i}")
         self.v_cache = dev.create_buffer(width * m.context_size * kv_dim, label=f"v{i}")
         self.bias = m.f32_buffer(np.concatenate([m.vector(p + f"attn_{n}.bias") for n in "qkv"]), p + "qkv bias") \
@@ -105,6 +106,7 @@ class ConvBlock:
         self.state = dev.create_buffer(self.state_bytes, label=f"conv state {i}")
         # the state after each decode step of a read (keep_state restores one of them)
         self.snap = dev.create_buffer(self.state_bytes * m.max_steps_per_read, label=f"conv state {i} after each step")
+        self.marked = dev.create_buffer(self.state_bytes, label=f"conv state {i} kept")   # Transformer.mark()
 
     def record(self, rec, T: int):
         """x += Wout · (C ⊙ conv(B ⊙ x')), B | C | x' = Win · norm(x)."""
@@ -345,6 +347,38 @@ class Transformer(GPUModel):
     def step_copies(self, out_index: int) -> list:
         """After decode step out_index of a read: every conv state into its slot out_index."""
         return [(b.state, 0, b.snap, out_index * b.state_bytes, b.state_bytes) for b in self.conv_blocks]
+
+    # -- the sequence state as bytes (Model.state_sizes; cera_web.snapshot) ---------------------------------------
+    READ_PIECE = 8 << 20        # bytes a state read maps at once (the browser keeps a staging buffer that large)
+
+    def state_sizes(self, n: int) -> list[int]:
+        return [size for op, _ in self.blocks
+                for size in ((n * op.row_bytes,) * 2 if isinstance(op, AttentionBlock) else (op.state_bytes,))]
+
+    def _state_buffers(self, at_mark: bool = False) -> list:
+        return [b for op, _ in self.blocks for b in ((op.k_cache, op.v_cache) if isinstance(op, AttentionBlock)
+                                                     else (op.marked if at_mark else op.state,))]
+
+    async def read_state(self, n: int, at_mark: bool = False) -> list[bytes]:
+        parts = []
+        for buf, size in zip(self._state_buffers(at_mark), self.state_sizes(n)):
+            pieces = [await self.dev.read(buf, at, min(self.READ_PIECE, size - at))
+                      for at in range(0, size, self.READ_PIECE)]
+            parts.append(b"".join(pieces))
+        return parts
+
+    def write_state(self, parts: list, n: int) -> None:
+        for buf, data in zip(self._state_buffers(), parts):
+            self.dev.write_buffer(buf, data)
+        self.mark()
+
+    def mark(self) -> None:
+        if self.conv_blocks:
+            self.dev.submit([], [(b.state, 0, b.marked, 0, b.state_bytes) for b in self.conv_blocks])
+
+    def restore_mark(self) -> None:
+        if self.conv_blocks:
+            self.dev.submit([], [(b.marked, 0, b.state, 0, b.state_bytes) for b in self.conv_blocks])
 
     def keep_state(self, step: int) -> bool:
         """The engine ran decode steps past a stop: keep the state as it was after decode step ``step`` of the last

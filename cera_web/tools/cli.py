@@ -37,8 +37,22 @@ async def _generate(args):
     stream = None if args.json else (lambda tok, piece: print(piece, end="", flush=True))
     if args.stop:
         settings["stop"] = args.stop
-    result = await engine.generate(args.prompt, max_tokens=args.max_tokens, on_token=stream, chat=args.chat,
-                                   ignore_eos=args.ignore_eos, **settings)
+    params = engine.settings(None, dict(settings, max_tokens=args.max_tokens, ignore_eos=args.ignore_eos))
+    if args.system is not None:
+        ids = engine.encode_chat([{"role": "system", "content": args.system}, {"role": "user", "content": args.prompt}])
+    else:
+        ids = engine.encode_prompt(args.prompt, chat=args.chat)
+    if args.prompt_cache and Path(args.prompt_cache).exists():
+        from ..errors import SnapshotError
+        try:
+            engine.restore_state(Path(args.prompt_cache).read_bytes())
+        except SnapshotError as e:
+            print(f"warning: prompt cache {args.prompt_cache} not used: {e}; the prompt is computed in full",
+                  file=sys.stderr)
+    result = await engine.generate_ids(ids, params, on_token=stream)
+    if args.prompt_cache and result.stop_reason != "cancelled":
+        from ..snapshot import write_bytes
+        write_bytes(args.prompt_cache, await engine.save_state(ids))
     if args.json:
         out = result.as_dict()
         out["backend"] = engine.backend
@@ -117,6 +131,10 @@ def main(argv=None) -> int:
     g.add_argument("--stop", action="append", help="a text that ends the output (repeatable)")
     g.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-turn tokens")
     g.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    g.add_argument("--system", help="a system message (implies --chat: the prompt is the user's message)")
+    g.add_argument("--prompt-cache", metavar="FILE",
+                   help="reuse the state of the longest prefix of the prompt that FILE holds (a snapshot: "
+                        "cera_web.snapshot), then write the prompt's state to FILE")
     g.add_argument("--context", type=int, default=2048, help="context size in tokens")
     g.add_argument("--kv-cache", choices=tuple(KV_WIDTH), default="f32",
                    help="the KV cache's element type: f16 halves its memory (GPUs with shader-f16)")
