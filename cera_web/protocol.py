@@ -24,6 +24,19 @@ REQUESTS = {
              "(webapp.choose_backend). A failed load keeps the model loaded before"),
     "cache-list": ("", "worker at once", "answered with a 'cache' message"),
     "cache-delete": ("url", "worker", "delete a cached model, then a 'cache' message"),
+    "snapshot-save": ("conversation cap", "worker",
+                      "keep the worker's conversation and the engine's state for it (ChatSession.save) in OPFS as the "
+                      "snapshot of (conversation: the page's id for it, the loaded model), first removing the least "
+                      "recently used other snapshots until all fit in cap bytes; a failure (storage full, a snapshot "
+                      "larger than cap) is one 'notice', never an error; then a 'cache' message"),
+    "snapshot-restore": ("conversation", "worker",
+                         "make the snapshot of (conversation, the loaded model), if there is one, the engine's state "
+                         "(the next turn prefills only what it does not hold; a 'notice' says how many tokens it "
+                         "holds); one that does not fit (another model, damaged, truncated) is deleted, with a "
+                         "one-line 'notice' saying why"),
+    "snapshot-delete": ("conversation?", "worker",
+                        "delete the snapshots of conversation (for every model; none: every snapshot), then a "
+                        "'cache' message"),
     "cancel": ("id?", "worker at once",
                "stop request id (none: whatever runs): running, it ends within a decode step with stop_reason "
                "'cancelled' (its 'done' still comes); still queued, it is answered at once with an 'error' of "
@@ -46,14 +59,17 @@ REQUESTS = {
 # worker -> page: kind: (fields, what it says)
 EVENTS = {
     "status": ("text", "a step, in words ('Loading Pyodide…')"),
-    "notice": ("text", "something worth keeping on screen about the last load"),
+    "notice": ("text", "something worth keeping on screen about the last load, or about a conversation's kept "
+                       "state (restored, not usable, not kept)"),
     "progress": ("stage done total", "a load's progress: 'download'/'verify' (bytes; total 0: unknown), or an "
                                      "engine stage: 'parse', 'upload' (bytes), 'compile', 'weights'"),
     "settings": ("fields raw stop_reasons", "after Python starts: the settings form (SamplingParams.describe()), the "
                                             "raw-completion defaults (greedy) and STOP_REASONS"),
     "ready": ("model file chat_template backend backend_kind backend_reason cpu memory origin split",
               "a model is loaded and usable (webapp.load_source says what each field holds)"),
-    "cache": ("entries usage quota", "the cached models [{url, name, size, stored}] and the storage use and quota"),
+    "cache": ("entries usage quota snapshots",
+              "the cached models [{url, name, size, stored}], the storage use and quota (bytes; null: unknown) and "
+              "the kept conversation snapshots {count, bytes}"),
     "prompt": ("id done total", "the prompt is being processed: done of its total tokens not reused from the cache"),
     "token": ("id token text", "a page request's next token: its id and the text it adds ('' while a character is "
                                "incomplete or a stop string may start)"),

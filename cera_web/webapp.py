@@ -20,6 +20,12 @@ Worker glue. The messages it answers and posts are declared in cera_web/protocol
                                         'chunk' messages under its id, then one 'done' or one 'error'
     cancel(id)                          called from the worker's onmessage while a generation is suspended: stop
                                         request id (None: whatever runs)
+    snapshot_model()                    the loaded model's key in snapshot file names ("" when none is loaded)
+    await save_snapshot()               the page's conversation and its state as snapshot bytes (None: nothing to
+                                        keep), which the worker writes to OPFS (its snapshot-* requests; the one
+                                        function here that may raise: the worker makes a failure a 'notice')
+    restore_snapshot(data)              make snapshot bytes (a JS Uint8Array) the engine's state; JSON text
+                                        {"tokens": n} or {"error": one line} (then nothing changed)
 
 Nothing there raises: every failure becomes an 'error' message (protocol.EVENTS) and the worker stays usable. A
 failed load keeps the model that was loaded before. :func:`load_source` takes any model source (see cera_web.source),
@@ -540,6 +546,50 @@ def chat_clear() -> bool:
     if _state.chat is not None:
         _state.chat.reset()
     return True
+
+
+# -- the conversation's state, kept across reloads (the worker's snapshot-* requests keep the bytes in OPFS) ---------
+
+def snapshot_model() -> str:
+    """The loaded model's key in the names of its snapshot files: the first 16 hex digits of its identity
+    (cera_web.snapshot.model_identity: SHA-256 of the file's header and tensor table, and its size); "" when no model
+    is loaded. Only a name: restore_snapshot checks the whole identity, the cache type and the context size."""
+    if _state.engine is None:
+        return ""
+    from .snapshot import model_identity
+    return model_identity(_state.engine).split(":")[1][:16]
+
+
+async def save_snapshot():
+    """The page's conversation and the engine's state for it as snapshot bytes (ChatSession.save: the messages and
+    the KV / conv state of the longest prefix of the rendered conversation the engine holds), or None when there is
+    nothing to keep (no model, an empty conversation)."""
+    chat = _state.chat
+    if _state.engine is None or chat is None or not chat.messages:
+        return None
+    return await chat.save()
+
+
+def restore_snapshot(data) -> str:
+    """Make a kept snapshot's state the engine's: the page's next turn prefills only the tokens after the prefix it
+    holds (the conversation itself comes with chat-set; a snapshot of an older state of it is still a valid prefix).
+    ``data``: the snapshot's bytes (a JS Uint8Array from the worker, or bytes). Returns JSON text: {"tokens": n} when
+    restored, {"error": one line} when it does not fit this engine (another model file, cache type or context size;
+    damaged, truncated, not a snapshot): nothing changes then (cera_web.snapshot), and the next turn recomputes."""
+    from .errors import SnapshotError
+    engine = _state.engine
+    try:
+        if engine is None:
+            raise SnapshotError("no model is loaded")
+        if hasattr(data, "to_bytes"):       # a JsProxy of a Uint8Array
+            data = data.to_bytes()
+        tokens = engine.restore_state(data)
+    except SnapshotError as exc:
+        return json.dumps({"error": str(exc)})
+    except Exception as exc:    # a bug or a device failure part-way: the engine's state may be part written
+        engine._cache_passes = -1       # so nothing of it is reused (as after a failed generation)
+        return json.dumps({"error": _describe(exc)["message"]})
+    return json.dumps({"tokens": len(tokens)})
 
 
 def cancel(id=None) -> bool:

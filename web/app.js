@@ -14,6 +14,7 @@ const ui = {
   loadForm: $('load-form'), modelUrl: $('model-url'), modelUrlName: $('model-url-name'), load: $('load'),
   modelFile: $('model-file'),
   notice: $('notice'), memory: $('memory'), cacheList: $('cache-list'), cacheUsage: $('cache-usage'),
+  keepState: $('keep-state'), snapshotUsage: $('snapshot-usage'),
   dropOverlay: $('drop-overlay'),
   generateForm: $('generate-form'), prompt: $('prompt'), chat: $('chat'), maxTokens: $('max-tokens'),
   generate: $('generate'), stop: $('stop'), regenerate: $('regenerate'), clear: $('clear'),
@@ -50,6 +51,7 @@ const state = {
   runJson: false,         // the run in flight is in a JSON mode of Structured output (its reply shows as JSON)
   raw: null,              // the last raw completion {text, json, logprobs}, shown again when the view changes
   editAt: null,           // the index of the user message being edited (the composer holds its new text)
+  snapshots: null,        // {count, bytes} of the conversations' kept state (the worker's 'cache' message)
 };
 const CONV_KEY = 'cera_web.conversations';
 const CONV_MAX = 50;
@@ -217,8 +219,10 @@ worker.onmessage = (event) => {
       ui.status.textContent = 'Ready';
       ui.cpuOffer.hidden = true;
       hideProgress(true);
-      // the conversation goes on with the new model (the worker starts with none: give it this one)
+      // the conversation goes on with the new model (the worker starts with none: give it this one, and its kept
+      // state for this model if there is one)
       if (state.messages.length) worker.postMessage({type: 'chat-set', messages: state.messages});
+      restoreState();
       renderConversation();
       modelHasTemplate(msg.chat_template);
       showMenu();
@@ -309,8 +313,10 @@ function formatMemory(m) {
          (m.wasm_heap ? `; Python heap ${formatBytes(m.wasm_heap)}` : '');
 }
 
-function showCache({entries, usage, quota}) {
+function showCache({entries, usage, quota, snapshots}) {
   state.cached = new Set(entries.map((e) => e.url));
+  state.snapshots = snapshots;
+  showSnapshots();
   showMenu();
   ui.cacheList.textContent = '';
   for (const e of entries) {
@@ -699,6 +705,7 @@ function chatDone(msg) {
   state.messages = messages;
   renderConversation();
   saveConversation();
+  if (!(msg.stop_reason === 'cancelled' && !msg.tokens.length)) saveState();   // after 'done': the reply never waits
   // Stopped before any reply: the worker dropped the turn; give its message back to the box.
   if (msg.stop_reason === 'cancelled' && !msg.tokens.length && state.sending && !ui.prompt.value) {
     ui.prompt.value = state.lastSent || '';
@@ -747,8 +754,8 @@ ui.clear.addEventListener('click', () => {
 
 // -- conversations: kept in this browser, restored after a reload, kept across model switches -------------------
 
-// localStorage[CONV_KEY] = {list: [{id, title, model, messages, updated}] newest first, current: id}. Only the
-// messages are kept (not the KV cache: the worker prefills a restored conversation on its next turn).
+// localStorage[CONV_KEY] = {list: [{id, title, model, messages, updated}] newest first, current: id}: the messages.
+// Their model state (the KV cache) is kept apart, by the worker in OPFS (see "prompt cache" below).
 
 function readConversations() {
   try {
@@ -770,7 +777,10 @@ const currentConversation = () => convs.list.find((c) => c.id === convs.current)
 function saveConversation() {
   let c = currentConversation();
   if (!state.messages.some((m) => m.role !== 'system')) {
-    if (c) convs.list = convs.list.filter((x) => x !== c);
+    if (c) {
+      convs.list = convs.list.filter((x) => x !== c);
+      forgetState(c.id);
+    }
     convs.current = null;
   } else {
     if (!c) {
@@ -781,6 +791,7 @@ function saveConversation() {
     }
     Object.assign(c, {messages: state.messages, model: ui.modelName.textContent, updated: Date.now()});
     convs.list = [c, ...convs.list.filter((x) => x !== c)];
+    for (const old of convs.list.splice(CONV_MAX)) forgetState(old.id);   // the oldest beyond the limit go
   }
   writeConversations();
   showConversations();
@@ -802,17 +813,20 @@ function showConversations() {
   ui.renameChat.disabled = ui.deleteChat.disabled = !convs.current;
 }
 
-// Show conversation c (null: a new, empty one) and give it to the worker.
+// Show conversation c (null: a new, empty one) and give it to the worker, with its kept state. The System prompt
+// field shows c's system message (a new one leaves the field as it is).
 function openConversation(c) {
   endEdit();
   convs.current = c ? c.id : null;
   state.messages = c ? c.messages.map((m) => ({role: m.role, content: m.content})) : [];
+  if (c) ui.system.value = (state.messages.find((m) => m.role === 'system') || {content: ''}).content;
   state.stopped.clear();
   state.meta.clear();
   renderConversation();
   writeConversations();
   showConversations();
   if (state.modelLoaded) worker.postMessage({type: 'chat-set', messages: state.messages});
+  restoreState();
   refreshControls();
 }
 
@@ -837,7 +851,55 @@ ui.deleteChat.addEventListener('click', () => {
   const c = currentConversation();
   if (!c || state.generating || !confirm(`Delete the conversation "${c.title}"?`)) return;
   convs.list = convs.list.filter((x) => x !== c);
+  forgetState(c.id);
   openConversation(null);
+});
+
+// -- prompt cache: each conversation's model state, kept in this browser per conversation and model --------------
+
+// The worker keeps the state of the conversation shown (its KV cache, ChatSession.save) in OPFS after each turn and
+// restores it when the conversation is shown again (a reload, a switch, another model), so that the next message
+// prefills only itself; a kept state that does not fit (another model file, damaged) is deleted with a notice. All of
+// them together take at most SNAPSHOT_CAP bytes (the least recently used go first; ?snapshot_cap=BYTES sets it).
+// "Keep each chat's prompt cache in this browser" off (remembered): nothing is written, and what was kept goes.
+const KEEP_KEY = 'cera_web.keep_state';
+const SNAPSHOT_CAP = Number(params.get('snapshot_cap')) || 256 * 2 ** 20;
+
+const keepingState = () => ui.keepState.checked;
+
+function restoreState() {
+  if (keepingState() && convs.current && state.modelLoaded) {
+    worker.postMessage({type: 'snapshot-restore', conversation: convs.current});
+  }
+}
+
+function saveState() {
+  if (keepingState() && convs.current && state.modelLoaded) {
+    worker.postMessage({type: 'snapshot-save', conversation: convs.current, cap: SNAPSHOT_CAP});
+  }
+}
+
+function forgetState(id) {
+  worker.postMessage({type: 'snapshot-delete', conversation: id});
+}
+
+function showSnapshots() {
+  const s = state.snapshots;
+  ui.snapshotUsage.textContent = !keepingState()
+    ? 'Off: conversations are kept without their model state; a reopened one reads its whole text again.'
+    : s ? `Prompt caches kept: ${s.count} (${formatBytes(s.bytes)} of at most ${formatBytes(SNAPSHOT_CAP)}; the ` +
+          'least recently used go first).' : '';
+}
+
+try {
+  ui.keepState.checked = localStorage.getItem(KEEP_KEY) !== 'off';
+} catch (e) { /* storage off: on, for this page */ }
+showSnapshots();
+ui.keepState.addEventListener('change', () => {
+  try { localStorage.setItem(KEEP_KEY, keepingState() ? 'on' : 'off'); } catch (e) { /* storage off */ }
+  if (!keepingState()) worker.postMessage({type: 'snapshot-delete'});   // what was kept goes too
+  else if (!state.generating) saveState();   // the conversation shown is kept from now on
+  showSnapshots();
 });
 
 // Edit a sent message: its text goes back to the composer; sending replaces it and drops the turns after it.

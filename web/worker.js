@@ -21,9 +21,10 @@
 //
 // Protocol: the message kinds and their fields are declared once, in cera_web/protocol.py (REQUESTS: page → worker,
 // EVENTS: worker → page, STOP_REASONS); tests/test_protocol.py checks this file, app.js and cera.js against it. The
-// worker handles 'load', 'cache-list', 'cache-delete' and 'cancel' itself (WORKER_KINDS below); every other request
-// goes to Python as it is (webapp.handle), which checks it against the table and answers it. Requests run one at a
-// time, in order (one GPU), except those handled at once ('cancel', 'cache-list').
+// worker handles 'load', 'cache-list', 'cache-delete', 'cancel' and the conversations' kept state ('snapshot-save',
+// 'snapshot-restore', 'snapshot-delete': see "the conversations' state" below) itself (WORKER_KINDS); every other
+// request goes to Python as it is (webapp.handle), which checks it against the table and answers it. Requests run one
+// at a time, in order (one GPU), except those handled at once ('cancel', 'cache-list').
 'use strict';
 
 // Relative to this file (web/worker.js), so a site may serve the whole tree under a folder of its own. Started from a
@@ -126,8 +127,10 @@ function ensureBooted(cpu) {
 }
 
 async function postCache() {
-  const [entries, estimate] = await Promise.all([CeraModelStore.list(), CeraModelStore.estimate()]);
-  post({type: 'cache', entries, usage: estimate ? estimate.usage : null, quota: estimate ? estimate.quota : null});
+  const [entries, estimate, kept] = await Promise.all([CeraModelStore.list(), CeraModelStore.estimate(),
+                                                       snapshotFiles()]);
+  post({type: 'cache', entries, usage: estimate ? estimate.usage : null, quota: estimate ? estimate.quota : null,
+        snapshots: {count: kept.length, bytes: kept.reduce((n, f) => n + f.size, 0)}});
 }
 
 // The model at msg.url (cache or download) or msg.file, loaded into the engine. webapp posts 'progress' and then
@@ -163,10 +166,191 @@ async function load(msg) {
   return ok;
 }
 
+// -- the conversations' state, kept across reloads (the prompt cache that survives) -----------------------------------
+//
+// OPFS folder `cera_web-kv/`: one file per (conversation, model), `<conversation id>.<model key>.snap`, holding what
+// ChatSession.save() gives (cera_web/snapshot.py: the messages, the token ids and their KV / conv state, the model's
+// identity, cache type and context size, a CRC-32 of the state); the model key is webapp.snapshot_model(). `uses.json`
+// {file name: last use} orders them for eviction: a save or a restore is a use. The page asks for each: snapshot-save
+// after every chat turn (after its 'done', so the reply never waits for it), snapshot-restore when it shows a
+// conversation (a reload, a conversation switch, a model switch), snapshot-delete with the conversation. The bytes
+// cross from Python as a buffer (no JSON, no base64). Saving never fails a reply: storage errors end in a 'notice'.
+const KV_DIR = 'cera_web-kv';
+const KV_USES = 'uses.json';
+const KV_NAME = /^[\w-]{1,64}$/;   // a conversation id the page made (it names files)
+const kvUses = {map: null, last: 0};   // uses.json as read (null: not yet), and the last use stamp given
+
+// The folder (create: made when missing), or null: none yet, or no OPFS here (or refused: then nothing is kept).
+async function kvDir(create = true) {
+  try {
+    return await (await navigator.storage.getDirectory()).getDirectoryHandle(KV_DIR, {create});
+  } catch (e) {
+    return null;
+  }
+}
+
+// [{name, size, used}] of the kept snapshots, oldest use first.
+async function snapshotFiles(dir) {
+  dir = dir || await kvDir(false);
+  if (!dir) return [];
+  const uses = await readUses(dir);
+  const files = [];
+  for await (const [name, handle] of dir.entries()) {
+    if (!name.endsWith('.snap') || handle.kind !== 'file') continue;
+    try {
+      const file = await handle.getFile();
+      files.push({name, size: file.size, used: Math.max(uses[name] || 0, file.lastModified)});
+    } catch (e) { /* removed meanwhile */ }
+  }
+  return files.sort((a, b) => a.used - b.used);
+}
+
+async function readUses(dir) {
+  if (!kvUses.map) {
+    try {
+      const kept = JSON.parse(await (await (await dir.getFileHandle(KV_USES)).getFile()).text());
+      kvUses.map = kept && typeof kept === 'object' ? kept : {};
+    } catch (e) {
+      kvUses.map = {};   // none yet, or damaged: the files' times order them
+    }
+  }
+  return kvUses.map;
+}
+
+// Mark file `name` used now (forget: drop it from the list), and write uses.json (best effort: the files' times are
+// the fallback).
+async function markUse(dir, name, forget = false) {
+  const uses = await readUses(dir);
+  if (forget) delete uses[name];
+  else uses[name] = kvUses.last = Math.max(Date.now(), kvUses.last + 1);
+  try {
+    const w = await (await dir.getFileHandle(KV_USES, {create: true})).createWritable();
+    await w.write(JSON.stringify(uses));
+    await w.close();
+  } catch (e) { /* storage full: the order falls back to the files' times */ }
+}
+
+async function removeSnapshot(dir, name) {
+  try { await dir.removeEntry(name); } catch (e) { /* already gone */ }
+  await markUse(dir, name, true);
+}
+
+// The loaded model's key in the names of conversation's files ('' when nothing can be kept: no model, a bad id).
+const kvKey = (conversation) => (webapp && KV_NAME.test(conversation || '') ? webapp.snapshot_model() : '');
+const sizeText = (n) => (n >= 1e6 ? `${(n / 1e6).toFixed(1)} MB` : `${(n / 1e3).toFixed(1)} kB`);
+
+// Keep `data` as snapshot file `name`, first removing the least recently used others until everything fits in `cap`
+// bytes. Returns '' when kept, else why not (one line); a write that fails leaves no file of that name.
+async function keepSnapshot(dir, name, data, cap) {
+  if (data.byteLength > cap) {
+    await removeSnapshot(dir, name);   // an older state of it would be the one restored: drop it too
+    return `it takes ${sizeText(data.byteLength)}, more than the ${sizeText(cap)} kept conversations may use`;
+  }
+  const others = (await snapshotFiles(dir)).filter((f) => f.name !== name);
+  let total = data.byteLength + others.reduce((n, f) => n + f.size, 0);
+  for (const f of others) {   // oldest use first
+    if (total <= cap) break;
+    await removeSnapshot(dir, f.name);
+    total -= f.size;
+  }
+  let w = null;
+  try {
+    w = await (await dir.getFileHandle(name, {create: true})).createWritable();   // replaced whole on close
+    await w.write(data);
+    await w.close();
+  } catch (e) {
+    if (w) { try { await w.abort(); } catch (e2) { /* closed already */ } }
+    await removeSnapshot(dir, name);
+    return e.name === 'QuotaExceededError' ? "the browser's storage for this site is full" : `${e.name}: ${e.message}`;
+  }
+  await markUse(dir, name);
+  return '';
+}
+
+// One line for a notice, of whatever was thrown.
+const oneLine = (e) => `${e.name || 'Error'}: ${e.message || e}`.split('\n')[0];
+
+async function snapshotSave(msg) {
+  let why = '';
+  try {
+    const key = kvKey(msg.conversation);
+    const dir = key && await kvDir();
+    if (!dir) return;
+    if (!(msg.cap > 0)) throw new WorkerError('InputError', `cap must be a positive number of bytes, got ${msg.cap}`);
+    const proxy = await webapp.save_snapshot();
+    if (!proxy) return;   // nothing to keep
+    let data;
+    const buffer = proxy.getBuffer('u8');
+    try {
+      data = buffer.data.slice();   // out of the wasm heap: it may move while the file is written
+    } finally {
+      buffer.release();
+      proxy.destroy();
+    }
+    why = await keepSnapshot(dir, `${msg.conversation}.${key}.snap`, data, msg.cap);
+  } catch (e) {
+    console.error(e);
+    why = oneLine(e);
+  }
+  if (why) {
+    post({type: 'notice', text: `This conversation's prompt cache was not kept in this browser (${why}); the ` +
+                                'conversation itself is kept.'});
+  }
+  await postCache().catch(console.error);
+}
+
+async function snapshotRestore(msg) {
+  let dir, name, file, reply;
+  try {
+    const key = kvKey(msg.conversation);
+    dir = key && await kvDir(false);
+    if (!dir) return;
+    name = `${msg.conversation}.${key}.snap`;
+    file = await (await dir.getFileHandle(name)).getFile();
+  } catch (e) {
+    return;   // none kept for this conversation and model
+  }
+  try {
+    reply = JSON.parse(webapp.restore_snapshot(new Uint8Array(await file.arrayBuffer())));
+  } catch (e) {
+    console.error(e);
+    reply = {error: `it could not be read: ${oneLine(e)}`};
+  }
+  if (reply.error) {
+    await removeSnapshot(dir, name);
+    post({type: 'notice', text: `This conversation's kept prompt cache was not used and is deleted (${reply.error}); ` +
+                                'the next message reads the whole conversation again.'});
+    await postCache().catch(console.error);
+    return;
+  }
+  await markUse(dir, name);
+  if (reply.tokens) {
+    post({type: 'notice', text: 'Resumed this conversation from its prompt cache kept in this browser ' +
+                                `(${reply.tokens} tokens): the next message reads only itself.`});
+  }
+}
+
+async function snapshotDelete(msg) {
+  try {
+    const dir = await kvDir(false);
+    const prefix = msg.conversation == null ? null : `${msg.conversation}.`;
+    for (const f of dir ? await snapshotFiles(dir) : []) {
+      if (prefix === null || f.name.startsWith(prefix)) await removeSnapshot(dir, f.name);
+    }
+    await postCache();
+  } catch (e) {
+    console.error(e);
+    post({type: 'notice', text: `A conversation's kept prompt cache could not be deleted (${oneLine(e)}).`});
+  }
+}
+
 // The requests the worker answers itself (protocol.py: handled by "worker"); those marked at once are not queued.
 const WORKER_KINDS = {
   load: {run: load},
   'cache-delete': {run: async (msg) => { await CeraModelStore.remove(msg.url); await postCache(); }},
+  'snapshot-save': {run: snapshotSave},
+  'snapshot-restore': {run: snapshotRestore},
+  'snapshot-delete': {run: snapshotDelete},
   'cache-list': {now: true, run: () => postCache().catch(reportError('cache-list'))},
   cancel: {now: true, run: (msg) => cancel(msg.id)},
 };
