@@ -315,7 +315,11 @@ class Engine:
         from .snapshot import unpack
         tokens, parts, _ = unpack(self, data)
         if tokens:
-            self.model.write_state(parts, len(tokens))
+            try:
+                self.model.write_state(parts, len(tokens))
+            except BaseException:
+                self._cache_passes = -1         # half written (a lost device, say): hold nothing
+                raise
         self._cache, self._mark = list(tokens), list(tokens)
         self._cache_passes = self.model.passes
         return tokens

@@ -193,3 +193,15 @@ def test_cli_prompt_cache_gives_the_same_tokens(tmp_path):
     cache.write_bytes(other.read_bytes())       # made with another model: not used, said so
     _, err = cli(*common[:1], model, *common[2:], "--prompt", "what is it", "--prompt-cache", str(cache))
     assert "another model" in err
+
+
+@pytest.mark.parametrize("stem", ["qwen3-q8_0", "lfm2-q8_0"])
+def test_prompt_cache_benchmark_restores_what_it_saved(dev, stem):
+    """bench --prompt-cache (tools/bench.prompt_cache): its restored runs hold the whole shared prompt (with conv
+    layers too: a one-token generation leaves the state at the prompt's end) and give the recomputed run's token (it
+    raises otherwise)."""
+    from cera_web.tools import bench
+    out = run(bench.prompt_cache(load(dev, stem), 30, new_tokens=4, repeats=1))
+    assert out["cached_tokens"] == 30
+    layout = load(dev, stem).model.state_sizes(out["cached_tokens"])
+    assert out["snapshot_bytes"] > sum(layout) and out["speedup"] > 0

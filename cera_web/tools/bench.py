@@ -41,7 +41,7 @@ async def run(engine, prompt_tokens: int = 512, decode_tokens: int = 128, steps_
     best, runs = None, []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        pre = await engine.generate(ids, max_tokens=1, stop_at_eos=False)      # prefill + first token
+        pre = await engine.generate(ids, max_tokens=1, stop_at_eos=False, reuse_cache=False)   # prefill + 1st
         ttft = (time.perf_counter() - t0) * 1000
         c0 = (dev.calls, dev.dispatches, dev.submits)
         res = await engine.generate(decode_ids, max_tokens=decode_tokens + 1, stop_at_eos=False)
@@ -76,6 +76,66 @@ async def run(engine, prompt_tokens: int = 512, decode_tokens: int = 128, steps_
         **best,     # the repeat with the fastest decode
         "prefill_tok_s_runs": [r[0] for r in runs],     # every repeat, in order
         "decode_tok_s_runs": [r[1] for r in runs],
+    }
+
+
+async def prompt_cache(engine, prompt_tokens: int = 2000, new_tokens: int = 16, repeats: int = 3,
+                       folder=None) -> dict:
+    """Time to first token of a prompt whose first ``prompt_tokens`` (a long system prompt, a pasted document) were
+    seen before and ``new_tokens`` are new (the next message): recomputed (the whole prompt prefilled) against
+    restored (the snapshot of the shared part read from a file into the engine, then the new tokens prefilled:
+    file read, checks, upload and prefill all timed), best of ``repeats``; the snapshot's bytes per token and the
+    time to save it (read back from the GPU, packed, written). Between runs the engine's state is overwritten with
+    another prompt, so nothing is reused but the file."""
+    import os
+    import tempfile
+    from ..snapshot import write_bytes
+    ids = prompt_ids(engine.tokenizer, prompt_tokens + new_tokens)
+    shared, other = ids[:prompt_tokens], list(reversed(ids[:64]))
+    path = os.path.join(folder or tempfile.gettempdir(), f"cera_web_bench_{os.getpid()}.snap")
+    await engine.generate(ids[:8], max_tokens=2, stop_at_eos=False)         # warm-up: pipelines
+    recompute, restore, save = [], [], []
+    first = None
+    try:
+        for _ in range(repeats):
+            await engine.generate(other, max_tokens=1, reuse_cache=False)
+            t0 = time.perf_counter()
+            full = await engine.generate(ids, max_tokens=1, stop_at_eos=False, reuse_cache=False)
+            recompute.append((time.perf_counter() - t0) * 1000)
+            await engine.generate(shared, max_tokens=1, reuse_cache=False)     # the shared part alone, as a
+            t0 = time.perf_counter()                                            # system prompt is processed once
+            write_bytes(path, await engine.save_state(shared))
+            save.append((time.perf_counter() - t0) * 1000)
+            await engine.generate(other, max_tokens=1, reuse_cache=False)     # the state is now another prompt's
+            t0 = time.perf_counter()
+            with open(path, "rb") as f:
+                engine.restore_state(f.read())
+            t1 = time.perf_counter()
+            got = await engine.generate(ids, max_tokens=1, stop_at_eos=False)
+            t2 = time.perf_counter()
+            restore.append(((t2 - t0) * 1000, (t1 - t0) * 1000, (t2 - t1) * 1000))
+            if got.tokens != full.tokens or got.cached_tokens < prompt_tokens - 1:
+                raise CeraError(f"the restored run differs: {got.tokens} vs {full.tokens}, "
+                                f"{got.cached_tokens} tokens cached")
+            first = first or got
+        size = os.path.getsize(path)
+    finally:
+        if os.path.exists(path):
+            os.remove(path)
+    return {
+        "model": engine.name, "backend": engine.backend, "host": platform.node(),
+        "kv_cache": engine.model.kv_cache, "context_size": engine.context_size,
+        "prompt_tokens": prompt_tokens, "new_tokens": new_tokens, "cached_tokens": first.cached_tokens,
+        # restored: the file read, checked and uploaded, then the new tokens prefilled (all on the critical path);
+        # after_restore: the prefill alone (the page restores a conversation when it is shown, before a message)
+        "ttft_recomputed_ms": round(min(recompute), 2), "ttft_restored_ms": round(min(r[0] for r in restore), 2),
+        "speedup": round(min(recompute) / min(r[0] for r in restore), 2),
+        "restore_ms": round(min(r[1] for r in restore), 2), "ttft_after_restore_ms": round(min(r[2] for r in restore), 2),
+        "speedup_after_restore": round(min(recompute) / min(r[2] for r in restore), 2),
+        "snapshot_bytes": size, "bytes_per_token": round(size / first.cached_tokens, 1),
+        "save_ms": round(min(save), 2),
+        "runs": {"recomputed_ms": [round(x, 2) for x in recompute],
+                 "restored_ms": [[round(x, 2) for x in r] for r in restore], "save_ms": [round(x, 2) for x in save]},
     }
 
 

@@ -83,8 +83,11 @@ async def _bench(args):
             bench.synthetic_llama(part, args.synthetic, args.quant)
             part.rename(path)
     engine = await Engine.load(_model_path(path), context_size=args.context, chunk=args.chunk, kv_cache=args.kv_cache)
-    out = await bench.run(engine, args.prompt_tokens, args.decode_tokens, args.steps_per_read, args.repeats,
-                          args.decode_after)
+    if args.prompt_cache:
+        out = await bench.prompt_cache(engine, args.prompt_tokens, repeats=args.repeats)
+    else:
+        out = await bench.run(engine, args.prompt_tokens, args.decode_tokens, args.steps_per_read, args.repeats,
+                              args.decode_after)
     if args.synthetic:
         out["synthetic"] = {"shape": args.synthetic, "quant": args.quant, **bench.SHAPES[args.synthetic],
                             **bench.synthetic_info(path)}
@@ -157,6 +160,9 @@ def main(argv=None) -> int:
                         "late in a long conversation)")
     b.add_argument("--repeats", type=int, default=1)
     b.add_argument("--profile", action="store_true", help="also time each kind of dispatch alone")
+    b.add_argument("--prompt-cache", action="store_true",
+                   help="instead: time to first token of --prompt-tokens seen before plus 16 new, recomputed vs "
+                        "restored from a snapshot file (bench.prompt_cache)")
     b.add_argument("--synthetic", nargs="?", const="smollm2-135m", metavar="SHAPE",
                    help="a random-weight model of a named shape instead of a file: smollm2-135m (the default), "
                         "llama-3.2-1b, qwen2.5-1.5b (needs the gguf package)")
