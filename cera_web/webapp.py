@@ -586,8 +586,7 @@ def restore_snapshot(data) -> str:
         tokens = engine.restore_state(data)
     except SnapshotError as exc:
         return json.dumps({"error": str(exc)})
-    except Exception as exc:    # a bug or a device failure part-way: the engine's state may be part written
-        engine._cache_passes = -1       # so nothing of it is reused (as after a failed generation)
+    except Exception as exc:    # a device failure part-way: restore_state then holds nothing (none of it is reused)
         return json.dumps({"error": _describe(exc)["message"]})
     return json.dumps({"tokens": len(tokens)})
 
