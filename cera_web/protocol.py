@@ -65,7 +65,7 @@ EVENTS = {
                                      "engine stage: 'parse', 'upload' (bytes), 'compile', 'weights'"),
     "settings": ("fields raw stop_reasons", "after Python starts: the settings form (SamplingParams.describe()), the "
                                             "raw-completion defaults (greedy) and STOP_REASONS"),
-    "ready": ("model file chat_template backend backend_kind backend_reason cpu memory origin split",
+    "ready": ("model name file chat_template backend backend_kind backend_reason cpu memory origin split",
               "a model is loaded and usable (webapp.load_source says what each field holds)"),
     "cache": ("entries usage quota snapshots",
               "the cached models [{url, name, size, stored}], the storage use and quota (bytes; null: unknown) and "

@@ -294,10 +294,14 @@ def split_tensors(engine) -> dict:
 
 
 def _page_facts(engine) -> dict:
-    """What the page needs to know about a loaded model beyond its name: file (the name of the file it came from,
-    which the page names it by) and chat_template (whether the file has one: the page opens chat models in chat
-    mode, and base models in raw completion)."""
-    return {"file": getattr(engine.source, "name", None) or engine.name,
+    """What the page needs to know about a loaded model beyond model (general.name as the file has it): name (the
+    name people know it by, cera_web.names.display_name: the rule of the page's model menu, so the menu, the loaded
+    model panel and the API page say the same), file (the name of the file it came from: shown on hover) and
+    chat_template (whether the file has one: the page opens chat models in chat mode, and base models in raw
+    completion)."""
+    from .names import display_name
+    file = getattr(engine.source, "name", None) or engine.name
+    return {"name": display_name(engine.gguf, file), "file": file,
             "chat_template": bool(engine.gguf.metadata.get("tokenizer.chat_template"))}
 
 

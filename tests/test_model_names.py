@@ -7,9 +7,16 @@ Chromium page whose worker never starts (no Pyodide, no model load: the menu is 
   than the 8 MiB budget gives what was read, after exactly 8 MiB; a server without Range is read from its start
 - the model menu names each served model "SmolLM2 135M Instruct · 98.4 MB · download" (file name as title), an
   unreadable file by its file name; a URL typed into the Model URL field is named before it loads
+- the Python rule (cera_web/names.py, the name in the worker's 'ready' message) gives the JS rule's name for every
+  served checkpoint and test fixture
+- names are kept in localStorage: opening the page again reads no header bytes (a served model: no request; a typed
+  URL: one HEAD); a file whose size or ETag changed is read again
 """
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import hashlib
 import json
 import re
 import struct
@@ -22,10 +29,13 @@ expect = playwright_sync.expect
 
 from cera_web.errors import GGUFFormatError          # noqa: E402
 from cera_web.gguf import UnreadArray, open_gguf, parse_gguf   # noqa: E402
+from cera_web.names import display_name, friendly_name, size_label   # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / ".assets" / "models"
-TINY = ROOT / "tests" / "fixtures" / "small" / "qwen3-q8_0.gguf"
+SMALL = ROOT / "tests" / "fixtures" / "small"
+TINY = SMALL / "qwen3-q8_0.gguf"
+FIXTURES = sorted(SMALL.glob("*.gguf"))
 FIRST = 256 << 10
 BUDGET = 8 << 20
 # What the menu calls the checkpoints served here (the default one is always there; the others once fetched).
@@ -70,27 +80,36 @@ FAKES = {
     "endless.gguf": (_endless(), True),
     "norange.gguf": (TINY.read_bytes(), False),
     "tiny.gguf": (TINY.read_bytes(), True),
+    **{p.name: (p.read_bytes(), True) for p in FIXTURES},   # the test fixtures, by their own names
 }
 
 
 class Server:
-    """Routes /fake/NAME to FAKES[NAME], answering Range requests with 206 (or ignoring them); counts the bytes sent."""
+    """Routes /fake/NAME to FAKES[NAME], answering Range requests with 206 (or ignoring them), with an ETag of the
+    body; counts the bytes sent (sent) and the HEAD requests (heads)."""
 
     def __init__(self):
         self.sent: dict[str, list[tuple[int, int]]] = {}
+        self.heads: dict[str, int] = {}
+        self.index: list[dict] = []   # the menu's list of served models (menu_page)
 
     def __call__(self, route):
         name = route.request.url.rsplit("/", 1)[-1]
         body, ranged = FAKES[name]
+        headers = {"Content-Type": "application/octet-stream", "ETag": f'"{hashlib.sha256(body).hexdigest()[:16]}"'}
+        if route.request.method == "HEAD":
+            self.heads[name] = self.heads.get(name, 0) + 1
+            route.fulfill(status=200, body=body, headers={**headers, "Content-Length": str(len(body))})
+            return
         m = re.fullmatch(r"bytes=(\d+)-(\d+)", route.request.headers.get("range", ""))
         if not ranged or not m:
             self.sent.setdefault(name, []).append((0, len(body)))
-            route.fulfill(status=200, body=body, headers={"Content-Type": "application/octet-stream"})
+            route.fulfill(status=200, body=body, headers=headers)
             return
         first, last = int(m[1]), min(int(m[2]), len(body) - 1)
         self.sent.setdefault(name, []).append((first, last + 1))
         route.fulfill(status=206, body=body[first:last + 1], headers={
-            "Content-Type": "application/octet-stream", "Content-Range": f"bytes {first}-{last}/{len(body)}"})
+            **headers, "Content-Range": f"bytes {first}-{last}/{len(body)}"})
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +124,7 @@ def menu_page(browser, server_url):
     page.on("request", lambda r: ranges.append((r.url, r.headers.get("range"))) if "/models/" in r.url else None)
     page.route(f"{server_url}/web/worker.js", lambda route: route.fulfill(
         status=200, body="", headers={"Content-Type": "text/javascript"}))
-    index = json.loads(serve.models_index())["models"] + [
+    index = fakes.index = json.loads(serve.models_index())["models"] + [
         {"name": "broken", "file": "broken.gguf", "url": "/fake/broken.gguf", "size": 1004, "about": "",
          "default": False}]
     page.route(f"{server_url}/models/index.json", lambda route: route.fulfill(
@@ -160,7 +179,7 @@ def test_reader_matches_gguf_py_on_the_served_models(menu_page, server_url):
         assert spans[-1][1] + 1 >= g.data_offset - g.alignment and (len(spans) == 1 or spans[-2][1] + 1 < g.data_offset)
         assert header["bytesRead"] == spans[-1][1] + 1 <= BUDGET
         name = page.evaluate("([h, f]) => CeraGGUFMeta.friendlyName(h, f)", [header, file])
-        assert name == NAMES[file]
+        assert name == NAMES[file] == display_name(g, file)   # the Python rule (cera_web/names.py) agrees
 
 
 def test_hostile_headers_are_refused_as_gguf_py_refuses_them(menu_page, server_url):
@@ -226,8 +245,11 @@ def test_friendly_name_rules(menu_page):
     ]
     for md, file, complete, want in cases:
         assert page.evaluate(name, [md, file, complete]) == want, (md, want)
-    sizes = page.evaluate("[134515008, 494032768, 9.96e6, 1.2e10, 7e9, 999].map(CeraGGUFMeta.sizeLabel)")
-    assert sizes == ["135M", "494M", "10M", "12B", "7B", "1K"]
+        assert friendly_name(md, file, None, complete) == want, (md, want)    # the Python rule too
+    counts = [134515008, 494032768, 9.96e6, 1.2e10, 7e9, 999, 1.25e9, 1.05e6, 10.5e6, 2.5e12, 9.95e9]
+    sizes = page.evaluate(f"{json.dumps(counts)}.map(CeraGGUFMeta.sizeLabel)")
+    assert sizes[:6] == ["135M", "494M", "10M", "12B", "7B", "1K"]
+    assert [size_label(n) for n in counts] == sizes, sizes   # halves round up in both
 
 
 def test_menu_and_url_field_show_the_names(menu_page, server_url):
@@ -249,3 +271,101 @@ def test_menu_and_url_field_show_the_names(menu_page, server_url):
     field.fill("/models/" + SERVED[0])
     expect(page.locator("#model-url-name")).to_have_text(f"{NAMES[SERVED[0]]} ({SERVED[0]})")
     assert requests == []
+
+
+NAME = "async ([url, file]) => CeraGGUFMeta.friendlyName(await CeraGGUFMeta.readUrl(url), file)"
+
+
+def test_python_and_js_rules_give_one_name(menu_page, server_url):
+    """cera_web/names.py (what the 'ready' message, the panel and the API page say) and ggufmeta.js (the menu) name
+    every test fixture alike (the served checkpoints: test_reader_matches_gguf_py_on_the_served_models); the
+    worker's 'ready' message carries that name (a CPython load of the tiny fixture on the CPU)."""
+    page, _, _ = menu_page
+    assert len(FIXTURES) >= 8, FIXTURES
+    for path in FIXTURES:
+        js = page.evaluate(NAME, [f"{server_url}/fake/{path.name}", path.name])
+        assert js == display_name(open_gguf(path), path.name), path.name
+
+    from cera_web import webapp
+    from cera_web.source import FileSource
+    sent = []
+    webapp.init(lambda text: sent.append(json.loads(text)))
+
+    async def load():
+        assert await webapp.prepare("", "cpu")
+        return await webapp.load_source(FileSource(str(TINY)), "file")
+    try:   # in a thread of its own: Playwright's loop runs in this one
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            assert pool.submit(asyncio.run, load()).result()
+    finally:        # leave the glue as other tests expect it: no model loaded
+        if webapp._state.engine is not None:
+            webapp._state.engine.close()
+        webapp._state.engine = webapp._state.chat = None
+    ready = sent[-1]
+    assert ready["type"] == "ready" and ready["file"] == TINY.name and ready["model"] == "tiny random qwen3", ready
+    assert ready["name"] == page.evaluate(NAME, [f"{server_url}/fake/{TINY.name}", TINY.name]) \
+        == "tiny random qwen3 167K Instruct"
+
+
+def _metadata_only(name: str) -> bytes:
+    return _header(0, 1, _kv_string("general.name", name))
+
+
+def test_names_are_kept_and_a_changed_file_is_read_again(menu_page, server_url):
+    """A second page open reads no header bytes: the served models (size from the list) and an unreadable one cost
+    no request; a typed URL one HEAD. A file whose size (the list's) or ETag (the HEAD's) changed is read again."""
+    page, fakes, ranges = menu_page
+    menu = page.get_by_label("Model", exact=True)
+    field = page.get_by_label("Model URL")
+    FAKES["changing.gguf"] = (_metadata_only("First Model"), True)
+    FAKES["typed.gguf"] = (_metadata_only("Alpha Model"), True)
+    entry = {"name": "changing", "file": "changing.gguf", "url": "/fake/changing.gguf",
+             "size": len(FAKES["changing.gguf"][0]), "about": "", "default": False}
+    fakes.index.append(entry)
+
+    def shown(changing: str | None):
+        for file in SERVED:
+            expect(menu.locator(f'option[title="{file}"]')).to_have_text(re.compile(f"^{re.escape(NAMES[file])} · "))
+        expect(menu.locator('option[title="broken.gguf"]')).to_have_text(re.compile(r"^broken\.gguf · "))
+        if changing:
+            expect(menu.locator('option[title="changing.gguf"]')).to_have_text(re.compile(f"^{changing} · "))
+
+    def typed(want: str):
+        field.fill("/fake/typed.gguf")
+        expect(page.locator("#model-url-name")).to_have_text(f"{want} (typed.gguf)")
+
+    def reads(name: str) -> int:
+        return len(fakes.sent.get(name, []))
+
+    try:
+        shown(None)   # the served models named (read when the page first opened)
+        page.reload()
+        shown("First Model Base")
+        assert reads("changing.gguf") >= 1
+        typed("Alpha Model Base")
+        assert reads("typed.gguf") >= 1
+
+        # the second open: nothing read, and no request but the typed URL's HEAD
+        ranges.clear()
+        before = {name: reads(name) for name in ["changing.gguf", "typed.gguf", "broken.gguf"]}
+        heads = dict(fakes.heads)
+        page.reload()
+        shown("First Model Base")
+        typed("Alpha Model Base")
+        assert [u for u, _ in ranges if u.split("?")[0].endswith(".gguf")] == []
+        assert {name: reads(name) for name in before} == before
+        assert fakes.heads.get("typed.gguf", 0) == heads.get("typed.gguf", 0) + 1
+        assert fakes.heads.get("changing.gguf", 0) == heads.get("changing.gguf", 0)   # its size came from the list
+
+        # changed files: another size (in the list) and the same size with another ETag (typed)
+        FAKES["changing.gguf"] = (_metadata_only("Second Model Longer"), True)
+        entry["size"] = len(FAKES["changing.gguf"][0])
+        FAKES["typed.gguf"] = (_metadata_only("Omega Model"), True)
+        assert len(FAKES["typed.gguf"][0]) == len(_metadata_only("Alpha Model"))   # the same size: the ETag tells
+        page.reload()
+        shown("Second Model Longer Base")
+        typed("Omega Model Base")
+        assert reads("changing.gguf") > before["changing.gguf"] and reads("typed.gguf") > before["typed.gguf"]
+    finally:
+        fakes.index.remove(entry)
+        del FAKES["changing.gguf"], FAKES["typed.gguf"]

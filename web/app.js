@@ -32,9 +32,10 @@ const state = {
   modelLoaded: false, loading: false, generating: false,
   mode: 'chat',           // 'chat' or 'raw' (the Mode radio buttons)
   modeChosen: false,      // the person (or ?mode=) picked the mode: a new model does not change it
-  loadingName: '',        // the file name of the model being loaded (the page names models by file)
+  loadingName: '',        // the file name of the model being loaded (named by file until its name is known)
   loadingUrl: null,       // its URL (null for a picked or dropped file)
   modelUrl: null,         // the URL of the loaded model (null for a file)
+  modelFile: '',          // the loaded model's file name (its name is in ui.modelName, as the menu names it)
   served: [],             // the served models [{name, file, url, size}] (the model menu)
   names: new Map(),       // absolute URL -> the model's name read from its GGUF header (web/ggufmeta.js)
   cached: new Set(),      // absolute URLs of the models in the browser cache
@@ -208,8 +209,11 @@ worker.onmessage = (event) => {
       state.modelLoaded = true;
       state.loading = false;
       state.modelUrl = state.loadingUrl;
-      ui.modelName.textContent = msg.file || state.loadingName;   // named by its file, as in the menu and cache
-      ui.modelName.title = `Named in the file: ${msg.model}`;
+      // named as the menu names it (webapp: cera_web/names.py, ggufmeta.js's rule); its file on hover
+      ui.modelName.textContent = msg.name || msg.file || state.loadingName;
+      state.modelFile = msg.file || state.loadingName;
+      ui.modelName.title = state.modelFile;
+      if (state.modelUrl && msg.name) state.names.set(state.modelUrl, msg.name);
       ui.backend.textContent = msg.backend;
       ui.backendBadge.textContent = msg.backend_kind === 'cpu' ? 'CPU' : 'WebGPU';
       ui.backendBadge.title = `Runs on ${msg.backend_reason}: ${msg.backend}`;
@@ -385,11 +389,14 @@ function loadModel(url) {
   startLoading(fileName(url));
   state.loadingUrl = absolute(url);
   showMenu();
-  nameModel(url);
+  menuListed.then(() => nameModel(url));   // a served model's size from the list first: its kept name needs no request
   worker.postMessage({type: 'load', url, limits: LIMITS, backend: state.backend});
 }
 
 // -- the model menu: the served models, with size and cache state ------------------------------------------------
+
+let listedMenu;
+const menuListed = new Promise((resolve) => { listedMenu = resolve; });   // the list has come (or failed)
 
 async function fetchMenu() {
   try {
@@ -399,17 +406,22 @@ async function fetchMenu() {
   } catch (e) {
     state.served = [];   // a static host without the list: the menu shows the loaded model only
   }
+  listedMenu();
   showMenu();
   for (const m of state.served) nameModel(m.url);
 }
 
 // Reads the model's name from its header (Range requests of its first bytes, before any download) into the menu,
-// once a URL; resolves to the name, or null where the header cannot be read (the menu keeps the file name).
+// once a URL; resolves to the name, or null where the header cannot be read (the menu keeps the file name). Names
+// read before are kept in this browser (ggufmeta.js describe): a served model's, whose size the list gives, is
+// not asked for again while its size stays the same.
 const nameReads = new Map();
 function nameModel(url) {
   const key = absolute(url);
   if (!nameReads.has(key)) {
-    nameReads.set(key, CeraGGUFMeta.describe(key).then((found) => {
+    const served = state.served.find((m) => absolute(m.url) === key);
+    const size = served && Number.isFinite(served.size) ? served.size : null;
+    nameReads.set(key, CeraGGUFMeta.describe(key, {size}).then((found) => {
       if (found) state.names.set(key, found.name);
       showMenu();
       return found && found.name;
@@ -442,7 +454,8 @@ function showMenu() {
     option.disabled = true;
     option.selected = true;
     option.textContent = state.modelLoaded || state.loading ? currentName : 'none loaded';
-    if (current) option.title = fileName(current);
+    const file = current ? fileName(current) : state.loading ? state.loadingName : state.modelFile;
+    if (file) option.title = file;
     ui.modelSelect.prepend(option);
   }
   // the loaded (or loading) model's size and cache state beside the menu: in view even where a phone cuts the

@@ -5,7 +5,8 @@
 // importScripts in a worker):
 //   CeraGGUFMeta.readUrl(url, {budget}) -> header      fetches a first slice, then more only while the header needs it
 //   CeraGGUFMeta.friendlyName(header, fileName) -> 'SmolLM2 135M Instruct'
-//   CeraGGUFMeta.describe(url) -> {name, file} | null   readUrl + friendlyName; null when the header cannot be read
+//   CeraGGUFMeta.describe(url, {size}) -> {name, file} | null   readUrl + friendlyName; null when the header cannot
+//                                                       be read; kept in localStorage (see describe)
 // header: {version, fileSize, metadata: {key: value}, complete, tensors, dataOffset, bytesRead}. An array value with
 // more than SMALL_ARRAY items is {type, length} (a vocabulary is not kept); complete: every metadata key was read;
 // tensors ([{name, shape, type, offset}], offsets relative to dataOffset) and dataOffset are null unless the
@@ -172,6 +173,9 @@
     }
   }
 
+  // What tells one version of a file from another: its ETag, else its Last-Modified (null: neither, or hidden by CORS).
+  const validator = (resp) => resp.headers.get('ETag') || resp.headers.get('Last-Modified') || null;
+
   // Bytes start..end of a URL: a Range request; a server that ignores Range (200) is read from its first byte and the
   // response cancelled once `end` bytes have come, so no more than that is downloaded either way.
   function urlReader(url) {
@@ -204,7 +208,7 @@
         have += n;
       }
       reader.cancel().catch(() => {});
-      return {bytes: bytes.subarray(0, have), fileSize};
+      return {bytes: bytes.subarray(0, have), fileSize, tag: validator(resp)};
     };
   }
 
@@ -256,17 +260,75 @@
     return out.join(' ');
   }
 
-  // {name, file} of the model at url, read from its header; null when it cannot be read (the page then shows the
-  // file name: a header that cannot be read never stops a load).
-  async function describe(url) {
-    const file = new URL(url, self.location.href).pathname.split('/').pop();
+  // Names read before, so that opening the page again reads no header: localStorage[NAMES_KEY] is {absolute URL:
+  // {size, tag, name}} (tag: the ETag or Last-Modified its header came with; name null: the header is not readable),
+  // at most NAMES_MAX URLs, the least recently read dropped first. No localStorage (a worker, storage off): no keeping.
+  const NAMES_KEY = 'cera_web.model-names';
+  const NAMES_MAX = 100;
+  function keptNames() {
     try {
-      const name = friendlyName(await readUrl(url), file);
-      return name ? {name, file} : null;
+      const kept = JSON.parse(self.localStorage.getItem(NAMES_KEY));
+      return kept && typeof kept === 'object' && !Array.isArray(kept) ? kept : {};
+    } catch (e) {
+      return {};
+    }
+  }
+  function keepName(url, entry) {
+    try {
+      const kept = keptNames();
+      delete kept[url];
+      kept[url] = entry;   // last: the most recent
+      const urls = Object.keys(kept);
+      for (const old of urls.slice(0, Math.max(0, urls.length - NAMES_MAX))) delete kept[old];
+      self.localStorage.setItem(NAMES_KEY, JSON.stringify(kept));
+    } catch (e) { /* storage off or full: the name is read again next time */ }
+  }
+
+  // {size, tag} of the file at url now, from a HEAD request (null when the server does not say its size).
+  async function probe(url) {
+    try {
+      const resp = await fetch(url, {method: 'HEAD', cache: 'no-store'});
+      const length = resp.headers.get('Content-Length');
+      if (!resp.ok || length === null || resp.headers.get('Content-Encoding')) return null;
+      return {size: Number(length), tag: validator(resp)};
     } catch (e) {
       return null;
     }
   }
 
-  self.CeraGGUFMeta = {readUrl, friendlyName, describe, sizeLabel, FormatError, BUDGET, FIRST};
+  // {name, file} of the model at url, read from its header; null when it cannot be read (the page then shows the
+  // file name: a header that cannot be read never stops a load). size: the file's size when known (the served
+  // models' list has it). A name read before is used again without reading the header while the file is the same:
+  // the same size as given (no request at all), else the same size and tag as a HEAD request says; a changed file
+  // is read again.
+  async function describe(url, {size = null} = {}) {
+    const key = new URL(url, self.location.href).href;
+    const file = new URL(key).pathname.split('/').pop();
+    const kept = keptNames()[key];
+    if (kept && typeof kept.size === 'number') {
+      const now = size != null ? {size, tag: null} : await probe(key);
+      if (now && now.size === kept.size && (!now.tag || !kept.tag || now.tag === kept.tag)) {
+        return typeof kept.name === 'string' ? {name: kept.name, file} : null;
+      }
+    }
+    let first = null;   // the first response: the file's size and tag
+    const read = urlReader(key);
+    const keep = (name) => {
+      if (first && Number.isFinite(first.fileSize)) keepName(key, {size: first.fileSize, tag: first.tag, name});
+    };
+    try {
+      const name = friendlyName(await readHeader(async (start, end) => {
+        const got = await read(start, end);
+        first = first || got;
+        return got;
+      }), file);
+      keep(name);
+      return name ? {name, file} : null;
+    } catch (e) {
+      if (e instanceof FormatError) keep(null);   // not a GGUF file: not read again while it stays the same
+      return null;
+    }
+  }
+
+  self.CeraGGUFMeta = {readUrl, friendlyName, describe, sizeLabel, FormatError, BUDGET, FIRST, NAMES_KEY};
 })();
