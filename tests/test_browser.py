@@ -207,9 +207,10 @@ def test_page_loads_default_model_and_shows_adapter(gpu_app, smollm2_gguf):
     page = app.page
     assert page.evaluate("window.__sent")[0] == "load"   # the default model loads on open, unasked
     expect(page).to_have_title(re.compile("cera_web"))
-    # named by its file, as in the menu and the cache list; the name inside the file is its title
-    expect(app.model_name).to_have_text(Path(smollm2_gguf).name)
-    expect(app.model_name).to_have_attribute("title", f"Named in the file: {_gguf_general_name(Path(smollm2_gguf))}")
+    # named as the menu names it (cera_web/names.py), not general.name verbatim; the file name is its title
+    expect(app.model_name).to_have_text("SmolLM2 135M Instruct")
+    assert _gguf_general_name(Path(smollm2_gguf)) != "SmolLM2 135M Instruct"
+    expect(app.model_name).to_have_attribute("title", Path(smollm2_gguf).name)
     # The backend names the WebGPU adapter the page's browser offers (asked independently, from the page).
     info = page.evaluate("""async () => {
         const a = await navigator.gpu.requestAdapter();

@@ -155,8 +155,8 @@ def test_stop_regenerate_clear_and_bad_settings_on_a_tiny_model(browser, server_
         page.goto(f"{server_url}/?model=/fake/qwen3.gguf&mode=chat")
         chat = Chat(page)
         chat.wait_ready()
-        expect(page.locator("#model-name")).to_have_text("qwen3.gguf")
-        expect(page.locator("#model-name")).to_have_attribute("title", "Named in the file: tiny random qwen3")
+        expect(page.locator("#model-name")).to_have_text("tiny random qwen3 167K Instruct")
+        expect(page.locator("#model-name")).to_have_attribute("title", "qwen3.gguf")
 
         # A bad setting: the engine's own message, and nothing is added to the conversation.
         chat.setting("Top-p").fill("2")

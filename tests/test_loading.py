@@ -434,8 +434,8 @@ def test_local_file_by_picker_and_by_drag_and_drop(tab, site):
     gets = sum(site.gets.values())
     # the file picker
     tab.page.get_by_label("Model file").set_input_files(str(SMALL / "lfm2-q8_0.gguf"))
-    tab.expect(tab.page.locator("#model-name")).to_have_text("lfm2-q8_0.gguf", timeout=LOAD_MS)
-    tab.expect(tab.page.locator("#model-name")).to_have_attribute("title", "Named in the file: tiny random lfm2")
+    tab.expect(tab.page.locator("#model-name")).to_have_text("tiny random lfm2 258K Instruct", timeout=LOAD_MS)
+    tab.expect(tab.page.locator("#model-name")).to_have_attribute("title", "lfm2-q8_0.gguf")
     tab.wait_ready()
     tab.expect(tab.page.locator("#notice")).to_contain_text("Loading lfm2-q8_0.gguf from this computer")
     case = _small_case("lfm2-q8_0")
@@ -454,8 +454,8 @@ def test_local_file_by_picker_and_by_drag_and_drop(tab, site):
     }""", data)
     assert tab.page.evaluate("window.__overlayShown")
     tab.expect(overlay).to_be_hidden()
-    tab.expect(tab.page.locator("#model-name")).to_have_text("qwen2-q8_0.gguf", timeout=LOAD_MS)
-    tab.expect(tab.page.locator("#model-name")).to_have_attribute("title", "Named in the file: tiny random qwen2")
+    tab.expect(tab.page.locator("#model-name")).to_have_text("tiny random qwen2 150K Instruct", timeout=LOAD_MS)
+    tab.expect(tab.page.locator("#model-name")).to_have_attribute("title", "qwen2-q8_0.gguf")
     tab.wait_ready()
     case = _small_case("qwen2-q8_0")
     assert tab.generate(case["prompt"], len(case["greedy_ids"])) == case["text"]
@@ -465,8 +465,8 @@ def test_local_file_by_picker_and_by_drag_and_drop(tab, site):
     # back to the cached model, from the list: no download
     tab.show_drawer()
     tab.page.get_by_role("button", name="Open qwen3-q8_0.gguf").click()
-    tab.expect(tab.page.locator("#model-name")).to_have_text("qwen3-q8_0.gguf", timeout=LOAD_MS)
-    tab.expect(tab.page.locator("#model-name")).to_have_attribute("title", "Named in the file: tiny random qwen3")
+    tab.expect(tab.page.locator("#model-name")).to_have_text("tiny random qwen3 167K Instruct", timeout=LOAD_MS)
+    tab.expect(tab.page.locator("#model-name")).to_have_attribute("title", "qwen3-q8_0.gguf")
     tab.wait_ready()
     tab.expect(tab.page.locator("#notice")).to_have_text("Loaded qwen3-q8_0.gguf from the browser cache (no download).")
     assert sum(site.gets.values()) == gets

@@ -374,6 +374,9 @@ def test_page_generates_with_each_family(browser, server_url):
     import re
 
     from playwright.sync_api import expect
+    from cera_web.gguf import open_gguf
+    from cera_web.names import display_name
+    names = {f: display_name(open_gguf(SMALL / f"{f}-q8_0.gguf")) for f in ("lfm2", "qwen2", "qwen3")}
     context = browser.new_context()
     page = context.new_page()
     try:
@@ -387,10 +390,10 @@ def test_page_generates_with_each_family(browser, server_url):
                     page.locator("#drawer > summary").click()
                 page.get_by_label("Model URL").fill(f"/fake/{family}.gguf")
                 page.get_by_role("button", name="Load").click()
-                expect(page.locator("#model-name")).to_have_text(f"{family}.gguf", timeout=300_000)
+                expect(page.locator("#model-name")).to_have_text(names[family], timeout=300_000)
             expect(status).to_have_text(re.compile(r"Ready"), timeout=300_000)
-            expect(page.locator("#model-name")).to_have_text(f"{family}.gguf")
-            expect(page.locator("#model-name")).to_have_attribute("title", f"Named in the file: tiny random {family}")
+            expect(page.locator("#model-name")).to_have_text(names[family])
+            expect(page.locator("#model-name")).to_have_attribute("title", f"{family}.gguf")
             page.get_by_label("Raw completion").check()
             case = INFO["files"][f"{family}-q8_0"]["text_case"]
             page.get_by_label("Prompt", exact=True).fill(case["prompt"])

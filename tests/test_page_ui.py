@@ -176,7 +176,8 @@ def test_menu_chat_default_and_base_model_raw(browser, server_url):
         expect(menu.locator("option:checked")).to_have_text(f"SmolLM2 135M Instruct · {size / 1e6:.1f} MB · cached")
         expect(menu.locator("option:checked")).to_have_attribute("title", DEFAULT_FILE)
         expect(page.locator("#model-state")).to_have_text(f"{size / 1e6:.1f} MB · cached")   # also beside the menu
-        expect(page.locator("#model-name")).to_have_text(DEFAULT_FILE)
+        expect(page.locator("#model-name")).to_have_text("SmolLM2 135M Instruct")   # as the menu names it
+        expect(page.locator("#model-name")).to_have_attribute("title", DEFAULT_FILE)
         # the adapter here is SwiftShader, a software fallback: by default the page takes its faster CPU path, and
         # the top bar says so
         backend = page.get_by_label("Backend")
@@ -222,8 +223,8 @@ def test_menu_chat_default_and_base_model_raw(browser, server_url):
                 "tiny random qwen3 167K Base")
             assert asked and asked[0].startswith(f"Download {big[0].split(' · ')[0]} ("), asked
             expect(ui.status).to_have_text("Ready")
-        expect(page.locator("#model-name")).to_have_text("qwen3.gguf")
-        expect(page.locator("#model-name")).to_have_attribute("title", "Named in the file: tiny random qwen3")
+        expect(page.locator("#model-name")).to_have_text("tiny random qwen3 167K Instruct")
+        expect(page.locator("#model-name")).to_have_attribute("title", "qwen3.gguf")
     finally:
         ui.close()
 

@@ -58,7 +58,9 @@ def test_page_generates_with_a_real_checkpoint(browser, server_url, name):
     try:
         page.goto(f"{server_url}/?model=/models/{path.name}&backend=webgpu")     # the page loads the model it is given
         ready(LOAD_MS)
-        expect(page.locator("#model-name")).to_have_text(path.name)
+        from cera_web.names import display_name
+        expect(page.locator("#model-name")).to_have_text(display_name(open_gguf(path), path.name))
+        expect(page.locator("#model-name")).to_have_attribute("title", path.name)
         page.get_by_label("Raw completion").check()               # Gemma 270M (no template) opens in it already
         expect(page.get_by_label("Chat template")).not_to_be_checked()
         page.get_by_label("Prompt", exact=True).fill(case["prompt"])
