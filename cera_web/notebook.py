@@ -2,13 +2,17 @@
 
     engine = await open_model()                     # the default model: cached in the browser, progress shown
     result = await stream(engine, "Once upon a time", max_tokens=32, temperature=0.8, seed=1)
+    await save_chat(chat, "tutor")                  # a ChatSession and its prompt cache, kept in this browser
+    chat = await load_chat(engine, "tutor")         # after a reload: its next message prefills only itself
 
 Output goes to the running py-editor cell's output area (or ``output=``: an element or its id), else to stdout.
 """
 from __future__ import annotations
 
 import json
+import re
 import time
+import warnings
 
 from . import errors
 from .errors import CeraError, InputError
@@ -120,8 +124,8 @@ class _View:
     def note(self, text: str):
         if self.el is None:
             print(text)
-        else:
-            self._add("div", "cera-note").textContent = text
+        else:   # ends with a newline: PyScript's print() turns the output into text (innerText +=), keeping it
+            self._add("div", "cera-note").textContent = text + "\n"
 
     def piece(self, text: str):
         if self.el is None:
@@ -211,3 +215,123 @@ async def stream(engine, prompt, *, output=None, chat: bool = False, **settings)
     view.note(f"{len(result.tokens)} tokens, {result.stop_reason}; prefill {result.prefill_tok_s:.1f} tok/s, "
               f"decode {result.decode_tok_s:.1f} tok/s")
     return result
+
+
+# -- chats kept across reloads: ChatSession.save() bytes in the origin-private file system (OPFS) --------------------
+
+CHAT_DIR = "cera_web-notebook"      # the OPFS folder of save_chat's files, <name>.snap
+_CHAT_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
+
+
+def _chat_file(name) -> str:
+    if not isinstance(name, str) or not _CHAT_NAME.fullmatch(name):
+        raise InputError(f"a chat's name is 1 to 100 letters, digits, '-', '_' or '.', got {name!r}")
+    return name + ".snap"
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.1f} kB"
+
+
+def _storage_error(doing: str, exc) -> InputError:
+    """One line for a failed OPFS call (a JsException), with what to do."""
+    name = getattr(exc, "name", "") or type(exc).__name__
+    if name == "QuotaExceededError":
+        why = ("the browser's storage for this site is full: delete saved chats or cached models of this site, "
+               "or free disk space")
+    else:
+        message = str(getattr(exc, "message", "") or exc).strip().splitlines()
+        why = (f"{name}: {message[0] if message else 'storage failed'} (allow this site to store data: not a "
+               "private window, storage not blocked; or keep the bytes of `await chat.save()` yourself)")
+    return InputError(f"could not {doing}: {why}")
+
+
+async def _chat_dir(create: bool):
+    """The OPFS folder of saved chats (None when it does not exist and ``create`` is false)."""
+    try:
+        import js
+        from pyodide.ffi import JsException, to_js
+    except ImportError:
+        raise InputError("save_chat / load_chat keep chats in a browser's storage; outside a browser use "
+                         "`await chat.save(path)` and `ChatSession.load(engine, path)`") from None
+    storage = getattr(js.navigator, "storage", None)
+    if storage is None or not hasattr(storage, "getDirectory"):
+        raise InputError("this browser gives this page no origin-private file system (navigator.storage."
+                         "getDirectory) to keep chats in: open the page over https or localhost in a current browser")
+    try:
+        root = await storage.getDirectory()
+        return await root.getDirectoryHandle(CHAT_DIR, to_js({"create": create}, dict_converter=js.Object.fromEntries))
+    except JsException as exc:
+        if not create and getattr(exc, "name", "") == "NotFoundError":
+            return None
+        raise _storage_error("open this browser's storage", exc) from None
+
+
+async def save_chat(chat, name: str = "chat", output=None) -> bytes:
+    """Keep ``chat`` (a ChatSession: its messages and the model's state for them, ChatSession.save) in this browser
+    as ``<name>.snap`` in the origin-private file system (folder cera_web-notebook/, replaced whole), to go on with
+    it after a reload with load_chat. Shows a one-line note (size, tokens kept) in the cell's output (``output``: an
+    element or its id); returns the bytes written. InputError (one line, what to do) when the browser cannot store
+    it (storage full, no OPFS)."""
+    import js
+    from pyodide.ffi import JsException, to_js
+
+    from .snapshot import read_header
+    file, view = _chat_file(name), _View(output)
+    data = await chat.save()
+    folder = await _chat_dir(create=True)
+    writer = None
+    try:
+        handle = await folder.getFileHandle(file, to_js({"create": True}, dict_converter=js.Object.fromEntries))
+        writer = await handle.createWritable()         # written to a copy: the file changes only on close
+        await writer.write(to_js(memoryview(data)))
+        await writer.close()
+    except JsException as exc:
+        if writer is not None:
+            try:
+                await writer.abort()
+            except JsException:
+                pass
+        raise _storage_error(f"save the chat as {CHAT_DIR}/{file}", exc) from None
+    tokens = len(read_header(data)["tokens"])
+    view.note(f"Saved chat {name!r} in this browser: {_size(len(data))}, {len(chat.messages)} messages, "
+              f"{tokens} tokens of prompt cache kept.")
+    return data
+
+
+async def load_chat(engine, name: str = "chat", output=None, **session_kwargs):
+    """The chat save_chat kept as ``name`` in this browser, its state restored into ``engine`` (ChatSession.load;
+    ``session_kwargs``: params=, overflow=): its next message prefills only itself. A state kept for another model
+    file, cache type or context size is not used: the note says why, and the conversation is still returned (its
+    next turn recomputes the prompt). None, with a note, when no chat of that name is kept. Shows a one-line note in
+    the cell's output (``output``: an element or its id)."""
+    from pyodide.ffi import JsException
+
+    from .session import ChatSession, SnapshotWarning
+    from .snapshot import read_header
+    file, view = _chat_file(name), _View(output)
+    folder = await _chat_dir(create=False)
+    data = None
+    if folder is not None:
+        try:
+            data = (await (await (await folder.getFileHandle(file)).getFile()).arrayBuffer()).to_bytes()
+        except JsException as exc:
+            if getattr(exc, "name", "") != "NotFoundError":
+                raise _storage_error(f"read {CHAT_DIR}/{file}", exc) from None
+    if data is None:
+        view.note(f"No chat saved as {name!r} in this browser: save one with `await save_chat(chat, {name!r})`.")
+        return None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SnapshotWarning)
+        chat = ChatSession.load(engine, data, **session_kwargs)
+    unused = [w for w in caught if issubclass(w.category, SnapshotWarning)]
+    for w in caught:         # any other warning, as it would have shown
+        if w not in unused:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    if unused:
+        view.note(f"Chat {name!r} ({len(chat.messages)} messages) is back without its prompt cache: "
+                  f"{unused[0].message}")
+    else:
+        view.note(f"Restored chat {name!r}: {len(chat.messages)} messages, {len(read_header(data)['tokens'])} tokens "
+                  f"of prompt cache: the next message prefills only itself.")
+    return chat

@@ -533,7 +533,7 @@ def test_notebook_cells_load_a_model_and_stream_generations(tab, site):
     p.goto(site.url + "/web/notebook.html")
     run_buttons = p.locator(".py-editor-run-button")
     outputs = p.locator(".py-editor-output")
-    tab.expect(run_buttons).to_have_count(6, timeout=60_000)
+    tab.expect(run_buttons).to_have_count(8, timeout=60_000)
 
     def run(i, until, timeout=LOAD_MS):
         run_buttons.nth(i).click()
@@ -592,7 +592,7 @@ def test_notebook_constrained_decoding_validates_in_the_browser(tab, site):
     p.goto(site.url + "/web/notebook.html")
     run_buttons = p.locator(".py-editor-run-button")
     outputs = p.locator(".py-editor-output")
-    tab.expect(run_buttons).to_have_count(6, timeout=60_000)
+    tab.expect(run_buttons).to_have_count(8, timeout=60_000)
     schema = {"enum": ["red", "green", "blue", 7, None]}
     grammar = 'root ::= "{\\"ok\\": " ("true" | "false") "}"'
     _set_cell(p, 0, "import json\nfrom cera_web.webapp import open_model\n"
@@ -635,7 +635,7 @@ def test_notebook_json_schema_and_tool_call_cells_run(tab, site):
     p = tab.page
     p.goto(site.url + "/web/notebook.html")
     run_buttons, outputs = p.locator(".py-editor-run-button"), p.locator(".py-editor-output")
-    tab.expect(run_buttons).to_have_count(6, timeout=60_000)
+    tab.expect(run_buttons).to_have_count(8, timeout=60_000)
     tk = Tokenizer.from_gguf(open_gguf(SMALL / "qwen3-q8_0.gguf"))
     ban = {t: -100 for t in range(tk.vocab_size) if tk.token_bytes(t) and not tk.token_bytes(t).strip()}
     assert ban
@@ -673,3 +673,109 @@ def test_notebook_json_schema_and_tool_call_cells_run(tab, site):
     assert m and re.match(r"\{'city': '(Paris|Rome)'(, 'unit': '[CF]')?\}$", m.group(1)), text
     assert re.search(r"^answer: ", text, re.M), text
 
+
+
+
+# {size, first bytes} of the notebook's saved chat (OPFS cera_web-notebook/NAME.snap), read apart from the page's code
+SAVED_CHAT = """async (name) => {
+    const dir = await (await navigator.storage.getDirectory()).getDirectoryHandle('cera_web-notebook');
+    const file = await (await dir.getFileHandle(name + '.snap')).getFile();
+    return {size: file.size, head: Array.from(new Uint8Array(await file.slice(0, 8).arrayBuffer()))};
+}"""
+
+# After the reload: no such chat, a bad name, a state kept for another context size, a full disk (each write refused)
+NOTEBOOK_CHAT_EDGES = """import json
+from pyodide.code import run_js
+from cera_web.errors import InputError
+from cera_web.notebook import load_chat, open_model, save_chat
+print("MISSING:", await load_chat(engine, "nothing"))
+try:
+    await save_chat(chat, "../library")
+except InputError as e:
+    print("BAD NAME:", e)
+other = await open_model('/testmodels/qwen3-q8_0.gguf', context_size=1024)
+stale = await load_chat(other, "library")
+print("STALE:", [m["role"] for m in stale.messages])
+run_js("FileSystemWritableFileStream.prototype.write = "
+       "() => Promise.reject(new DOMException('no room', 'QuotaExceededError'))")
+try:
+    await save_chat(chat, "library")
+except InputError as e:
+    print("FULL:", e)
+print("RESULT:{}")
+"""
+
+
+@pytest.mark.browser
+def test_notebook_saved_chat_goes_on_after_a_reload(tab, site):
+    """Cells 7 and 8 (save_chat / load_chat, issue 29) as written, on the tiny model with a shorter setup prompt,
+    greedy, 4 tokens a reply: the chat goes to OPFS as the snapshot's own bytes; after a reload the load cell restores
+    it, and its next reply prefills only the new message (cached_tokens: the tokens restored) and equals the reply
+    of the same chat continued without the reload (computed by the page before the reload). Then: no such chat gives
+    None, a bad name and a full disk one-line InputErrors (the kept file unchanged), a state kept for another
+    context size the conversation without it."""
+    p = tab.page
+    save_cell, load_cell = _notebook_cells()[6:8]
+    settings, loading = "max_tokens=48, temperature=0", 'chat = await load_chat(engine, "library")'
+    assert save_cell.count(settings) == 1 and load_cell.count(settings) == 1 and loading in load_cell
+    fast = "max_tokens=4, temperature=0, ignore_eos=True"
+    report = ('\nimport json\nprint("RESULT:" + json.dumps({"text": reply.text, "prompt": len(reply.prompt_tokens), '
+              '"cached": reply.cached_tokens}))')
+    setup = re.search(r'^SETUP = """(.*?)"""$', save_cell, re.S | re.M).group(1)
+    short = "\n".join(setup.splitlines()[:5])     # a few hundred of the tiny model's tokens (its pieces are short)
+    run_buttons, outputs = p.locator(".py-editor-run-button"), p.locator(".py-editor-output")
+
+    def run(i, code):
+        _set_cell(p, i, code)
+        run_buttons.nth(i).click()
+        try:
+            tab.expect(outputs.nth(i).filter(has_text="RESULT:").or_(outputs.nth(i).filter(has_text="Error"))
+                        ).to_be_visible(timeout=LOAD_MS)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n" + "\n".join(tab.console[-30:])) from None
+        text = outputs.nth(i).inner_text()
+        assert "Error" not in text, text
+        return text, json.loads(text.split("RESULT:", 1)[1].splitlines()[0])
+
+    def boot():
+        tab.expect(run_buttons).to_have_count(8, timeout=60_000)
+        _set_cell(p, 0, "from cera_web.notebook import open_model\n"
+                        "engine = await open_model('/testmodels/qwen3-q8_0.gguf')")
+        run_buttons.nth(0).click()
+
+    p.goto(site.url + "/web/notebook.html")
+    boot()
+    text, first = run(6, save_cell.replace(setup, short).replace(settings, fast) + report)
+    saved = re.search(r"^Saved chat 'library' in this browser: [\d.]+ [kM]B, 3 messages, (\d+) tokens of prompt "
+                      r"cache kept\.$", text, re.M)
+    assert saved, text
+    kept = int(saved.group(1))
+    assert first["prompt"] > 300 and kept >= first["prompt"], (first, kept)   # the setup prompt and its first turn
+    file = p.evaluate(SAVED_CHAT, "library")
+    assert bytes(file["head"]) == b"CERAKV\x00\x01" and file["size"] > kept * 64, file    # the bytes, not base64
+    # the reference: the same chat, continued in this session
+    _, reference = run(7, load_cell.replace(settings, fast).replace(loading, "chat = chat") + report)
+    assert reference["cached"] == kept, reference
+
+    p.reload()
+    boot()
+    text, second = run(7, load_cell.replace(settings, fast) + report)
+    assert f"Restored chat 'library': 3 messages, {kept} tokens of prompt cache: the next message prefills only " \
+           "itself.\n" in text, text
+    assert second["cached"] == kept and second["prompt"] == reference["prompt"], (second, reference)
+    new = second["prompt"] - second["cached"]       # only the new turn was prefilled: as without the reload
+    assert new == reference["prompt"] - reference["cached"] and new < first["prompt"] // 4, (second, reference)
+    assert second["text"] == reference["text"], (second, reference)
+    assert f"(prefilled {new} prompt tokens, {kept} from the saved prompt cache)" in text, text
+
+    text, _ = run(1, NOTEBOOK_CHAT_EDGES)
+    assert "No chat saved as 'nothing' in this browser: save one with `await save_chat(chat, 'nothing')`.\n" \
+           "MISSING: None\n" in text, text
+    assert "BAD NAME: a chat's name is 1 to 100 letters, digits, '-', '_' or '.', got '../library'\n" in text, text
+    assert "Chat 'library' (3 messages) is back without its prompt cache: the snapshot was made with a context of " \
+           "2048 tokens, this engine has 1024: the conversation is kept, its next turn recomputes the prompt\n" \
+           "STALE: ['system', 'user', 'assistant']\n" in text, text
+    assert re.search(r"^FULL: could not save the chat as cera_web-notebook/library\.snap: the browser's storage for "
+                     r"this site is full: [^\n]+$", text, re.M), text
+    assert p.evaluate(SAVED_CHAT, "library") == file      # the failed write left the kept chat as it was
+    tab.assert_offline()
