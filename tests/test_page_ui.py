@@ -223,7 +223,7 @@ def test_menu_chat_default_and_base_model_raw(browser, server_url):
                 "tiny random qwen3 167K Base")
             assert asked and asked[0].startswith(f"Download {big[0].split(' · ')[0]} ("), asked
             expect(ui.status).to_have_text("Ready")
-        expect(page.locator("#model-name")).to_have_text("tiny random qwen3 167K Instruct")
+        expect(page.locator("#model-name")).to_have_text("tiny random qwen3 167K Base")
         expect(page.locator("#model-name")).to_have_attribute("title", "qwen3.gguf")
     finally:
         ui.close()
