@@ -201,7 +201,8 @@ async def open_model(url: str | None = None, *, output=None, cache: bool = True,
     finally:
         view.finish()
     mem = memory_summary(engine)
-    view.note(f"{_page_facts(engine)['file']} on {engine.backend}: GPU memory {mem['total'] / 1e6:.1f} MB (weights "
+    facts = _page_facts(engine)
+    view.note(f"{facts['name']} ({facts['file']}) on {engine.backend}: GPU memory {mem['total'] / 1e6:.1f} MB (weights "
               f"{mem['weights'] / 1e6:.1f} MB, KV cache {mem['kv_cache'] / 1e6:.1f} MB, other {mem['other'] / 1e6:.1f} MB)")
     return engine
 

@@ -566,7 +566,7 @@ def test_notebook_cells_load_a_model_and_stream_generations(tab, site):
     text0 = outputs.nth(0).inner_text()
     assert "Downloaded qwen3-q8_0.gguf and kept it in the browser cache." in text0
     assert re.search(r"download: 0\.2 MB of 0\.2 MB \(100%\)", text0), text0
-    assert re.search(r"qwen3-q8_0\.gguf on .*: GPU memory [\d.]+ MB \(weights 0\.2 MB, KV cache [\d.]+ MB", text0)
+    assert re.search(r"tiny random qwen3 167K Instruct \(qwen3-q8_0\.gguf\) on .*: GPU memory [\d.]+ MB \(weights 0\.2 MB, KV cache [\d.]+ MB", text0)
     assert "parse" not in text0, text0      # steps' progress lines go once the model is loaded
     tab.expect(p.locator("#boot")).to_have_text("Python is ready: run the cells.")
     _set_cell(p, 3, "for part, size in memory_summary(engine).items():\n    print(f\"{part:>9}: {size:,}\")")
