@@ -62,6 +62,17 @@ def fit_report(gguf, limits: dict, context_size: int = CONTEXT_SIZE, spec=None, 
     return report
 
 
+def largest_context(spec, limits: dict, kv_cache: str = "f32") -> int:
+    """The most tokens of context (at most the model's trained context; from 256 up, a multiple of 256) whose
+    one-layer K or V buffer fits the device's binding limit (what fit_report checks): the context to offer when the
+    one asked for does not fit."""
+    cap = min(int(limits.get("max-storage-buffer-binding-size", 1 << 27)), int(limits.get("max-buffer-size", 1 << 28)))
+    per_token, _ = spec.kv_bytes(1, kv_cache)
+    most = cap // per_token if per_token else spec.context_train
+    n = min(most, spec.context_train)
+    return n - n % 256 if n >= 256 else n
+
+
 def gpu_memory(model) -> dict:
     """Bytes of GPU memory a loaded GPU model holds: {weights, kv_cache, other, total, buffers} (ints). Weights are
     the packed tensors, kv_cache the K/V buffers, other the rest of the device's live buffers (activations, logits,

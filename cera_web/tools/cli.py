@@ -111,9 +111,46 @@ def _info(args):
         n, b = counts.get(t.type.name, (0, 0))
         counts[t.type.name] = (n + 1, b + t.nbytes)
     print("tensor types: " + ", ".join(f"{k} x{n} ({b / 2**20:.1f} MiB)" for k, (n, b) in sorted(counts.items())))
+    if args.fit:
+        _fit(g, args.context)
     if args.tensors:
         for t in g.tensors.values():
             print(f"  {t.name:40s} {t.type.name:6s} {'x'.join(map(str, t.shape)):>16s} {t.nbytes:>12,d} B")
+
+
+def _fit(g, context: int):
+    """info --fit: what the model needs at ``context`` tokens and whether this machine's GPU adapter takes it."""
+    from ..models.memory import fit_report, largest_context
+    from ..models.spec import model_spec
+    spec = model_spec(g)
+    params = sum(t.n_elements for t in g.tensors.values())
+    weights = sum(t.nbytes for t in g.tensors.values())
+    print(f"parameters: {params / 1e6:,.1f} M   weights: {weights / 1e6:,.1f} MB   trained context: "
+          f"{spec.context_train}")
+    for kv in KV_WIDTH:
+        print(f"KV cache at {context} tokens ({kv}): {spec.kv_bytes(context, kv)[1] / 1e6:,.1f} MB "
+              f"({spec.kv_bytes(1, kv)[1]:,d} bytes a token)")
+    try:
+        from ..gpu.native import NativeDevice
+        dev = NativeDevice.create()
+    except Exception as e:          # no wgpu, no adapter: say so, the numbers above still hold
+        print(f"fit: not checked (no GPU adapter here: {str(e).splitlines()[0] if str(e) else type(e).__name__})")
+        return
+    try:
+        for kv in KV_WIDTH:
+            if kv == "f16" and "shader-f16" not in dev.features:
+                print("fit (f16): no, this adapter has no shader-f16")
+                continue
+            most = largest_context(spec, dev.limits, kv)
+            try:
+                fit_report(g, dev.limits, context, spec=spec, kv_cache=kv)
+                past = f"; past its trained context of {spec.context_train}" if context > spec.context_train else ""
+                print(f"fit ({kv}): yes on {dev.name} at {context} tokens (up to {most} by its buffer limits{past})")
+            except CeraError as e:
+                print(f"fit ({kv}): no at {context} tokens: {e}; the largest context that fits: {most}")
+        print("(WebGPU reports no total GPU memory: weights + KV cache must also fit the GPU's memory)")
+    finally:
+        dev.destroy()
 
 
 def main(argv=None) -> int:
@@ -172,6 +209,9 @@ def main(argv=None) -> int:
     i = sub.add_parser("info", help="describe a GGUF file")
     i.add_argument("path", nargs="?")
     i.add_argument("--tensors", action="store_true", help="list every tensor")
+    i.add_argument("--fit", action="store_true",
+                   help="the memory it needs (weights, KV cache f32/f16) and whether this GPU adapter's limits take it")
+    i.add_argument("--context", type=int, default=2048, help="context size for --fit")
     args = p.parse_args(argv)
     try:
         if args.cmd == "generate":

@@ -1,0 +1,47 @@
+"""Will it fit here? (issue 30, first part): the largest context whose KV buffers fit a device's binding limit, and
+`python -m cera_web info MODEL --fit` (parameters, weights, the KV cache at a context in f32 and f16, the verdict of
+this machine's adapter)."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cera_web.errors import UnsupportedModelError
+from cera_web.gguf import open_gguf
+from cera_web.models.memory import fit_report, largest_context
+from cera_web.models.spec import model_spec
+
+SMALL = Path(__file__).parent / "fixtures" / "small"
+
+
+def test_largest_context_is_the_binding_limit_in_whole_256s(smollm2_gguf):
+    g = open_gguf(smollm2_gguf)
+    spec = model_spec(g)
+    row = spec.kv_bytes(1)[0]                        # one layer's K for one token: 3 heads x 64 x 4 bytes
+    assert row == 768 and spec.kv_bytes(1, "f16")[0] == 384
+    exact = {"max-storage-buffer-binding-size": 768 * 4096, "max-buffer-size": 1 << 40}
+    assert largest_context(spec, exact) == 4096
+    fit_report(g, exact, 4096, spec=spec)            # the bound itself fits ...
+    with pytest.raises(UnsupportedModelError, match="smaller context"):
+        fit_report(g, exact, 4097, spec=spec)        # ... one token more does not
+    less = dict(exact, **{"max-storage-buffer-binding-size": 768 * 4096 - 1})
+    assert largest_context(spec, less) == 3840       # 4095 tokens fit: rounded down to 256s
+    assert largest_context(spec, less, "f16") == 7936    # halves: 8191 tokens, in 256s
+    assert largest_context(spec, exact, "f16") == 8192 == spec.context_train    # twice as many: the trained context
+    assert largest_context(spec, {"max-storage-buffer-binding-size": 768 * 255}) == 255
+    tiny = model_spec(open_gguf(SMALL / "qwen3-q8_0.gguf"))
+    assert largest_context(tiny, exact) == tiny.context_train == 128
+
+
+def test_info_fit_prints_what_the_model_needs_and_the_verdict():
+    out = subprocess.run([sys.executable, "-m", "cera_web", "info", str(SMALL / "qwen3-q8_0.gguf"), "--fit",
+                          "--context", "64"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    spec = model_spec(open_gguf(SMALL / "qwen3-q8_0.gguf"))
+    per_token = spec.kv_bytes(1)[1]
+    assert f"KV cache at 64 tokens (f32): {64 * per_token / 1e6:,.1f} MB ({per_token:,d} bytes a token)" in text
+    assert f"({per_token // 2:,d} bytes a token)" in text
+    assert "parameters: " in text and "trained context: 128" in text
+    assert "fit (f32): yes on " in text and "up to 128 by its buffer limits" in text
