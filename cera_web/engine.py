@@ -138,11 +138,13 @@ class Engine:
         self._mark: list[int] = []      # the tokens whose running state model.mark() kept (conv layers on a GPU)
 
     @classmethod
-    async def load(cls, source, *, device=None, context_size: int = 2048, chunk: int | None = None,
+    async def load(cls, source, *, device=None, context_size: int | None = None, chunk: int | None = None,
                    on_progress=None, cpu_fallback: bool = True, kv_cache: str = "f32", header=None):
         """Parse a GGUF (a path or a source object), build its tokenizer and upload its weights to the GPU.
         device: a cera_web.gpu device, "cpu" for the numpy reference model on the CPU, or None for the best GPU —
         falling back to the CPU (with a message on stderr) when there is none, unless cpu_fallback is False.
+        context_size: KV cache positions; None (not set): 2048, or less where the GPU's buffer limits cannot hold
+        that much per layer (the largest context they hold).
         chunk: prompt tokens per prefill pass (default: the device's prefill_chunk: 512 on GPUs, 64 on CPU adapters
         such as SwiftShader, 16 on the CPU; a Stop waits for the chunk in flight).
         kv_cache: the KV cache's element type: "f32" (the default), or "f16": half the memory (twice the context in

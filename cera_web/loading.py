@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from .errors import GPUUnavailableError, InputError, UnsupportedModelError
 from .gguf import GGUFFile, parse_gguf
-from .models.memory import CONTEXT_SIZE, fit_report
+from .models.memory import CONTEXT_SIZE, context_limit, fit_report, in_256s
 from .models.spec import ModelSpec, check_kv_cache, model_spec
 from .source import FileSource
 
@@ -88,7 +88,7 @@ def read_header(source) -> GGUFFile:
 
 
 async def plan_load(source, *, device=None, backend: str = "webgpu", cpu_fallback: bool = True,
-                    context_size: int = 2048, chunk: int | None = None, kv_cache: str = "f32",
+                    context_size: int | None = None, chunk: int | None = None, kv_cache: str = "f32",
                     header: Header | None = None, on_progress=None) -> LoadPlan:
     """Read and check a model's header, choose where it runs and check that it fits there; nothing is uploaded.
 
@@ -98,7 +98,8 @@ async def plan_load(source, *, device=None, backend: str = "webgpu", cpu_fallbac
     cpu_fallback is False (GPUUnavailableError). backend: "webgpu" (the device, whatever it is), "cpu", or "auto"
     (choose_backend: the CPU where the device is a software adapter and the model is small enough); a device passed
     in that the load does not use is released. chunk: prompt tokens a prefill pass (default: the device's
-    prefill_chunk). Raises InputError / UnsupportedModelError / GGUFFormatError with what is wrong, before any
+    prefill_chunk). context_size None (not set): CONTEXT_SIZE (2048), or on a GPU whose buffer limits cannot hold
+    that much KV cache per layer, the largest context they hold (models.memory.largest_context). Raises InputError / UnsupportedModelError / GGUFFormatError with what is wrong, before any
     weight is read."""
     check_kv_cache(kv_cache)
     if backend not in BACKENDS:
@@ -116,6 +117,8 @@ async def plan_load(source, *, device=None, backend: str = "webgpu", cpu_fallbac
     if header is None:
         header = check(gguf)        # the architecture and its tensors check out before a device is made
     spec = header.spec
+    auto_context = context_size is None
+    context_size = CONTEXT_SIZE if auto_context else context_size
     if context_size < 1:
         raise InputError(f"context_size must be positive, got {context_size}")
     emb = gguf.tensors.get("token_embd.weight")
@@ -132,6 +135,8 @@ async def plan_load(source, *, device=None, backend: str = "webgpu", cpu_fallbac
                 raise UnsupportedModelError(
                     "kv_cache='f16' needs the GPU's shader-f16 feature, which this device does not offer; use "
                     "kv_cache='f32' (the default)")
+            if auto_context:       # the most the limits hold, when that is less (fit_report refuses none at all)
+                context_size = max(min(context_size, in_256s(context_limit(spec, device.limits, kv_cache))), 1)
             fit = header.fit if header.fit_for == (device.limits, context_size, kv_cache) else \
                 fit_report(gguf, device.limits, context_size, spec=spec, kv_cache=kv_cache)   # refuse what cannot fit
     except BaseException:

@@ -45,3 +45,22 @@ def test_info_fit_prints_what_the_model_needs_and_the_verdict():
     assert f"({per_token // 2:,d} bytes a token)" in text
     assert "parameters: " in text and "trained context: 128" in text
     assert "fit (f32): yes on " in text and "up to 128 by its buffer limits" in text
+
+
+def test_a_context_left_unset_is_the_most_the_limits_hold():
+    """Engine.load without context_size: 2048 where the GPU's binding limit holds it, else the largest context it
+    holds (in 256s); a context asked for is kept (and refused when it does not fit)."""
+    import asyncio
+    from cera_web.engine import Engine
+    from cera_web.gpu.native import NativeDevice
+    path = SMALL / "qwen3-q8_0.gguf"
+    row = model_spec(open_gguf(path)).kv_bytes(1)[0]
+    for binding, want in ((row * 2048, 2048), (row * 2047, 1792), (row * 300, 256), (row * 100, 100)):
+        dev = NativeDevice.create(limits_override={"max-storage-buffer-binding-size": binding})
+        eng = asyncio.run(Engine.load(path, device=dev))
+        assert eng.context_size == want, binding
+        eng.close()
+    dev = NativeDevice.create(limits_override={"max-storage-buffer-binding-size": row * 300})
+    with pytest.raises(UnsupportedModelError, match="smaller context"):
+        asyncio.run(Engine.load(path, device=dev, context_size=512))
+    dev.destroy()

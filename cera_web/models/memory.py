@@ -62,15 +62,23 @@ def fit_report(gguf, limits: dict, context_size: int = CONTEXT_SIZE, spec=None, 
     return report
 
 
-def largest_context(spec, limits: dict, kv_cache: str = "f32") -> int:
-    """The most tokens of context (at most the model's trained context; from 256 up, a multiple of 256) whose
-    one-layer K or V buffer fits the device's binding limit (what fit_report checks): the context to offer when the
-    one asked for does not fit."""
+def context_limit(spec, limits: dict, kv_cache: str = "f32") -> int:
+    """The most tokens of context whose one-layer K or V buffer fits the device's binding limit (what fit_report
+    checks), whatever the model was trained for."""
     cap = min(int(limits.get("max-storage-buffer-binding-size", 1 << 27)), int(limits.get("max-buffer-size", 1 << 28)))
-    per_token, _ = spec.kv_bytes(1, kv_cache)
-    most = cap // per_token if per_token else spec.context_train
-    n = min(most, spec.context_train)
+    per_token = spec.kv_bytes(1, kv_cache)[0]
+    return cap // per_token if per_token else 1 << 30
+
+
+def in_256s(n: int) -> int:
+    """n rounded down to a multiple of 256, from 256 up (a smaller n as it is)."""
     return n - n % 256 if n >= 256 else n
+
+
+def largest_context(spec, limits: dict, kv_cache: str = "f32") -> int:
+    """The largest context to offer when the one asked for does not fit: context_limit at most the model's trained
+    context, in 256s."""
+    return in_256s(min(context_limit(spec, limits, kv_cache), spec.context_train))
 
 
 def gpu_memory(model) -> dict:

@@ -175,7 +175,8 @@ def main(argv=None) -> int:
     g.add_argument("--prompt-cache", metavar="FILE",
                    help="reuse the state of the longest prefix of the prompt that FILE holds (a snapshot: "
                         "cera_web.snapshot), then write the prompt's state to FILE")
-    g.add_argument("--context", type=int, default=2048, help="context size in tokens")
+    g.add_argument("--context", type=int, default=None,
+                   help="context size in tokens (default 2048, or the most this GPU's buffer limits hold)")
     g.add_argument("--kv-cache", choices=tuple(KV_WIDTH), default="f32",
                    help="the KV cache's element type: f16 halves its memory (GPUs with shader-f16)")
     g.add_argument("--steps-per-read", type=int, default=None,
