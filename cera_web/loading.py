@@ -39,15 +39,26 @@ class Header:
     fit_for: tuple | None = None
 
 
-def check(gguf: GGUFFile, limits: dict | None = None, context_size: int = CONTEXT_SIZE,
+def check(gguf: GGUFFile, limits: dict | None = None, context_size: int | None = CONTEXT_SIZE,
           kv_cache: str = "f32") -> Header:
     """Check a parsed header: the architecture and tensors (models.model_spec), and, given a device's limits, that
-    its buffers fit them (models.memory.fit_report). Raises with what is wrong."""
+    its buffers fit them (models.memory.fit_report) at ``context_size`` (None: auto_context's). Raises with what is
+    wrong."""
     spec = model_spec(gguf)
     if limits is None:
         return Header(gguf, spec)
+    if context_size is None:
+        context_size = auto_context(spec, limits, kv_cache)
     return Header(gguf, spec, fit_report(gguf, limits, context_size, spec=spec, kv_cache=kv_cache),
                   (limits, context_size, kv_cache))
+
+
+def auto_context(spec, limits: dict, kv_cache: str = "f32") -> int:
+    """The context of a load that did not set one: CONTEXT_SIZE (2048), or less where the device's buffer limits
+    cannot hold that much KV cache per layer: the most they hold, in 256s (models.memory.context_limit). Where they
+    hold fewer than 256 tokens, CONTEXT_SIZE (the load is then refused with the numbers: too small to be useful)."""
+    most = context_limit(spec, limits, kv_cache)
+    return CONTEXT_SIZE if most < 256 else min(CONTEXT_SIZE, in_256s(most))
 
 
 @dataclass
@@ -98,8 +109,8 @@ async def plan_load(source, *, device=None, backend: str = "webgpu", cpu_fallbac
     cpu_fallback is False (GPUUnavailableError). backend: "webgpu" (the device, whatever it is), "cpu", or "auto"
     (choose_backend: the CPU where the device is a software adapter and the model is small enough); a device passed
     in that the load does not use is released. chunk: prompt tokens a prefill pass (default: the device's
-    prefill_chunk). context_size None (not set): CONTEXT_SIZE (2048), or on a GPU whose buffer limits cannot hold
-    that much KV cache per layer, the largest context they hold (models.memory.largest_context). Raises InputError / UnsupportedModelError / GGUFFormatError with what is wrong, before any
+    prefill_chunk). context_size None (not set): auto_context's (2048, or on a GPU whose buffer limits cannot hold
+    that much KV cache per layer, the most they hold). Raises InputError / UnsupportedModelError / GGUFFormatError with what is wrong, before any
     weight is read."""
     check_kv_cache(kv_cache)
     if backend not in BACKENDS:
@@ -117,8 +128,8 @@ async def plan_load(source, *, device=None, backend: str = "webgpu", cpu_fallbac
     if header is None:
         header = check(gguf)        # the architecture and its tensors check out before a device is made
     spec = header.spec
-    auto_context = context_size is None
-    context_size = CONTEXT_SIZE if auto_context else context_size
+    auto = context_size is None
+    context_size = CONTEXT_SIZE if auto else context_size
     if context_size < 1:
         raise InputError(f"context_size must be positive, got {context_size}")
     emb = gguf.tensors.get("token_embd.weight")
@@ -135,8 +146,8 @@ async def plan_load(source, *, device=None, backend: str = "webgpu", cpu_fallbac
                 raise UnsupportedModelError(
                     "kv_cache='f16' needs the GPU's shader-f16 feature, which this device does not offer; use "
                     "kv_cache='f32' (the default)")
-            if auto_context:       # the most the limits hold, when that is less (fit_report refuses none at all)
-                context_size = max(min(context_size, in_256s(context_limit(spec, device.limits, kv_cache))), 1)
+            if auto:
+                context_size = auto_context(spec, device.limits, kv_cache)
             fit = header.fit if header.fit_for == (device.limits, context_size, kv_cache) else \
                 fit_report(gguf, device.limits, context_size, spec=spec, kv_cache=kv_cache)   # refuse what cannot fit
     except BaseException:

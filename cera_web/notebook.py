@@ -16,7 +16,7 @@ import warnings
 
 from . import errors
 from .errors import CeraError, InputError
-from .webapp import CONTEXT_SIZE, _checked, _load_engine, _page_facts, check_header, memory_summary
+from .webapp import _checked, _load_engine, _page_facts, check_header, memory_summary
 
 DEFAULT_MODEL_URL = "/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_STORE_JS = "/web/modelstore.js"   # the browser cache of models (web/modelstore.js)
@@ -147,13 +147,14 @@ async def _model_store():
 
 
 async def open_model(url: str | None = None, *, output=None, cache: bool = True,
-                     context_size: int = CONTEXT_SIZE, limits: dict | None = None):
+                     context_size: int | None = None, limits: dict | None = None):
     """Load a model for a notebook cell and return its Engine: the default model when ``url`` is None.
 
     The download is kept in the browser's cache (web/modelstore.js; ``cache=False`` skips it) and checked before most
     of it arrives (header, architecture, buffer limits); progress (bytes, percent, rate) and a memory summary are
     shown in the cell's output (``output``: an element or its id). ``limits``: device limits to lower (simulating a
-    smaller GPU), e.g. {"max-storage-buffer-binding-size": 16_000_000}."""
+    smaller GPU), e.g. {"max-storage-buffer-binding-size": 16_000_000}. context_size: None (default) is 2048, or the
+    most the GPU's buffer limits hold (as the page)."""
     import js
     from pyodide.ffi import JsException, create_proxy, to_js
 

@@ -151,19 +151,20 @@ def check_header(prefix, total, name: str, limits: dict | None = None) -> str:
     """Check a model from the first bytes of its download (a JS Uint8Array or bytes) before the rest arrives: the
     header must parse, the architecture must be supported, and its tensors must fit the device's buffers (``limits``,
     default: those of the device prepare() made). Returns JSON text: {"need": n} when the header runs past the bytes
-    given, {"ok": fit_report} or {"error": {kind, message}} (the download is then cancelled)."""
+    given, {"ok": fit_report, "context": the context the load will have (loading.auto_context: 2048, or the most the
+    device's buffer limits hold)} or {"error": {kind, message}} (the download is then cancelled)."""
     data = prefix.to_bytes() if hasattr(prefix, "to_bytes") else bytes(prefix)
     if limits is None and _state.device is not None:
         limits = _state.device.limits
     try:
-        header = check(_parse_prefix(data, int(total), name), limits)
+        header = check(_parse_prefix(data, int(total), name), limits, None)
     except _NeedMore as more:
         return json.dumps({"need": more.end})
     except Exception as exc:
         return json.dumps({"error": _describe(exc)})
     if int(total) > 0:              # the file's size known: the load of these bytes reuses the header
         _state.header = (int(total), data[:4096], header)
-    return json.dumps({"ok": header.fit})
+    return json.dumps({"ok": header.fit, "context": header.fit_for[1] if header.fit_for else CONTEXT_SIZE})
 
 
 # -- loading (choose_backend, BACKENDS and CPU_WEIGHT_BYTES: cera_web.loading) ---------------------------------------
@@ -218,7 +219,7 @@ async def _load_from(source_class, data, name: str, origin: str) -> bool:
     return await load_source(source, origin)
 
 
-async def _load_engine(source, device, on_progress, backend: str = "webgpu", context_size: int = CONTEXT_SIZE,
+async def _load_engine(source, device, on_progress, backend: str = "webgpu", context_size: int | None = None,
                        header=None):
     """Load ``source`` through cera_web.loading.plan_load (bad files fail there, before a GPU is needed) onto
     ``device`` (made there when None and the backend is not "cpu"; no CPU fallback: the page offers it), or on the
@@ -269,6 +270,9 @@ async def load_source(source, origin: str | None = None) -> bool:
     _send(type="ready", model=engine.name, backend=engine.backend, memory=memory_summary(engine), origin=origin,
           cpu=cpu, backend_kind="cpu" if cpu else "webgpu", backend_reason=_backend_reason(cpu),
           split=split_tensors(engine), **_page_facts(engine))
+    if engine.context_size < CONTEXT_SIZE:
+        _send(type="notice", text=f"This GPU's buffer limits hold a KV cache of {engine.context_size} tokens for "
+                                  f"this model (not {CONTEXT_SIZE}): conversations are limited to that.")
     return True
 
 

@@ -49,18 +49,46 @@ def test_info_fit_prints_what_the_model_needs_and_the_verdict():
 
 def test_a_context_left_unset_is_the_most_the_limits_hold():
     """Engine.load without context_size: 2048 where the GPU's binding limit holds it, else the largest context it
-    holds (in 256s); a context asked for is kept (and refused when it does not fit)."""
+    holds (in 256s, 256 at least: fewer is refused); a context asked for is kept (and refused when it does not
+    fit)."""
     import asyncio
     from cera_web.engine import Engine
     from cera_web.gpu.native import NativeDevice
     path = SMALL / "qwen3-q8_0.gguf"
     row = model_spec(open_gguf(path)).kv_bytes(1)[0]
-    for binding, want in ((row * 2048, 2048), (row * 2047, 1792), (row * 300, 256), (row * 100, 100)):
+    for binding, want in ((row * 2048, 2048), (row * 2047, 1792), (row * 300, 256), (row * 256, 256)):
         dev = NativeDevice.create(limits_override={"max-storage-buffer-binding-size": binding})
         eng = asyncio.run(Engine.load(path, device=dev))
         assert eng.context_size == want, binding
         eng.close()
-    dev = NativeDevice.create(limits_override={"max-storage-buffer-binding-size": row * 300})
-    with pytest.raises(UnsupportedModelError, match="smaller context"):
-        asyncio.run(Engine.load(path, device=dev, context_size=512))
-    dev.destroy()
+    for binding, context in ((row * 300, 512), (row * 255, None)):     # asked for; unset, but under 256 tokens
+        dev = NativeDevice.create(limits_override={"max-storage-buffer-binding-size": binding})
+        with pytest.raises(UnsupportedModelError, match="2048 tokens" if context is None else "smaller context"):
+            asyncio.run(Engine.load(path, device=dev, context_size=context))
+
+
+def test_the_page_loads_a_model_at_the_context_the_limits_hold():
+    """The worker's glue (CPython): check_header, from a download's first bytes, says the context the load will have
+    where the device's limits hold less than 2048 tokens of KV cache a layer (instead of refusing the model), the
+    load has it, and a notice says so."""
+    import asyncio
+    import json
+    from cera_web import webapp
+    from cera_web.source import FileSource
+    path = SMALL / "qwen3-q8_0.gguf"
+    row = model_spec(open_gguf(path)).kv_bytes(1)[0]
+    sent = []
+    webapp.init(lambda text: sent.append(json.loads(text)))
+    data = path.read_bytes()
+    for binding, want in ((row * 2047, 1792), (row * 4096, 2048)):
+        sent.clear()
+        assert asyncio.run(webapp.prepare(json.dumps({"max-storage-buffer-binding-size": binding}), "webgpu"))
+        reply = json.loads(webapp.check_header(data, len(data), path.name))
+        assert reply["context"] == want and "ok" in reply, reply
+        assert asyncio.run(webapp.load_source(FileSource(str(path)), "file"))
+        assert webapp._state.engine.context_size == want
+        notices = [m["text"] for m in sent if m["type"] == "notice"]
+        assert notices == ([f"This GPU's buffer limits hold a KV cache of {want} tokens for this model (not 2048): "
+                            "conversations are limited to that."] if want < 2048 else []), notices
+    webapp._state.engine.close()
+    webapp._state.engine = None
