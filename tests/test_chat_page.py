@@ -235,31 +235,77 @@ class RawPage:
         expect(self.status).to_have_text(re.compile(r"^Ready"), timeout=LOAD_MS)
         page.get_by_label("Chat template").set_checked(False)
 
-    def generate(self, wait=True):
-        """The tiny model's text case, greedy; with wait: until it is done."""
+    def generate(self, wait=True, max_tokens=len(TINY_CASE["greedy_ids"])):
+        """The tiny model's text case, greedy (max_tokens: its first tokens only); with wait: until it is done."""
         self.page.get_by_label("Prompt", exact=True).fill(TINY_CASE["prompt"])
-        self.page.get_by_label("Max tokens").fill(str(len(TINY_CASE["greedy_ids"])))
+        self.page.get_by_label("Max tokens").fill(str(max_tokens))
         self.page.get_by_role("button", name="Generate").click()
         if wait:
             expect(self.status).to_have_text(re.compile(r"^Ready \("), timeout=GENERATE_MS)
 
 
+LEAK_TOKENS = 4      # tokens a generation in the leak test: the prompt's last token prefilled, 3 decode steps read back
+
+# What the worker's Python holds, counted exactly: objects tracked by its garbage collector (after a collection) and
+# JS objects referenced from Python (Pyodide's table of them: every JsProxy, a GPU buffer's among them). Measured in
+# the worker itself; every proxy this makes is destroyed before it returns, so measuring leaves the counts as they were.
+WORKER_COUNTS = """() => {
+    const builtins = webapp.__builtins__;
+    const imp = builtins.get('__import__');
+    const gc = imp('gc');
+    gc.collect();
+    const objects = gc.get_objects();
+    const counts = {python_objects: objects.length, js_refs: imp('pyodide_js')._module._hiwire_num_refs()};
+    objects.destroy(); gc.destroy(); imp.destroy(); builtins.destroy();
+    return counts;
+}"""
+
+
+def _native_text(max_tokens: int) -> str:
+    """The tiny model's greedy text for its first max_tokens tokens, from the engine natively (the numpy CPU
+    backend), its tokens checked against the transformers fixture's."""
+    from cera_web.engine import Engine
+
+    async def run():
+        engine = await Engine.load(str(SMALL / "qwen3-q8_0.gguf"), device="cpu")
+        try:
+            return await engine.generate(TINY_CASE["prompt"], max_tokens=max_tokens)
+        finally:
+            engine.close()
+
+    res = asyncio.run(run())
+    assert res.tokens == TINY_CASE["greedy_ids"][:max_tokens], res.tokens
+    return res.text
+
+
 @pytest.mark.browser
 def test_fifty_generations_in_one_page_leak_nothing(browser, server_url):
-    """50 raw completions in one page (a tiny model, so it is quick): every one gives the greedy text, and the memory
-    line the page refreshes after each run (GPU buffers and bytes, the Pyodide heap) is the same after the 50th as
-    after the 10th (a leak of anything a run allocates would grow it 40 times over)."""
+    """50 raw completions in one page (a tiny model, so it is quick): the first its whole greedy text case, the rest
+    its first LEAK_TOKENS tokens (a generation's whole life: request, prefill, decode steps, readbacks, the reply;
+    fewer tokens only make it quicker), every one the greedy text. What a run could leave behind is the same after
+    the 50th as after the 10th: the memory line the page refreshes after each run (GPU buffers and bytes, the Pyodide
+    heap), and, counted exactly in the worker, the Python objects its garbage collector tracks and the JS objects
+    Python holds. One GPU buffer, container object or JS object left behind a run fails it (checked by hand: a GPU
+    buffer, a JsProxy or a dict kept per run from the 11th on each failed it; the memory line alone catches only the
+    first)."""
+    short = _in_thread(lambda: _native_text(LEAK_TOKENS))
     context = browser.new_context()
     try:
         raw = RawPage(context, server_url)
-        memory = {}
-        for i in range(1, 51):
-            raw.generate()
-            assert raw.output.text_content() == TINY_CASE["text"], f"generation {i}"
+        worker = raw.page.workers[0]
+        raw.generate()
+        assert raw.output.text_content() == TINY_CASE["text"], "generation 1"
+        memory, counts = {}, {}
+        for i in range(2, 51):
+            raw.generate(max_tokens=LEAK_TOKENS)
+            assert raw.output.text_content() == short, f"generation {i}"
             if i in (10, 50):
                 memory[i] = raw.page.locator("#memory").text_content()
+                counts[i] = worker.evaluate(WORKER_COUNTS)
         assert "buffers" in memory[10] and "Python heap" in memory[10], memory
+        assert counts[10]["python_objects"] > 1000 and counts[10]["js_refs"] > 10, counts
         assert memory[50] == memory[10], memory
+        assert counts[50] == counts[10], counts
     finally:
         context.close()
 
