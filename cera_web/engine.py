@@ -38,6 +38,8 @@ class GenerationResult:
     stop_sequence: str | int | None = None   # the stop string or stop token id that ended it ("stop")
     seed: int | None = None          # the seed the draws used (None when decoding was greedy)
     cached_tokens: int = 0           # prompt tokens found in the KV cache (not prefilled again)
+    drafted: int = 0                 # speculative decoding: tokens drafted (by the draft model or prompt lookup)
+    accepted: int = 0                # of those, the ones the model's own greedy choice confirmed
     prefill_ms: float = 0.0
     decode_ms: float = 0.0
     host_ms: float = 0.0             # decode time the host spent encoding/submitting (not waiting for the GPU)
@@ -58,7 +60,8 @@ class GenerationResult:
     def as_dict(self) -> dict:
         return {"prompt_tokens": self.prompt_tokens, "tokens": self.tokens, "text": self.text,
                 "stop_reason": self.stop_reason, "stop_sequence": self.stop_sequence, "seed": self.seed,
-                "cached_tokens": self.cached_tokens, "prefill_ms": round(self.prefill_ms, 3),
+                "cached_tokens": self.cached_tokens, "drafted": self.drafted, "accepted": self.accepted,
+                "prefill_ms": round(self.prefill_ms, 3),
                 "decode_ms": round(self.decode_ms, 3), "prefill_tok_s": round(self.prefill_tok_s, 2),
                 "decode_tok_s": round(self.decode_tok_s, 2)}
 
@@ -136,6 +139,8 @@ class Engine:
         self._cache: list[int] = []
         self._cache_passes = -1
         self._mark: list[int] = []      # the tokens whose running state model.mark() kept (conv layers on a GPU)
+        self.draft: Engine | None = None     # the draft model of speculative decoding (load_draft)
+        self.owns_device = True         # close() destroys the device (a draft model shares its target's)
 
     @classmethod
     async def load(cls, source, *, device=None, context_size: int | None = None, chunk: int | None = None,
@@ -161,11 +166,32 @@ class Engine:
         """The engine of a planned load (cera_web.loading.plan_load): its weights uploaded, its passes recorded."""
         return cls(plan, load_model(plan, on_progress))
 
+    async def load_draft(self, source, **kw) -> "Engine":
+        """Load a draft model for speculative decoding (cera_web.speculative) onto this engine's device and keep it
+        as ``engine.draft``: greedy generations then let it propose tokens that this model checks several at a time
+        (the output is this model's own). It must have this model's tokenizer (InputError otherwise; nothing is
+        kept then). kw: Engine.load's (context_size defaults to this engine's). ``engine.draft = None`` drops it."""
+        kw.setdefault("context_size", self.context_size)
+        draft = await Engine.load(source, device=self.dev, cpu_fallback=False, **kw) if not self.cpu else \
+            await Engine.load(source, device="cpu", **kw)
+        draft.owns_device = False
+        if not draft.tokenizer.same_vocabulary(self.tokenizer):
+            draft.close()
+            raise InputError(f"the draft model {draft.name!r} has another tokenizer than {self.name!r}: a draft model "
+                             f"must share the model's vocabulary (e.g. a smaller model of the same family)")
+        if self.draft is not None:
+            self.draft.close()
+        self.draft = draft
+        return draft
+
     def close(self):
-        """Release the GPU memory this engine holds (its device and every buffer on it)."""
-        if self.dev is not None:
+        """Release the GPU memory this engine holds (its device and every buffer on it, its draft model's too)."""
+        if self.draft is not None:
+            self.draft.close()
+            self.draft = None
+        if self.dev is not None and self.owns_device:
             self.dev.destroy()
-            self.dev = None
+        self.dev = None
         self.model = None       # the plans and weights go with the device; drop the Python side too
         if hasattr(self.source, "close"):
             self.source.close()
@@ -174,6 +200,8 @@ class Engine:
         """Stop the running generation: prefill stops after the chunk in flight, decode after the steps in flight,
         and no token read back after the request is emitted. It returns with stop_reason "cancelled"."""
         self._cancel = True
+        if self.draft is not None:
+            self.draft.cancel()
 
     @property
     def chat(self):
@@ -378,7 +406,9 @@ class Engine:
         (_Stream: stop tokens, stop strings, the grammar, limits) and what the KV cache then holds are here, once.
         matcher: the grammar's cera_web.grammar.Matcher, or None."""
         t0 = time.perf_counter()
-        first = await self._prefill(ids, start)
+        first = (await self.model.read_log(1))[0] if await self._prefill(ids, start) else None
+        if self._cancel:
+            first = None
         lps = await self._read_logprobs(1, params) if first is not None else None
         result.prefill_ms = (time.perf_counter() - t0) * 1000
         if first is None:
@@ -389,7 +419,7 @@ class Engine:
         pos = len(ids)          # position of the token just drawn (the next step's input)
         stop = stream.accept(first, pos, lps[0])
         prev = first
-        steps = self._schedule(pos, params, result, matcher)
+        steps = self._schedule(pos, prev, params, result, matcher)
         while not stop:
             read = await steps.next()
             n = len(read.tokens)
@@ -399,23 +429,30 @@ class Engine:
             prev = read.tokens[-1]
             # steps ran past the stop (in this read, or submitted after it): their cache rows are overwritten later;
             # a running state (conv layers) is taken back to the last step used, or the cache is lost
-            if stop and (used < n or read.ahead) and not self.model.keep_state(read.base + used - 1 if used else -1):
+            if stop and (used < n or read.ahead) and not steps.keep(read, used):
                 self._cache = []
         await steps.close()
         result.decode_ms = (time.perf_counter() - t1) * 1000
         result.stop_reason = stop
 
-    def _schedule(self, pos: int, params, result, matcher):
-        """How the decode steps from position pos are submitted: work is kept in flight where the model runs ahead
-        of the host (a GPU; engine.overlap); under a grammar a step's draw waits for its mask."""
+    def _schedule(self, pos: int, prev: int, params, result, matcher):
+        """How the decode steps from position pos (its input: prev, the token just drawn) are submitted: drafted
+        and checked several at a time where speculative decoding applies (cera_web.speculative); else with work
+        kept in flight where the model runs ahead of the host (a GPU; engine.overlap); under a grammar a step's draw
+        waits for its mask."""
+        from .speculative import Speculative, drafter
+        draft = drafter(self, params) if matcher is None and self.model.sampler_plan is None else None
+        if draft is not None:
+            return Speculative(self, pos, self._cache + [prev], params, result, draft)
         ahead = self.overlap and self.model.runs_ahead
         if matcher is not None and ahead:
             return _Overlapped(self, pos, params, result, matcher)
         return _Batches(self, pos, params, result, depth=2 if ahead and matcher is None else 1, matcher=matcher)
 
-    async def _prefill(self, ids, start: int) -> int | None:
-        """Prefill ids[start:] chunk by chunk; the last chunk also samples the first new token, returned (None when
-        cancelled). Waiting for each chunk gives cancel() (and the browser's event loop) a point to come in.
+    async def _prefill(self, ids, start: int) -> bool:
+        """Submit ids[start:] chunk by chunk; the last chunk also draws the first new token (into slot 0: read it
+        with model.read_log(1)); False when cancelled. Waiting for each chunk but the last gives cancel() (and the
+        browser's event loop) a point to come in.
         A model with a running state (not rewindable) prefills the last token alone and marks the state before it,
         so that the prompt can be resumed there (_resume: the same prompt again, another reply to it)."""
         model = self.model
@@ -437,11 +474,10 @@ class Engine:
             if not last:
                 await model.read_log(1)
                 if self._cancel:
-                    return None
+                    return False
                 if self.on_prefill:
                     self.on_prefill(pos - start, len(ids) - start)
-        first = (await model.read_log(1))[0]
-        return None if self._cancel else first
+        return True
 
     def _take(self, stream, new, lps, pos):
         """Give a batch's tokens (drawn for positions pos + 1 ...) to the stream until it stops or a cancel comes:
@@ -521,6 +557,10 @@ class _Batches:
         self.last = now
         return _Read(tokens, logprobs, base, bool(self.flight))
 
+    def keep(self, read: _Read, used: int) -> bool:
+        """Steps ran past a stop after ``used`` steps of ``read``: keep the state as after them (Model.keep_state)."""
+        return self.model.keep_state(read.base + used - 1 if used else -1)
+
     async def close(self):
         for pending, *_ in self.flight:     # a batch past the stop: its read is collected (and dropped)
             await self.model.collect(pending)
@@ -558,6 +598,8 @@ class _Overlapped:
         tokens, lps = await model.collect(pending)
         self.pos, self.slot = self.pos + 1, 1 - slot
         return _Read(tokens, lps, slot, self.ahead)
+
+    keep = _Batches.keep
 
     async def close(self):
         if self.ahead:

@@ -783,9 +783,10 @@ def swiglu(F: int, gelu: bool = False) -> str:
     return build("swiglu", F=F, GELU=gelu)
 
 
-def argmax(V: int, pairs: bool = False) -> str:
-    """See argmax.wgsl: over V logits, or (pairs) over V (value, index) pairs from argmax_parts."""
-    return build("argmax", V=V, PAIRS=pairs)
+def argmax(V: int, pairs: bool = False, rows: bool = False) -> str:
+    """See argmax.wgsl: over V logits, or (pairs) over V (value, index) pairs from argmax_parts, or (rows) over
+    each row of [tokens, V] logits (dispatch (rows, 1, 1))."""
+    return build("argmax", V=V, PAIRS=pairs, ROWS=rows)
 
 
 ARGMAX_SLICE = 2048     # logits a workgroup of argmax_parts

@@ -52,6 +52,9 @@ class SamplingParams:
     logit_bias: dict = field(default_factory=dict)   # token id -> added to its logit (-100..100; -100 bans it)
     logprobs: bool = False         # return each generated token's log-probability (GenerationResult.logprobs)
     top_logprobs: int = 0          # and the most likely alternatives at each step (0..20)
+    speculative: str = "auto"      # greedy decoding with drafts checked several at a time (cera_web.speculative):
+                                   # "auto" (with the engine's draft model, if one is loaded), "draft", "lookup"
+                                   # (drafts from earlier text), "off"; the output is the same either way
 
     def __post_init__(self):
         self.validate()
@@ -72,7 +75,8 @@ class SamplingParams:
     }
 
     # settings of the OpenAI-shaped API (cera_web.openai_api), not offered in the page's settings form (describe())
-    API_ONLY = ("frequency_penalty", "presence_penalty", "logit_bias", "logprobs", "top_logprobs")
+    API_ONLY = ("frequency_penalty", "presence_penalty", "logit_bias", "logprobs", "top_logprobs", "speculative")
+    SPECULATIVE = ("auto", "draft", "lookup", "off")
 
     def validate(self) -> "SamplingParams":
         """Check (and normalise) every field; raise InputError saying which one is wrong and what is allowed."""
@@ -126,6 +130,9 @@ class SamplingParams:
                                  f"{k!r}: {v!r}")
             bias[t] = float(v)
         self.logit_bias = bias
+        if self.speculative not in self.SPECULATIVE:
+            raise InputError(f"speculative must be one of {', '.join(map(repr, self.SPECULATIVE))}, got "
+                             f"{self.speculative!r}")
         return self
 
     @property

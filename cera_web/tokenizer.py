@@ -376,6 +376,10 @@ class Tokenizer:
         """The id of a vocabulary entry (byte-level alphabet, e.g. 'Ġthe'), or None."""
         return self._vocab.get(token)
 
+    def same_vocabulary(self, other: "Tokenizer") -> bool:
+        """Whether ``other`` has the same tokens under the same ids (a draft model's must: cera_web.speculative)."""
+        return self._tokens == other._tokens
+
     def id_to_token(self, token_id: int) -> str:
         """The vocabulary entry of an id, as stored (byte-level alphabet for normal tokens)."""
         return self._tokens[self._check_id(token_id)]

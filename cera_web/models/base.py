@@ -69,6 +69,13 @@ class Model(Protocol):
     def decode(self, pos: int, out_index: int) -> None:
         """Submit a decode step: the last drawn token at position pos; its successor into slot out_index."""
 
+    verify_rows: int            # tokens a verify() pass takes at most
+
+    def verify(self, ids, pos0: int) -> None:
+        """Submit a pass over ids (2..verify_rows tokens: the last drawn token and drafts) at positions pos0...,
+        with the greedy token after each of them into slots 0..len(ids)-1 (speculative decoding's check). The
+        running state (conv layers) is then past every one of ids."""
+
     async def read_log(self, n: int) -> list[int]:
         """The tokens of slots 0..n-1, once the work submitted is done."""
 

@@ -124,6 +124,13 @@ class CPUModel:
         self._forward([self._next], pos)
         self._draw(out_index)
 
+    verify_rows = 16
+
+    def verify(self, ids, pos0: int):
+        self.passes += 1
+        rows = self.ref.forward(list(ids), pos0)
+        self._log[:len(ids)] = [int(t) for t in np.argmax(rows, axis=-1)]
+
     def encode_forward(self, out_index: int):
         return None             # nothing to prepare: send_forward computes
 

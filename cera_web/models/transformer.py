@@ -179,6 +179,8 @@ class Transformer(GPUModel):
             self.bcx = buf(4 * T * 3 * s.hidden, label="bcx")            # [T, B | C | x] in_proj output
             self.conv_out = buf(4 * T * s.hidden, label="conv out")      # [T, hidden] C * conv(B * x)
         self._norms, self._freqs, self._scratch, self._plan_all_logits, self._normed = {}, {}, None, None, {}
+        self.verify_rows = min(self.VERIFY_ROWS, T)     # tokens a verify pass takes (Model.verify)
+        self._plan_verify = None
         self._prefill_parts, self._parts_made = None, []
         self._argmax_pairs = None     # the two-stage argmax's (value, index) per slice, made on first use
         self.int8 = kernels.int8_enabled(self.adapter, self.tuning)   # decode products on 8-bit activations
@@ -244,12 +246,13 @@ class Transformer(GPUModel):
     def kv_buffers(self) -> list:
         return [b for op, _ in self.blocks if isinstance(op, AttentionBlock) for b in (op.k_cache, op.v_cache)]
 
-    def linear(self, rec, T, name, x, y, *, gain=None, weight=None, rows=None, **kw):
+    def linear(self, rec, T, name, x, y, *, gain=None, weight=None, rows=None, logits=None, **kw):
         """y (+)= W[name] · x for every token of a pass of up to T tokens, with the dispatches kernels.choose_product
         picks for the weight's type, shape and layout on this device.
         gain: a norm weight buffer (the input is RMS-normalised first); weight/rows: a stacked weight buffer and its
-        row count; kw: accum / glu / gelu / last_only / ystride / yoff (see matmul.wgsl), xsplit: x holds a split
-        decode attention's partial results (matvec_q8 only; AttentionBlock checks that it applies)."""
+        row count; logits: the product's outputs are read back as logits (default: the LM head's are; see
+        kernels.choose_product); kw: accum / glu / gelu / last_only / ystride / yoff (see matmul.wgsl), xsplit: x
+        holds a split decode attention's partial results (matvec_q8 only; AttentionBlock checks that it applies)."""
         n, k = self.shape(name)
         n = rows or n
         # a weight too big for one binding is split into row ranges: one dispatch each, writing its rows' outputs
@@ -257,7 +260,7 @@ class Transformer(GPUModel):
         plan = kernels.choose_product(self.gguf.tensor(name).type, n, k, T, self.adapter, self.tuning,
                                       parts=[(r0, rows_here) for _, r0, rows_here in pieces],
                                       aligned=self.aligned(name), norm=gain is not None, eps=self.spec.eps,
-                                      logits=name == self.spec.lm_head, **kw)
+                                      logits=name == self.spec.lm_head if logits is None else logits, **kw)
         roles = {"x": x, "y": y, "step": self.step, "gain": gain or self.ones, "ones": self.ones, "xq": self.xq}
         for d in plan:
             if d.what is not None:
@@ -316,6 +319,25 @@ class Transformer(GPUModel):
         rec.add(kernels.argmax_parts(V), [self.logits, self._argmax_pairs], (parts, 1, 1), "argmax")
         rec.add(kernels.argmax(parts, pairs=True), [self._argmax_pairs, self.tokens, self.log, self.step], (1, 1, 1),
                 "argmax")
+
+    VERIFY_ROWS = 16      # tokens a verify pass takes at most: the last drawn token and up to 15 drafts
+
+    def verify(self, ids, pos0: int) -> None:
+        """Submit a pass over ids (2 <= len(ids) <= verify_rows) at positions pos0..., drawing the argmax after each
+        of its tokens into log slots 0..len(ids)-1 (speculative decoding checks drafts with it). The body is the
+        prefill plan; the head runs on every row with the decode head's 8-bit activations where it has them, so
+        its argmax is the decode step's but for float rounding."""
+        if self._plan_verify is None:       # recorded on first use: only speculative decoding needs it
+            T, V = self.verify_rows, self.spec.vocab
+            self.verify_logits = self.dev.create_buffer(4 * T * V, label="verify logits")
+            rec = Recorder(self.dev)
+            self.linear(rec, T, self.spec.lm_head, self.x, self.verify_logits, gain=self.final_gain, logits=False)
+            rec.add(kernels.argmax(V, rows=True), [self.verify_logits, self.tokens, self.log, self.step], (T, 1, 1),
+                    "argmax")
+            self._plan_verify = rec.finish()
+        self.dev.write_buffer(self.tokens, np.asarray(ids, np.uint32))
+        self.set_step(len(ids), pos0, 0)
+        self.dev.submit([self.plan_prefill, self._plan_verify], early=True)
 
     async def chunk_logits(self, ids, pos0: int) -> np.ndarray:
         """Run one prompt chunk (len(ids) <= chunk) at positions pos0... like prefill, and return the logits at each

@@ -1,0 +1,158 @@
+"""Speculative decoding (cera_web.speculative): drafts from a draft model or from prompt lookup, checked by one pass
+of the model, never change the greedy output. Each case compares a speculative generation with speculative="off" on
+the same engine, token for token, on the CPU model and on the GPU (lavapipe in CI), for every fixture architecture
+(LFM2's conv state on the GPU is taken back by re-running the accepted inputs)."""
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from cera_web.engine import Engine
+from cera_web.errors import InputError
+from cera_web.speculative import PromptLookup
+
+SMALL = Path(__file__).parent / "fixtures" / "small"
+PROMPT = "The quick brown fox jumps over the lazy dog. The quick brown fox"
+ARCHS = ["qwen3", "qwen2", "gemma3", "lfm2"]
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def engines(backend):
+    """{arch: an engine of its f32 fixture with the q8_0 fixture of the same model as its draft}: the draft agrees
+    with the model most of the time, so rounds accept some drafts and reject others."""
+    device = "cpu" if backend == "cpu" else None
+
+    async def load():
+        out = {}
+        for arch in ARCHS:
+            eng = await Engine.load(SMALL / f"{arch}-f32.gguf", device=device, cpu_fallback=False, context_size=128)
+            await eng.load_draft(SMALL / f"{arch}-q8_0.gguf")
+            out[arch] = eng
+        return out
+    return run(load())
+
+
+@pytest.fixture(scope="module", params=["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+def pair(request):
+    es = engines(request.param)
+    yield request.param, es
+    for e in es.values():
+        e.close()
+
+
+async def both(eng, prompt, mode, **kw):
+    """(the generation with speculative=mode, the same with speculative="off"), each from a fresh cache; the engine
+    holds the speculative one's sequence after it."""
+    base = await eng.generate(prompt, reuse_cache=False, speculative="off", **kw)
+    spec = await eng.generate(prompt, reuse_cache=False, speculative=mode, **kw)
+    return spec, base
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_greedy_output_is_the_same_with_drafts(pair, arch):
+    backend, es = pair
+    eng = es[arch]
+    spec, base = run(both(eng, PROMPT, "auto", max_tokens=48, ignore_eos=True))   # auto: the loaded draft model
+    assert spec.tokens == base.tokens and spec.text == base.text
+    assert spec.stop_reason == base.stop_reason == "max_tokens"
+    assert 0 < spec.accepted < spec.drafted, (spec.accepted, spec.drafted)      # both kinds of round ran
+    assert base.drafted == 0
+    look, _ = run(both(eng, PROMPT, "lookup", max_tokens=48, ignore_eos=True))
+    assert look.tokens == base.tokens
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "lfm2"])
+def test_every_draft_accepted_up_to_the_widest_check(pair, arch):
+    """The model as its own draft: every draft is accepted, k grows to verify_rows - 1 (15: a check of 16 tokens)."""
+    backend, es = pair
+    eng = es[arch]
+    run(eng.load_draft(SMALL / f"{arch}-f32.gguf"))      # closes the draft it replaces
+    try:
+        spec, base = run(both(eng, PROMPT, "draft", max_tokens=80, ignore_eos=True))
+        assert spec.tokens == base.tokens
+        assert spec.accepted == spec.drafted > 60
+        assert eng.model.verify_rows == 16
+    finally:
+        run(eng.load_draft(SMALL / f"{arch}-q8_0.gguf"))
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "lfm2"])
+def test_limits_and_stops_inside_a_round(pair, arch):
+    """max_tokens and the context end in the middle of a round, and a stop token or stop string inside its accepted
+    tokens, end the reply where plain decoding does; what the engine then holds continues exactly (the next turn's
+    tokens equal a fresh computation's)."""
+    backend, es = pair
+    eng = es[arch]
+    base = run(eng.generate(PROMPT, reuse_cache=False, speculative="off", max_tokens=40, ignore_eos=True))
+    for n in (1, 2, 7):
+        spec, ref = run(both(eng, PROMPT, "auto", max_tokens=n, ignore_eos=True))
+        assert spec.tokens == ref.tokens == base.tokens[:n]
+    stop_text = eng.tokenizer.decode(base.tokens[13:15])
+    spec, ref = run(both(eng, PROMPT, "auto", max_tokens=40, ignore_eos=True, stop=[stop_text]))
+    assert (spec.text, spec.stop_reason) == (ref.text, ref.stop_reason)
+    # a stop token at each place of the reply (first occurrences): the reply ends where plain decoding's does, and
+    # the sequence left (which rounds that ran past the stop took back) continues like a fresh one
+    then = eng.tokenizer.encode(" and", add_special=False)
+    for i, stop_id in enumerate(base.tokens[:12]):
+        if stop_id in base.tokens[:i]:
+            continue
+        spec, ref = run(both(eng, PROMPT, "auto", max_tokens=40, ignore_eos=True, stop_token_ids=[stop_id]))
+        assert spec.tokens == ref.tokens == base.tokens[:i] and spec.stop_reason == "stop"
+        ids = eng.encode_prompt(PROMPT) + spec.tokens + [stop_id] + then
+        kept = run(eng.generate(ids, speculative="off", max_tokens=6, ignore_eos=True))
+        fresh = run(eng.generate(ids, speculative="off", max_tokens=6, ignore_eos=True, reuse_cache=False))
+        assert kept.cached_tokens >= len(ids) - 1 - len(then) and kept.tokens == fresh.tokens, i
+    # the context's end: 128 positions
+    ids = eng.encode_prompt(PROMPT)
+    long = ids * (120 // len(ids)) + ids[:120 % len(ids)]
+    spec, ref = run(both(eng, long, "auto", max_tokens=40, ignore_eos=True))
+    assert spec.tokens == ref.tokens and spec.stop_reason == ref.stop_reason == "context"
+
+
+def test_sampling_and_other_settings_are_not_speculated(pair):
+    backend, es = pair
+    eng = es["qwen3"]
+    r = run(eng.generate(PROMPT, temperature=0.8, seed=3, max_tokens=12, ignore_eos=True))
+    assert r.drafted == 0
+    r = run(eng.generate(PROMPT, logprobs=True, max_tokens=6, ignore_eos=True, speculative="lookup"))
+    assert r.drafted == 0 and len(r.logprobs) == 6
+
+
+def test_a_draft_model_must_share_the_tokenizer():
+    async def go():
+        eng = await Engine.load(SMALL / "qwen3-f32.gguf", device="cpu", context_size=64)
+        try:
+            with pytest.raises(InputError, match="has another tokenizer"):
+                await eng.load_draft(SMALL / "gemma3-q8_0.gguf")
+            assert eng.draft is None
+            with pytest.raises(InputError, match="needs a draft model"):
+                await eng.generate(PROMPT, max_tokens=4, speculative="draft")
+            with pytest.raises(InputError, match="speculative must be one of"):
+                await eng.generate(PROMPT, max_tokens=4, speculative="yes")
+            await eng.load_draft(SMALL / "lfm2-q8_0.gguf")       # another architecture, the same tokenizer
+            spec = await eng.generate(PROMPT, max_tokens=24, ignore_eos=True, reuse_cache=False)
+            base = await eng.generate(PROMPT, max_tokens=24, ignore_eos=True, reuse_cache=False, speculative="off")
+            assert spec.tokens == base.tokens and spec.drafted > 0
+        finally:
+            eng.close()
+    run(go())
+
+
+def test_prompt_lookup_takes_the_latest_longest_match():
+    look = PromptLookup()
+
+    def draft(seq, k=4):
+        return run(look.draft(list(seq), k))
+
+    # the last 3 tokens (7 8 9) occurred at 1 and at 6: the latest wins; k cuts the continuation
+    assert draft([0, 7, 8, 9, 1, 2, 7, 8, 9, 3, 4, 5, 7, 8, 9]) == [3, 4, 5, 7]
+    assert draft([0, 7, 8, 9, 1, 2, 7, 8, 9, 3, 4, 5, 7, 8, 9], k=2) == [3, 4]
+    # no earlier 3-gram: the longest shorter one (8 9 at 2)
+    assert draft([5, 8, 9, 6, 1, 8, 9]) == [6, 1, 8, 9]
+    assert draft([5, 1, 9, 6, 2, 8, 9]) == [6, 2, 8, 9]     # only the last token (9) matched
+    assert draft([1, 2, 3, 4]) == []                         # nothing repeats
+    assert draft([4, 4]) == [4]                              # a match right before the end still has a follower
+    assert draft([4]) == []
