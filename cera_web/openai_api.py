@@ -34,7 +34,7 @@ from .json_schema import constraint, dumps, literal, schema_to_gbnf
 from .sampling import SamplingParams
 
 OPENAI_DEFAULTS = dict(temperature=1.0, top_p=1.0, top_k=0, min_p=0.0, repeat_penalty=1.0)
-PASSTHROUGH = ("top_k", "min_p", "repeat_penalty", "repeat_window", "ignore_eos", "stop_token_ids")
+PASSTHROUGH = ("top_k", "min_p", "repeat_penalty", "repeat_window", "ignore_eos", "stop_token_ids", "speculative")
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 
 
@@ -226,11 +226,15 @@ def _token_entry(tok, lp, tokenizer) -> dict:
 
 
 def _usage(prompt_tokens, results) -> dict:
-    """OpenAI's usage: cached_tokens are the prompt tokens the engine's state already held (not prefilled again)."""
+    """OpenAI's usage: cached_tokens are the prompt tokens the engine's state already held (not prefilled again);
+    accepted / rejected_prediction_tokens the drafted tokens of speculative decoding that were kept / not."""
     c = sum(len(r.tokens) for r in results)
     cached = results[0].cached_tokens if results else 0
+    accepted = sum(r.accepted for r in results)
     return {"prompt_tokens": prompt_tokens, "completion_tokens": c, "total_tokens": prompt_tokens + c,
-            "prompt_tokens_details": {"cached_tokens": cached}}
+            "prompt_tokens_details": {"cached_tokens": cached},
+            "completion_tokens_details": {"accepted_prediction_tokens": accepted,
+                                          "rejected_prediction_tokens": sum(r.drafted for r in results) - accepted}}
 
 
 # -- chat.completions -------------------------------------------------------------------------------------------------

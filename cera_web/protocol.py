@@ -74,8 +74,8 @@ EVENTS = {
     "token": ("id token text", "a page request's next token: its id and the text it adds ('' while a character is "
                                "incomplete or a stop string may start)"),
     "chunk": ("id chunk", "a streamed API request's next chat.completion.chunk (or text_completion) dict"),
-    "done": ("id text stop_reason prompt_tokens tokens cached_tokens seed prefill_tok_s decode_tok_s prefill_ms "
-             "decode_ms memory logprobs result mode? messages?",
+    "done": ("id text stop_reason prompt_tokens tokens cached_tokens drafted accepted seed prefill_tok_s decode_tok_s "
+             "prefill_ms decode_ms memory logprobs result mode? messages?",
              "a request finished (every generating kind ends with one): its run, as webapp.run_fields says; result: "
              "the API reply dict (null after a stream, and for page kinds); chat kinds add mode 'chat' and messages "
              "(the conversation after the turn)"),

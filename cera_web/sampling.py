@@ -72,10 +72,12 @@ class SamplingParams:
         "stop": ("Stop strings", None, None, "texts that end the reply"),
         "stop_token_ids": ("Stop token ids", None, None, "token ids that end the reply"),
         "ignore_eos": ("Ignore end of turn", None, None, "keep generating past the model's end-of-turn token"),
+        "speculative": ("Speculative decoding", None, None, "greedy replies only, the same text in fewer passes: "
+                        "lookup (drafts from the conversation: edits, quotes), auto (a draft model if loaded), off"),
     }
 
     # settings of the OpenAI-shaped API (cera_web.openai_api), not offered in the page's settings form (describe())
-    API_ONLY = ("frequency_penalty", "presence_penalty", "logit_bias", "logprobs", "top_logprobs", "speculative")
+    API_ONLY = ("frequency_penalty", "presence_penalty", "logit_bias", "logprobs", "top_logprobs")
     SPECULATIVE = ("auto", "draft", "lookup", "off")
 
     def validate(self) -> "SamplingParams":

@@ -375,12 +375,14 @@ def parse_settings(form) -> dict:
 
 def run_fields(result, tokenizer) -> dict:
     """The 'done' fields of a finished generation (an engine GenerationResult): text, stop_reason, prompt_tokens and
-    tokens (token ids), cached_tokens (prompt tokens the KV cache held: not prefilled again), seed (text: a 64-bit
+    tokens (token ids), cached_tokens (prompt tokens the KV cache held: not prefilled again), drafted / accepted
+    (speculative decoding's drafted tokens and those kept), seed (text: a 64-bit
     seed is beyond JS numbers; None when greedy), prefill_tok_s, decode_tok_s, prefill_ms, decode_ms (None when not
     measured; decode_tok_s with one token: there was no decode step) and logprobs (token_probs)."""
     return dict(text=result.text, stop_reason=result.stop_reason,
                 prompt_tokens=[int(t) for t in result.prompt_tokens], tokens=[int(t) for t in result.tokens],
-                cached_tokens=int(result.cached_tokens), seed=None if result.seed is None else str(result.seed),
+                cached_tokens=int(result.cached_tokens), drafted=int(result.drafted),
+                accepted=int(result.accepted), seed=None if result.seed is None else str(result.seed),
                 prefill_tok_s=_finite(result.prefill_tok_s),
                 decode_tok_s=_finite(result.decode_tok_s) if len(result.tokens) > 1 else None,
                 prefill_ms=_finite(result.prefill_ms), decode_ms=_finite(result.decode_ms),

@@ -72,7 +72,9 @@ def test_chat_completion_shape_and_equal_to_generate(engine):
     assert ref.cached_tokens == n - 1           # the request left its prompt in the cache
     again = run(engine.chat.completions.create(messages=MSGS, max_tokens=6, temperature=0))
     assert again["usage"] == {"prompt_tokens": n, "completion_tokens": 6, "total_tokens": n + 6,
-                              "prompt_tokens_details": {"cached_tokens": n - 1}}
+                              "prompt_tokens_details": {"cached_tokens": n - 1},
+                              "completion_tokens_details": {"accepted_prediction_tokens": 0,
+                                                            "rejected_prediction_tokens": 0}}
     assert again["choices"][0]["message"]["content"] == c["message"]["content"]
 
 

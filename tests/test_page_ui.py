@@ -480,6 +480,34 @@ def test_seed_is_shown_and_reusable(browser, server_url):
 
 
 @pytest.mark.browser
+def test_speculative_setting_gives_the_same_reply_and_says_what_it_kept(browser, server_url):
+    """The settings' "Speculative decoding" (prompt lookup here: no draft model is served) reaches the engine: a
+    greedy raw completion gives the same tokens as with it off, and the stats line says how many drafts were kept."""
+    ui = UI(browser, server_url)
+    try:
+        ui.wait()
+        page = ui.page
+        page.get_by_label("Raw completion").check()
+        page.get_by_label("Prompt", exact=True).fill("The quick brown fox jumps over the lazy dog. The quick brown fox")
+        page.get_by_label("Max tokens").fill("24")
+        ui.setting("Ignore end of turn").check()
+        runs = []
+        for mode in ("lookup", "off"):
+            ui.setting("Speculative decoding").fill(mode)
+            page.get_by_role("button", name="Generate").click()
+            ui.wait(r"^Ready \(", GENERATE_MS)
+            runs.append(ui.received("done")[-1])
+            if mode == "lookup":
+                expect(page.locator("#stats")).to_contain_text(
+                    f"Speculative: {runs[0]['accepted']} of {runs[0]['drafted']} drafted tokens accepted")
+        assert runs[0]["drafted"] > 0 and runs[1]["drafted"] == 0
+        assert runs[0]["tokens"] == runs[1]["tokens"] and len(runs[0]["tokens"]) == 24
+        expect(page.locator("#stats")).not_to_contain_text("Speculative")
+    finally:
+        ui.close()
+
+
+@pytest.mark.browser
 def test_errors_show_next_to_their_cause_without_class_names(browser, server_url, tmp_path):
     ui = UI(browser, server_url)
     try:

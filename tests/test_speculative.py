@@ -141,6 +141,20 @@ def test_a_draft_model_must_share_the_tokenizer():
     run(go())
 
 
+def test_the_openai_api_passes_the_setting_and_reports_drafts(pair):
+    backend, es = pair
+    eng = es["qwen2"]
+    msgs = [{"role": "user", "content": PROMPT}]
+    on = run(eng.chat.completions.create(messages=msgs, max_tokens=24, temperature=0, ignore_eos=True))
+    off = run(eng.chat.completions.create(messages=msgs, max_tokens=24, temperature=0, ignore_eos=True,
+                                          speculative="off"))
+    assert on["choices"][0]["message"]["content"] == off["choices"][0]["message"]["content"]
+    got = on["usage"]["completion_tokens_details"]
+    assert got["accepted_prediction_tokens"] > 0 and got["rejected_prediction_tokens"] > 0
+    assert off["usage"]["completion_tokens_details"] == {"accepted_prediction_tokens": 0,
+                                                         "rejected_prediction_tokens": 0}
+
+
 def test_prompt_lookup_takes_the_latest_longest_match():
     look = PromptLookup()
 

@@ -163,7 +163,8 @@ function statsText(msg) {
   const first = state.firstTokenMs == null ? '' : ` · First token after ${(state.firstTokenMs / 1000).toFixed(2)} s`;
   return `Prefill: ${fmtRate(msg.prefill_tok_s, msg.prompt_tokens.length - reused, msg.prefill_ms)}` +
     (reused ? `, ${reused} more from the cache` : '') +
-    ` · Decode: ${fmtRate(msg.decode_tok_s, msg.tokens.length, msg.decode_ms)}` + first;
+    ` · Decode: ${fmtRate(msg.decode_tok_s, msg.tokens.length, msg.decode_ms)}` +
+    (msg.drafted ? ` · Speculative: ${msg.accepted} of ${msg.drafted} drafted tokens accepted` : '') + first;
 }
 
 // A "seed N" button: clicking it puts N in the Seed setting, so the next run repeats this one.

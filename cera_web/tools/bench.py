@@ -79,6 +79,90 @@ async def run(engine, prompt_tokens: int = 512, decode_tokens: int = 128, steps_
     }
 
 
+EDIT_FUNCTION = "\n".join([
+    "def summarize(records, key, threshold=0.0):",
+    '    """Group records by key and report count, total, mean, min and max of their values."""',
+    "    groups = {}",
+    "    for record in records:",
+    "        name = record.get(key)",
+    "        if name is None:",
+    "            continue",
+    '        value = float(record.get("value", 0.0))',
+    "        if value < threshold:",
+    "            continue",
+    "        groups.setdefault(name, []).append(value)",
+    "    report = []",
+    "    for name in sorted(groups):",
+    "        values = groups[name]",
+    "        total = sum(values)",
+    "        count = len(values)",
+    "        mean = total / count",
+    "        low = min(values)",
+    "        high = max(values)",
+    "        spread = high - low",
+    "        report.append({",
+    '            "name": name,',
+    '            "count": count,',
+    '            "total": round(total, 3),',
+    '            "mean": round(mean, 3),',
+    '            "min": low,',
+    '            "max": high,',
+    '            "spread": round(spread, 3),',
+    "        })",
+    "    report.sort(key=lambda row: row[\"total\"], reverse=True)",
+    "    lines = []",
+    "    for row in report:",
+    "        lines.append(",
+    '            f"{row[\'name\']}: {row[\'count\']} records, total {row[\'total\']}, "',
+    '            f"mean {row[\'mean\']}, range {row[\'min\']}..{row[\'max\']}"',
+    "        )",
+    '    header = f"{len(report)} groups of {len(records)} records"',
+    "    lines.insert(0, header)",
+    '    return "\\n".join(lines)',
+    "",
+])
+
+# speculative decoding's tasks (bench.speculative): chat messages, greedy replies
+SPECULATIVE_TASKS = {
+    # prompt lookup's case: most of the reply is in the prompt
+    "edit": "Rewrite this Python function so that it skips records whose value is negative, and change nothing "
+            "else. Reply with the whole function in a code block.\n\n```python\n" + EDIT_FUNCTION + "```",
+    # a draft model's case: code the model writes itself
+    "code": "Write a Python function that parses a CSV file of (date, amount) rows and returns the total amount "
+            "per month, with a docstring and type hints.",
+    # plain prose: little to look up
+    "prose": "Write a short story about a lighthouse keeper who finds a message in a bottle.",
+}
+
+
+async def speculative(engine, mode: str = "lookup", decode_tokens: int = 256, repeats: int = 2,
+                      tasks: dict | None = None) -> dict:
+    """Greedy decode speed of chat tasks (SPECULATIVE_TASKS) with speculative decoding (mode: "lookup", or "draft"
+    with engine.draft loaded) against without ("off"), the best of ``repeats`` each, in one process: tok/s of the
+    decoded tokens (the first comes out of prefill), drafted and accepted tokens, and whether the two outputs are
+    the same tokens (they must be)."""
+    rows = {}
+    await engine.generate([1, 2, 3, 4], max_tokens=4, stop_at_eos=False, speculative=mode)    # warm-up: pipelines
+    for name, text in (tasks or SPECULATIVE_TASKS).items():
+        ids = engine.encode_chat([{"role": "user", "content": text}])
+        best = {}
+        for _ in range(repeats):
+            for m in ("off", mode):
+                r = await engine.generate(ids, max_tokens=decode_tokens, reuse_cache=False, speculative=m)
+                if m not in best or r.decode_tok_s > best[m].decode_tok_s:
+                    best[m] = r
+        off, on = best["off"], best[mode]
+        rows[name] = {"prompt_tokens": len(ids), "tokens": len(on.tokens),
+                      "decode_tok_s_off": round(off.decode_tok_s, 1), "decode_tok_s": round(on.decode_tok_s, 1),
+                      "speedup": round(on.decode_tok_s / off.decode_tok_s, 3) if off.decode_tok_s else None,
+                      "drafted": on.drafted, "accepted": on.accepted,
+                      "acceptance": round(on.accepted / on.drafted, 3) if on.drafted else None,
+                      "same_tokens": on.tokens == off.tokens}
+    return {"model": engine.name, "backend": engine.backend, "host": platform.node(), "mode": mode,
+            "draft": engine.draft.name if mode == "draft" and engine.draft else None,
+            "decode_tokens": decode_tokens, "repeats": repeats, "tasks": rows}
+
+
 async def prompt_cache(engine, prompt_tokens: int = 2000, new_tokens: int = 16, repeats: int = 3,
                        folder=None) -> dict:
     """Time to first token of a prompt whose first ``prompt_tokens`` (a long system prompt, a pasted document) were

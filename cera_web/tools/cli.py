@@ -34,6 +34,10 @@ async def _generate(args):
     engine = await Engine.load(_model_path(args.model), context_size=args.context,
                                device="cpu" if args.cpu else None, kv_cache=args.kv_cache)
     engine.steps_per_read = args.steps_per_read
+    if args.draft:
+        await engine.load_draft(args.draft, kv_cache=args.kv_cache)
+    if args.lookup:
+        settings["speculative"] = "lookup"
     stream = None if args.json else (lambda tok, piece: print(piece, end="", flush=True))
     if args.stop:
         settings["stop"] = args.stop
@@ -83,7 +87,12 @@ async def _bench(args):
             bench.synthetic_llama(part, args.synthetic, args.quant)
             part.rename(path)
     engine = await Engine.load(_model_path(path), context_size=args.context, chunk=args.chunk, kv_cache=args.kv_cache)
-    if args.prompt_cache:
+    if args.draft:
+        await engine.load_draft(args.draft, chunk=args.chunk, kv_cache=args.kv_cache)
+    if args.draft or args.lookup:
+        out = await bench.speculative(engine, "draft" if args.draft else "lookup", args.decode_tokens,
+                                      repeats=max(args.repeats, 2))
+    elif args.prompt_cache:
         out = await bench.prompt_cache(engine, args.prompt_tokens, repeats=args.repeats)
     else:
         out = await bench.run(engine, args.prompt_tokens, args.decode_tokens, args.steps_per_read, args.repeats,
@@ -182,6 +191,10 @@ def main(argv=None) -> int:
     g.add_argument("--steps-per-read", type=int, default=None,
                    help="decode steps submitted per token readback (default: adapts to about 30 ms a read)")
     g.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+    g.add_argument("--draft", metavar="FILE", help="a draft model (same tokenizer, smaller) for speculative decoding "
+                   "of greedy replies: the output is the model's own, in fewer passes")
+    g.add_argument("--lookup", action="store_true", help="speculative decoding with drafts looked up in the prompt "
+                   "and the reply so far (pays when the reply repeats the prompt: edits, quotes)")
     g.add_argument("--cpu", action="store_true",
                    help="run the numpy reference model on the CPU (also used when no GPU adapter exists)")
     b = sub.add_parser("bench", help="measure prefill and decode speed (JSON)")
@@ -201,6 +214,9 @@ def main(argv=None) -> int:
     b.add_argument("--prompt-cache", action="store_true",
                    help="instead: time to first token of --prompt-tokens seen before plus 16 new, recomputed vs "
                         "restored from a snapshot file (bench.prompt_cache)")
+    b.add_argument("--draft", metavar="FILE", help="measure speculative decoding with this draft model on chat tasks "
+                   "against plain decoding (bench.speculative)")
+    b.add_argument("--lookup", action="store_true", help="measure prompt-lookup speculative decoding likewise")
     b.add_argument("--synthetic", nargs="?", const="smollm2-135m", metavar="SHAPE",
                    help="a random-weight model of a named shape instead of a file: smollm2-135m (the default), "
                         "llama-3.2-1b, qwen2.5-1.5b (needs the gguf package)")
