@@ -441,7 +441,7 @@ class Engine:
         kept in flight where the model runs ahead of the host (a GPU; engine.overlap); under a grammar a step's draw
         waits for its mask."""
         from .speculative import Speculative, drafter
-        draft = drafter(self, params) if matcher is None and self.model.sampler_plan is None else None
+        draft = drafter(self, params) if matcher is None and not params.logprobs else None
         if draft is not None:
             return Speculative(self, pos, self._cache + [prev], params, result, draft)
         ahead = self.overlap and self.model.runs_ahead

@@ -18,7 +18,14 @@ tokens that followed the latest earlier occurrence of the sequence's last n toke
 retrieval answers). A round without drafts is a plain batch of decode steps. k adapts per round as in transformers'
 assisted generation: + 2 after a round that accepted every draft, - 1 otherwise, within 1 .. verify_rows - 1.
 
-Only greedy decoding is speculated (no sampler, no grammar, no logprobs): SamplingParams.speculative says when
+Sampling is speculated too: the model draws each row as a plain decode step at that position would (the same random
+number, from the seed and the position; the same penalties), and a draft is kept when it equals the draw. Drafts are
+deterministic (the draft model drafts greedily), so this is the standard rejection rule (keep d with probability
+min(1, p(d)/q(d)), else draw from the normalised max(0, p - q)) for a draft distribution q that is all on d: kept
+with probability p(d), else a draw from p without d. The output is therefore not only distributed as the model's:
+with the same seed it is the same tokens as without speculation. (A sampled draft with its own q would accept more
+often at high temperatures, at the cost of that reproducibility and of reading q back; not done.) Not speculated:
+grammars (a draft would need each state's mask) and logprobs. SamplingParams.speculative says when
 (cera_web.sampling: "auto" uses a loaded draft model, "draft", "lookup", "off").
 """
 from __future__ import annotations
@@ -100,6 +107,7 @@ class Speculative:
         self.pos, self.seq = pos, seq       # seq[-1] is the input at position pos
         self.budget = min(params.max_tokens - len(result.tokens), engine.context_size - pos)
         self.round = None                   # (position, inputs) of the last round, for keep()
+        self.sampler = engine._sampler if self.model.sampler_plan is not None else None
 
     async def next(self):
         from .engine import _Read
@@ -120,6 +128,8 @@ class Speculative:
             self.result.drafted += len(drafts)
             self.result.accepted += a
             d.k = min(d.k + 2, model.verify_rows - 1) if a == len(drafts) else max(1, d.k - 1)
+            if self.sampler is not None:      # the penalties' window: the sequence, not the rows' rejected draws
+                self.sampler.set_history(self.seq + tokens)
             if a < len(drafts) and not model.rewindable:
                 self._rerun(pos, inputs[:a + 1])
         else:

@@ -112,11 +112,31 @@ def test_limits_and_stops_inside_a_round(pair, arch):
     assert spec.tokens == ref.tokens and spec.stop_reason == ref.stop_reason == "context"
 
 
-def test_sampling_and_other_settings_are_not_speculated(pair):
+@pytest.mark.parametrize("arch", ["qwen3", "lfm2"])
+def test_sampled_output_is_the_same_draws(pair, arch):
+    """Sampling: each checked row is drawn as a plain step at its position would be (its random number, the
+    penalties over the sequence before it), so a seed gives the same tokens with or without drafts — over many seeds
+    the distributions are therefore the same. Settings: the chat defaults (temperature 0.7, top-k 40, top-p 0.95,
+    min-p 0.05, repetition penalty 1.1 over 64 tokens) at a higher temperature, so that drafts are both kept and
+    rejected."""
+    backend, es = pair
+    eng = es[arch]
+    kept = drafted = 0
+    for seed in range(12 if backend == "gpu" else 40):
+        kw = dict(temperature=1.2, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.1, seed=seed, max_tokens=20,
+                  ignore_eos=True)
+        spec, base = run(both(eng, PROMPT, "auto", **kw))
+        assert spec.tokens == base.tokens, seed
+        kept, drafted = kept + spec.accepted, drafted + spec.drafted
+    assert 0 < kept < drafted
+    look, base = run(both(eng, PROMPT * 2, "lookup", temperature=0.5, seed=5, max_tokens=24, ignore_eos=True,
+                          frequency_penalty=0.5))
+    assert look.tokens == base.tokens
+
+
+def test_logprobs_are_not_speculated(pair):
     backend, es = pair
     eng = es["qwen3"]
-    r = run(eng.generate(PROMPT, temperature=0.8, seed=3, max_tokens=12, ignore_eos=True))
-    assert r.drafted == 0
     r = run(eng.generate(PROMPT, logprobs=True, max_tokens=6, ignore_eos=True, speculative="lookup"))
     assert r.drafted == 0 and len(r.logprobs) == 6
 

@@ -73,8 +73,9 @@ class Model(Protocol):
 
     def verify(self, ids, pos0: int) -> None:
         """Submit a pass over ids (2..verify_rows tokens: the last drawn token and drafts) at positions pos0...,
-        with the greedy token after each of them into slots 0..len(ids)-1 (speculative decoding's check). The
-        running state (conv layers) is then past every one of ids."""
+        with the token drawn after each of them into slots 0..len(ids)-1 (speculative decoding's check): the
+        argmax, or with a sampler_plan the draw a decode step at that position would make given ids before it
+        (its random number, its penalties). The running state (conv layers) is then past every one of ids."""
 
     async def read_log(self, n: int) -> list[int]:
         """The tokens of slots 0..n-1, once the work submitted is done."""

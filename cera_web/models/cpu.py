@@ -129,7 +129,9 @@ class CPUModel:
     def verify(self, ids, pos0: int):
         self.passes += 1
         rows = self.ref.forward(list(ids), pos0)
-        self._log[:len(ids)] = [int(t) for t in np.argmax(rows, axis=-1)]
+        for i, row in enumerate(rows):      # each row drawn as a decode step at its position would draw it
+            self.logits, self._drawn = row, pos0 + i + 1
+            self._draw(i)
 
     def encode_forward(self, out_index: int):
         return None             # nothing to prepare: send_forward computes
