@@ -1,6 +1,7 @@
 """Browser benchmark: the engine in headless Chromium (Pyodide + the browser's WebGPU), as one JSON object.
 
     python tests/bench_browser.py [--prompt-tokens 128] [--decode-tokens 128] [--steps-per-read 4] [--grammar]
+                                  [--model /models/FILE.gguf]
 
 Starts serve.py's server on a free port, opens /web/bench.html in headless Chromium (/usr/bin/chromium, WebGPU on
 whatever adapter it finds: SwiftShader on a machine without a GPU) and prints what the page computed: the fields of
@@ -12,6 +13,7 @@ import json
 import sys
 import threading
 from pathlib import Path
+from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -24,6 +26,8 @@ def main():
     p.add_argument("--decode-tokens", type=int, default=128)
     p.add_argument("--steps-per-read", type=int, default=None, help="default: adaptive, as the page")
     p.add_argument("--chunk", type=int)
+    p.add_argument("--model", help="the model's URL on serve.py's server (default: the page's, SmolLM2-135M Q4_1), "
+                                    "e.g. /models/gemma-3-270m-Q4_K_M.gguf for a file in .assets/models")
     p.add_argument("--grammar", action="store_true",
                    help="constrained (JSON schema) vs unconstrained decode instead (bench_grammar --decode's JSON)")
     p.add_argument("--timeout-s", type=float, default=3600)
@@ -38,7 +42,8 @@ def main():
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = (f"http://127.0.0.1:{server.server_address[1]}/web/bench.html?prompt={args.prompt_tokens}"
            f"&decode={args.decode_tokens}" + (f"&steps={args.steps_per_read}" if args.steps_per_read else "")
-           + (f"&chunk={args.chunk}" if args.chunk else "") + ("&grammar=1" if args.grammar else ""))
+           + (f"&chunk={args.chunk}" if args.chunk else "") + ("&grammar=1" if args.grammar else "")
+           + (f"&model={quote(args.model)}" if args.model else ""))
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         page = browser.new_page()
