@@ -21,6 +21,11 @@ class GPUUnavailableError(CeraError):
     """No WebGPU adapter/device could be obtained, or the device was lost."""
 
 
+class DeviceLostError(GPUUnavailableError):
+    """The GPU device was lost under a loaded model (a driver reset, the system reclaiming GPU memory, a browser tab
+    in the background): the running call stops with it; load the model again (a new device) to go on."""
+
+
 class GPUMemoryError(CeraError):
     """The GPU could not allocate a buffer the model needs (out of memory, or over a device limit)."""
 

@@ -6,7 +6,7 @@ import weakref
 
 import numpy as np
 
-from ..errors import GPUMemoryError, GPUUnavailableError
+from ..errors import DeviceLostError, GPUMemoryError, GPUUnavailableError
 from . import Device, Plan
 
 try:   # wgpu-native's C entry points, for the fast encode path (falls back to the public API when absent)
@@ -15,6 +15,7 @@ try:   # wgpu-native's C entry points, for the fast encode path (falls back to t
 except Exception:  # pragma: no cover - another wgpu-py layout
     _raw = None
 
+_ZEROS = _raw.ffi.new("uint8_t[4]") if _raw is not None else None    # check_alive's write
 EARLY_FIRST = 32     # dispatches of the first command buffer of an early submit (Device.submit)
 
 # Limits we ask for at the adapter's maximum (the defaults are far lower: 128 MiB bindings, 16 KiB workgroup memory).
@@ -47,6 +48,7 @@ class NativeDevice(Device):
         self._pipelines = {}
         self._free_staging = []    # mappable buffers for encode(read=...)
         self.live_buffers = weakref.WeakSet()   # buffers created and not released (leak checks)
+        self._alive_probe = device.create_buffer(size=16, usage=wgpu.BufferUsage.COPY_DST, label="device check")
         self.subgroup_size = self._probe_subgroup_size() if "subgroup" in self.features else None
         if os.environ.get("CERA_WEB_SUBGROUPS") == "0":    # tests and benchmarks: the path without subgroups
             self.subgroup_size = None
@@ -183,6 +185,14 @@ class NativeDevice(Device):
             at, n = end, 2 * n
 
     def encode(self, plans, copies=(), read=()):
+        try:
+            return self._encode(plans, copies, read)
+        except self._wgpu.GPUError as e:
+            if "lost" not in _last_line(e).lower():
+                raise               # a bug, not a lost device: as wgpu said it
+            raise self._lost(e) from None
+
+    def _encode(self, plans, copies, read):
         enc = self.device.create_command_encoder()
         cp = enc.begin_compute_pass()
         for plan in plans:
@@ -223,6 +233,7 @@ class NativeDevice(Device):
 
     def send(self, encoded):
         cmd, staging = encoded
+        self.check_alive()      # wgpu-native aborts the process on a submit to a lost device
         try:
             if staging is None or _raw is None:
                 self.device.queue.submit([cmd])
@@ -251,6 +262,7 @@ class NativeDevice(Device):
         info.mode = _raw.lib.WGPUCallbackMode_AllowProcessEvents
         info.callback = mapped
         _raw.libf.wgpuBufferMapAsync(buf._internal, _raw.lib.WGPUMapMode_Read, 0, size, info[0])
+        buf.cera_mapped = mapped    # lives as long as the buffer: a map left pending (a lost device) calls it on release
         return (buf, size, parts, (done, mapped), index)
 
     def discard(self, encoded):
@@ -267,11 +279,14 @@ class NativeDevice(Device):
         else:
             done, _ = waiter
             lib, dev = _raw.libf, self.device._internal
+            self.check_alive()
             lib.wgpuDevicePoll(dev, True, _raw.ffi.new("WGPUSubmissionIndex *", index))
             while not done:     # the callback runs in a poll once its submission is done
+                self.check_alive()
                 lib.wgpuDevicePoll(dev, False, _raw.ffi.NULL)
             if done[0] != _raw.lib.WGPUMapAsyncStatus_Success:
                 raise GPUUnavailableError("reading from the GPU failed (buffer map refused); load the model again")
+            self.check_alive()      # a mapped buffer of a lost device is destroyed: reading it aborts the process
             data = bytes(_raw.ffi.buffer(lib.wgpuBufferGetConstMappedRange(buf._internal, 0, size), size))
             lib.wgpuBufferUnmap(buf._internal)
         self._free_staging.append(buf)
@@ -293,6 +308,7 @@ class NativeDevice(Device):
 
     async def read(self, buf, offset, nbytes):
         self.calls += 1
+        self.check_alive()
         try:
             return bytes(self.device.queue.read_buffer(buf, offset, (nbytes + 3) // 4 * 4))[:nbytes]
         except self._wgpu.GPUError as e:
@@ -306,8 +322,30 @@ class NativeDevice(Device):
         self._pipelines.clear()
         self.device.destroy()
 
+    def check_alive(self):
+        """Raise DeviceLostError if the device was lost. wgpu-py does not report a loss (its callback only logs it),
+        and reading a mapped buffer of a lost device aborts the process, so ask the queue: a 4-byte write fails once
+        the device is gone."""
+        try:
+            if _raw is None:
+                self.device.queue.write_buffer(self._alive_probe, 0, b"\0\0\0\0")
+            else:               # the same call, ~1 µs: it runs before every submit
+                _raw.libf.wgpuQueueWriteBuffer(self.device.queue._internal, self._alive_probe._internal, 0,
+                                               _ZEROS, 4)
+        except self._wgpu.GPUError as e:
+            raise self._lost(e) from None
+
     def _lost(self, e):
-        return GPUUnavailableError(f"the GPU device was lost or failed ({e}); load the model again")
+        said = _last_line(e)
+        if "lost" in said.lower():
+            return DeviceLostError(f"the GPU device was lost ({said}); load the model again")
+        return GPUUnavailableError(f"the GPU failed ({said}); load the model again")
+
+
+def _last_line(e) -> str:
+    """The last line of a wgpu error (its cause), without a final period."""
+    said = [line.strip() for line in str(e).splitlines() if line.strip()]
+    return said[-1].rstrip(".") if said else type(e).__name__
 
 
 def _buffer_error(e, nbytes: int, label: str, limits: dict) -> GPUMemoryError:
