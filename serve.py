@@ -221,7 +221,8 @@ def wheels_index(root: Path = ROOT) -> bytes:
 
 def models_index(root: Path = ROOT) -> bytes:
     """The JSON list of the models the page's model menu offers: {"models": [{name, file, url, size, about,
-    default}]}, one per GGUF asset of assets.json (single file or multi-part, by its "path" or install "dest")
+    default, draft?}]} (draft: the url of a served smaller model of the same tokenizer, for speculative decoding),
+    one per GGUF asset of assets.json (single file or multi-part, by its "path" or install "dest")
     that is on disk under .assets/models/, in assets.json's order; size is the file's size on disk."""
     spec = json.loads((root / "assets.json").read_text())
     base = (root / FOLDERS["models"]).resolve()
@@ -232,7 +233,12 @@ def models_index(root: Path = ROOT) -> bytes:
             continue
         out.append({"name": asset.get("name", file.stem), "file": file.name, "url": f"/models/{file.name}",
                     "size": file.stat().st_size, "about": asset.get("about", ""),
-                    "default": asset.get("name") == spec.get("default_model")})
+                    "default": asset.get("name") == spec.get("default_model"), "draft": asset.get("draft")})
+    urls = {m["name"]: m["url"] for m in out}
+    for m in out:       # "draft": the url of its draft model (assets.json "draft": that asset's name) when served
+        draft = urls.get(m.pop("draft"))
+        if draft:
+            m["draft"] = draft
     return json.dumps({"models": out}).encode()
 
 

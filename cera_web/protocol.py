@@ -22,6 +22,9 @@ REQUESTS = {
              "load the model at url (browser cache, else downloaded and kept) or a picked/dropped File; limits: "
              "device limits to lower {kebab-case name: bytes}; backend: 'auto' (default), 'webgpu' or 'cpu' "
              "(webapp.choose_backend). A failed load keeps the model loaded before"),
+    "load-draft": ("url?", "worker",
+                   "load the model at url (cache, else downloaded and kept) as the loaded model's draft model "
+                   "(speculative decoding: webapp.load_draft), then a 'draft' message; no url: drop the draft model"),
     "cache-list": ("", "worker at once", "answered with a 'cache' message"),
     "cache-delete": ("url", "worker", "delete a cached model, then a 'cache' message"),
     "snapshot-save": ("conversation cap", "worker",
@@ -67,6 +70,7 @@ EVENTS = {
                                             "raw-completion defaults (greedy) and STOP_REASONS"),
     "ready": ("model name file chat_template backend backend_kind backend_reason cpu memory origin split",
               "a model is loaded and usable (webapp.load_source says what each field holds)"),
+    "draft": ("name file", "the loaded model's draft model now (name and file null: none)"),
     "cache": ("entries usage quota snapshots",
               "the cached models [{url, name, size, stored}], the storage use and quota (bytes; null: unknown) and "
               "the kept conversation snapshots {count, bytes}"),

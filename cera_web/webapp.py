@@ -276,6 +276,31 @@ async def load_source(source, origin: str | None = None) -> bool:
     return True
 
 
+async def load_draft(data, name: str | None) -> bool:
+    """Load a JS Blob/File (or an ArrayBuffer) as the loaded model's draft model for speculative decoding (engine
+    .load_draft: same tokenizer, the same device); data None: drop the draft model. Posts 'draft' or an 'error'
+    (the model loaded stays as it was). A model loaded later starts without one."""
+    try:
+        engine = _state.engine
+        if engine is None:
+            raise InputError("load a model first: a draft model speeds up the model loaded")
+        if data is None:
+            if engine.draft is not None:
+                engine.draft.close()
+                engine.draft = None
+        else:
+            from .gpu.browser import ArrayBufferSource, BlobSource
+            source = (ArrayBufferSource if hasattr(data, "byteLength") else BlobSource)(data, name)
+            await engine.load_draft(source)
+    except Exception as exc:
+        _report(exc, "load-draft")
+        return False
+    draft = _state.engine.draft
+    _send(type="draft", name=None if draft is None else _page_facts(draft)["name"],
+          file=None if draft is None else _page_facts(draft)["file"])
+    return True
+
+
 def _backend_reason(cpu: bool) -> str:
     """Why the page runs where it runs, in a sentence for the page."""
     if not cpu:

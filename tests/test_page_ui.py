@@ -80,7 +80,7 @@ def _serve(body: bytes):
 
 
 class UI:
-    def __init__(self, browser, server_url, query="?model=/fake/qwen3.gguf", body=None, **context_args):
+    def __init__(self, browser, server_url, query="?model=/fake/qwen3.gguf", body=None, routes=None, **context_args):
         self.context = browser.new_context(**context_args)
         self.page = page = self.context.new_page()
         self.console: list[str] = []
@@ -88,6 +88,8 @@ class UI:
         page.on("pageerror", lambda e: self.console.append(f"pageerror: {e}"))
         page.add_init_script(RECORD_WORKER)
         page.route(f"{server_url}/fake/qwen3.gguf", _serve(body or TINY.read_bytes()))
+        for path, handler in (routes or {}).items():      # more of the site, as a test wants it
+            page.route(server_url + path, handler)
         self.status = page.get_by_role("status")
         self.alert = page.get_by_role("alert")
         self.log = page.get_by_role("log", name="Conversation")
@@ -145,12 +147,15 @@ def test_models_index_lists_the_model_assets_present_on_disk(tmp_path):
         {"name": "pyodide", "path": ".assets/pyodide"},
         {"name": "a", "about": "model A", "path": ".assets/models/a.gguf"},
         {"name": "missing", "path": ".assets/models/missing.gguf"},
-        {"name": "multi", "parts": [{"file": "p1"}, {"file": "p2"}], "path": ".assets/models/joined.gguf"},
+        {"name": "multi", "parts": [{"file": "p1"}, {"file": "p2"}], "path": ".assets/models/joined.gguf",
+         "draft": "a"},
+        {"name": "b", "path": ".assets/models/a.gguf", "draft": "missing"},      # a draft not on disk: none
     ]}))
     assert json.loads(serve.models_index(tmp_path)) == {"models": [
         {"name": "a", "file": "a.gguf", "url": "/models/a.gguf", "size": 1234, "about": "model A", "default": True},
         {"name": "multi", "file": "joined.gguf", "url": "/models/joined.gguf", "size": 77, "about": "",
-         "default": False}]}
+         "default": False, "draft": "/models/a.gguf"},
+        {"name": "b", "file": "a.gguf", "url": "/models/a.gguf", "size": 1234, "about": "", "default": False}]}
 
 
 def test_models_index_is_served(server_url):
@@ -502,6 +507,51 @@ def test_speculative_setting_gives_the_same_reply_and_says_what_it_kept(browser,
                     f"Speculative: {runs[0]['accepted']} of {runs[0]['drafted']} drafted tokens accepted")
         assert runs[0]["drafted"] > 0 and runs[1]["drafted"] == 0
         assert runs[0]["tokens"] == runs[1]["tokens"] and len(runs[0]["tokens"]) == 24
+        expect(page.locator("#stats")).not_to_contain_text("Speculative")
+    finally:
+        ui.close()
+
+
+@pytest.mark.browser
+def test_a_served_draft_model_speeds_up_the_loaded_one(browser, server_url):
+    """A served model whose index entry names a draft model offers "Speed up with …": checked, the draft model is
+    downloaded and loaded (a 'draft' message), greedy replies are the same tokens and say how many drafts were kept;
+    unchecked, it is dropped. (The pair: the tiny qwen3 fixture in f32, drafted for by its q8_0 twin.)"""
+    index = {"models": [
+        {"name": "tiny", "file": "qwen3.gguf", "url": "/fake/qwen3.gguf", "size": (SMALL / "qwen3-f32.gguf").stat().st_size,
+         "about": "", "default": True, "draft": "/fake/qwen3-draft.gguf"},
+        {"name": "tiny-draft", "file": "qwen3-draft.gguf", "url": "/fake/qwen3-draft.gguf",
+         "size": TINY.stat().st_size, "about": "", "default": False}]}
+    ui = UI(browser, server_url, body=(SMALL / "qwen3-f32.gguf").read_bytes(), routes={
+        "/fake/qwen3-draft.gguf": _serve(TINY.read_bytes()),
+        "/models/index.json": lambda route: route.fulfill(status=200, body=json.dumps(index),
+                                                          headers={"Content-Type": "application/json"})})
+    try:
+        page = ui.page
+        ui.wait()
+        page.locator("#drawer summary").click()
+        box = page.get_by_label("Speed up with", exact=False)
+        expect(box).to_be_visible()
+        box.check()
+        expect(ui.status).to_have_text("Ready", timeout=LOAD_MS)
+        assert ui.received("draft")[-1]["file"] == "qwen3-draft.gguf"
+        page.get_by_label("Raw completion").check()
+        page.get_by_label("Prompt", exact=True).fill("The quick brown fox jumps over the lazy dog. The quick brown fox")
+        page.get_by_label("Max tokens").fill("20")
+        ui.setting("Ignore end of turn").check()
+        runs = []
+        for use in (True, False):
+            if not use:
+                if page.locator("#drawer").get_attribute("open") is None:
+                    page.locator("#drawer summary").click()
+                box.uncheck()
+                expect(ui.status).to_have_text("Ready")
+                assert ui.received("draft")[-1]["name"] is None
+            page.get_by_role("button", name="Generate").click()
+            ui.wait(r"^Ready \(", GENERATE_MS)
+            runs.append(ui.received("done")[-1])
+        assert runs[0]["drafted"] > 0 and runs[1]["drafted"] == 0
+        assert runs[0]["tokens"] == runs[1]["tokens"] and len(runs[0]["tokens"]) == 20
         expect(page.locator("#stats")).not_to_contain_text("Speculative")
     finally:
         ui.close()

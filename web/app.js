@@ -13,7 +13,8 @@ const ui = {
   system: $('system'), modeHint: $('mode-hint'), chatRadio: document.querySelector('input[name="mode"][value="chat"]'),
   loadForm: $('load-form'), modelUrl: $('model-url'), modelUrlName: $('model-url-name'), load: $('load'),
   modelFile: $('model-file'),
-  notice: $('notice'), memory: $('memory'), cacheList: $('cache-list'), cacheUsage: $('cache-usage'),
+  notice: $('notice'), memory: $('memory'), draftRow: $('draft-row'), useDraft: $('use-draft'),
+  draftName: $('draft-name'), cacheList: $('cache-list'), cacheUsage: $('cache-usage'),
   keepState: $('keep-state'), snapshotUsage: $('snapshot-usage'),
   dropOverlay: $('drop-overlay'),
   generateForm: $('generate-form'), prompt: $('prompt'), chat: $('chat'), maxTokens: $('max-tokens'),
@@ -231,9 +232,19 @@ worker.onmessage = (event) => {
       renderConversation();
       modelHasTemplate(msg.chat_template);
       showMenu();
+      offerDraft();
       if (first) ui.drawer.open = false;   // the conversation first; the model controls fold into the bar
       break;
     }
+    case 'draft':
+      ui.useDraft.checked = msg.name != null;
+      ui.useDraft.disabled = false;
+      hideProgress(true);
+      ui.status.textContent = 'Ready';
+      ui.notice.textContent = msg.name != null
+        ? `${msg.name} drafts, ${ui.modelName.textContent} checks: replies are the same, in fewer passes.`
+        : 'Speculative decoding is off.';
+      break;
     case 'settings':
       stopReasons = msg.stop_reasons;
       buildSettings(msg);
@@ -286,6 +297,11 @@ worker.onmessage = (event) => {
       if (msg.during && msg.during.startsWith('chat-')) {
         renderConversation();   // drop the turn that failed, and give its text back to the message box
         if (msg.during === 'chat-send' && !ui.prompt.value) ui.prompt.value = state.lastSent || '';
+      }
+      if (msg.during === 'load-draft') {
+        ui.useDraft.checked = false;
+        ui.useDraft.disabled = false;
+        hideProgress(false);
       }
       if (msg.during === 'load' || state.loading) {
         state.loading = false;
@@ -393,6 +409,25 @@ function loadModel(url) {
   menuListed.then(() => nameModel(url));   // a served model's size from the list first: its kept name needs no request
   worker.postMessage({type: 'load', url, limits: LIMITS, backend: state.backend});
 }
+
+// -- speculative decoding: the served draft model of the loaded one (serve.py's index: "draft") -------------------
+
+// Offer "Speed up with …" when the loaded model is a served one that names a draft model that is served too.
+function offerDraft() {
+  const served = state.served.find((m) => absolute(m.url) === absolute(state.modelUrl || ''));
+  const draft = served && served.draft && state.served.find((m) => m.url === served.draft);
+  ui.draftRow.hidden = !draft;
+  ui.useDraft.checked = false;   // a newly loaded model has none
+  ui.useDraft.disabled = false;
+  if (draft) ui.draftName.textContent = state.names.get(absolute(draft.url)) || draft.file;
+}
+
+ui.useDraft.addEventListener('change', () => {
+  const served = state.served.find((m) => absolute(m.url) === absolute(state.modelUrl || ''));
+  ui.useDraft.disabled = true;
+  ui.status.textContent = ui.useDraft.checked ? 'Loading the draft model…' : 'Ready';
+  worker.postMessage({type: 'load-draft', url: ui.useDraft.checked ? served.draft : null});
+});
 
 // -- the model menu: the served models, with size and cache state ------------------------------------------------
 

@@ -344,9 +344,27 @@ async function snapshotDelete(msg) {
   }
 }
 
+// A served model as the loaded model's draft model (speculative decoding), from the cache or downloaded (and kept);
+// no url: drop it. webapp posts 'draft' or 'error'.
+async function loadDraft(msg) {
+  await ensureBooted(false);
+  if (!msg.url) {
+    await webapp.load_draft(null, null);
+    return;
+  }
+  const got = await CeraModelStore.open(msg.url, {
+    onProgress: (stage, done, total) => post({type: 'progress', stage, done, total}),
+    onStatus: (text) => post({type: 'notice', text}),
+  });
+  status('Loading the draft model…');
+  await webapp.load_draft(got.blob || got.buffer, got.name);
+  if (got.cached) await postCache();
+}
+
 // The requests the worker answers itself (protocol.py: handled by "worker"); those marked at once are not queued.
 const WORKER_KINDS = {
   load: {run: load},
+  'load-draft': {run: loadDraft},
   'cache-delete': {run: async (msg) => { await CeraModelStore.remove(msg.url); await postCache(); }},
   'snapshot-save': {run: snapshotSave},
   'snapshot-restore': {run: snapshotRestore},
