@@ -156,15 +156,22 @@ class Engine:
         the same bytes, as llama.cpp's default), keys and values rounded to halves as they are cached (logits move
         by ~1e-2; docs/DESIGN.md); on GPUs it needs the shader-f16 feature (UnsupportedModelError without).
         header: the file's header read and checked before (cera_web.loading.check), else it is read here.
-        The same as ``Engine.from_plan(await cera_web.loading.plan_load(source, ...), on_progress)``."""
+        The same as ``await Engine.from_plan(await cera_web.loading.plan_load(source, ...), on_progress)``; a
+        failed upload (GPUMemoryError) releases the device made here."""
         plan = await plan_load(source, device=device, cpu_fallback=cpu_fallback, context_size=context_size,
                                chunk=chunk, kv_cache=kv_cache, header=header, on_progress=on_progress)
-        return cls.from_plan(plan, on_progress)
+        try:
+            return await cls.from_plan(plan, on_progress)
+        except BaseException:
+            if device is None and not plan.cpu:
+                plan.device.destroy()
+            raise
 
     @classmethod
-    def from_plan(cls, plan: LoadPlan, on_progress=None) -> "Engine":
-        """The engine of a planned load (cera_web.loading.plan_load): its weights uploaded, its passes recorded."""
-        return cls(plan, load_model(plan, on_progress))
+    async def from_plan(cls, plan: LoadPlan, on_progress=None) -> "Engine":
+        """The engine of a planned load (cera_web.loading.plan_load): its weights uploaded, its passes recorded. A
+        failed allocation (GPUMemoryError) frees what this load allocated (models.load_model)."""
+        return cls(plan, await load_model(plan, on_progress))
 
     async def load_draft(self, source, **kw) -> "Engine":
         """Load a draft model for speculative decoding (cera_web.speculative) onto this engine's device and keep it

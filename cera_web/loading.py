@@ -2,7 +2,7 @@
 
     plan = await plan_load("model.gguf")       # header parsed, spec built, tokenizer made, device chosen, fit
                                                # checked: each once, before any weight is read
-    engine = Engine.from_plan(plan)            # the weights go up (models.load_model); nothing is re-derived
+    engine = await Engine.from_plan(plan)      # the weights go up (models.load_model); nothing is re-derived
 
 ``Engine.load(source, ...)`` is those two lines. The page's worker (webapp.py) and the notebook call ``plan_load``
 themselves, to pass in what they have already: a device made ahead (the page makes one before the download, to

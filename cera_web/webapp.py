@@ -230,7 +230,7 @@ async def _load_engine(source, device, on_progress, backend: str = "webgpu", con
         plan = await plan_load(source, device=device, backend=backend, cpu_fallback=False,
                                context_size=context_size, header=header, on_progress=on_progress)
         device = plan.device
-        return Engine.from_plan(plan, on_progress), plan.fit
+        return await Engine.from_plan(plan, on_progress), plan.fit
     except BaseException:
         if device is not None:
             device.destroy()

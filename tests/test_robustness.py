@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import re
 import http.client
 import subprocess
 import sys
@@ -573,35 +574,41 @@ def test_cli_refuses_a_context_over_the_buffer_limit_up_front():
 
 
 @pytest.mark.gpu
-def test_gpu_out_of_memory_at_load_names_what_did_not_fit(tiny):
-    # A device whose allocation of layer 0's K cache fails as a full GPU's does (was GPUValidationError "Not enough
-    # memory left" with a 40-line traceback).
+def test_gpu_out_of_memory_at_upload_frees_it_and_the_model_before_stays(tiny):
+    """A GPU whose memory runs out during an upload: its limits promise more than it can allocate (the device is
+    requested with a 256 KiB maxBufferSize and reports the adapter's own), so wgpu refuses layer 0's 512 KiB K cache
+    for real (it was a GPUValidationError with a 40-line traceback). The load raises GPUMemoryError in one line
+    naming the buffer and the sizes and saying what to do; what it had uploaded is freed; the same device then
+    takes the model at a context that fits, and the model loaded before goes on giving the same tokens."""
     import wgpu
 
     from cera_web.engine import Engine
     from cera_web.errors import GPUMemoryError
     from cera_web.gpu.native import NativeDevice
 
-    class FullGPU:
-        def __init__(self, device):
-            self._device = device
-
-        def __getattr__(self, name):
-            return getattr(self._device, name)
-
-        def create_buffer(self, *, size, usage, label=""):
-            if label == "k0":
-                raise wgpu.GPUValidationError("Validation Error\n\nCaused by:\n  Not enough memory left.")
-            return self._device.create_buffer(size=size, usage=usage, label=label)
-
-    dev = NativeDevice.create()
-    dev.device = FullGPU(dev.device)
+    before = run(Engine.load(tiny, context_size=64, chunk=8))
+    tokens = run(before.generate(PROMPT, max_tokens=5, stop_at_eos=False)).tokens
+    adapter = wgpu.gpu.request_adapter_sync()
+    small = {"max-buffer-size": 1 << 18, "max-storage-buffer-binding-size": 1 << 18}
+    promised = {k: adapter.limits[k] for k in small}
+    dev = NativeDevice(adapter, adapter.request_device_sync(required_limits=small), limits_override=promised)
     try:
-        with pytest.raises(GPUMemoryError, match=r"could not allocate buffer 'k0' of [\d,]+ bytes .*: Not enough "
-                                                 r"memory left\. Load a smaller model or a smaller context size"):
-            run(Engine.load(tiny, context_size=64, chunk=8, device=dev))
+        held = len(dev.live_buffers)
+        with pytest.raises(GPUMemoryError) as info:
+            run(Engine.load(tiny, context_size=4096, chunk=8, device=dev))
+        message = str(info.value)
+        print(message)
+        assert re.fullmatch(r"the GPU could not allocate buffer 'k0' of 524,288 bytes \(0\.5 MiB; [\d,]+ bytes "
+                            r"allocated on this device before it; its maxBufferSize is [\d,]+\): Buffer size 524288 is greater "
+                            r"than the maximum buffer size \(262144\)\. Load the model with a smaller context size or "
+                            r"the f16 KV cache \(half its memory\), or a smaller model, or free GPU memory that other "
+                            r"programs use", message), message
+        assert len(dev.live_buffers) == held            # what the failed load had uploaded is freed
+        fits = run(Engine.load(tiny, context_size=64, chunk=8, device=dev))
+        assert run(fits.generate(PROMPT, max_tokens=5, stop_at_eos=False)).tokens == tokens
+        assert run(before.generate(PROMPT, max_tokens=5, stop_at_eos=False)).tokens == tokens
     finally:
-        dev.device = dev.device._device
+        before.close()
         dev.destroy()
 
 

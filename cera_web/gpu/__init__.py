@@ -92,6 +92,11 @@ class Device:
         """Wait for submitted work and read ``nbytes`` of ``buf`` back to the host."""
         raise NotImplementedError
 
+    async def settle(self) -> None:
+        """Wait until the device has said whether every buffer created so far was allocated; raise GPUMemoryError
+        naming the first that was not (the browser reports a failed allocation only later; natively create_buffer
+        raises at once)."""
+
     def destroy(self) -> None:
         raise NotImplementedError
 
@@ -105,6 +110,17 @@ class Plan:
         self.handle = handle
         self.size = size
         self.recorder = None      # the Recorder that made it (labels, for profiling)
+
+
+def buffer_error(said: str, nbytes: int, label: str, limits: dict, before: int):
+    """The GPUMemoryError of a failed allocation: the buffer, its size, what was allocated before it, the device's
+    limit and what it said, and what to do."""
+    from ..errors import GPUMemoryError
+    return GPUMemoryError(
+        f"the GPU could not allocate buffer {label or '(unnamed)'!r} of {nbytes:,} bytes ({nbytes / 2**20:.1f} MiB; "
+        f"{before:,} bytes allocated on this device before it; its maxBufferSize is "
+        f"{int(limits.get('max-buffer-size', 0)):,}): {said}. Load the model with a smaller context size or the f16 "
+        f"KV cache (half its memory), or a smaller model, or free GPU memory that other programs use")
 
 
 async def get_device(**kwargs) -> Device:

@@ -6,8 +6,8 @@ import weakref
 
 import numpy as np
 
-from ..errors import DeviceLostError, GPUMemoryError, GPUUnavailableError
-from . import Device, Plan
+from ..errors import DeviceLostError, GPUUnavailableError
+from . import Device, Plan, buffer_error
 
 try:   # wgpu-native's C entry points, for the fast encode path (falls back to the public API when absent)
     from wgpu.backends.wgpu_native import _api as _raw
@@ -85,7 +85,8 @@ class NativeDevice(Device):
         try:
             buf = self.device.create_buffer(size=max(16, (nbytes + 3) // 4 * 4), usage=usage, label=label)
         except self._wgpu.GPUError as e:
-            raise _buffer_error(e, nbytes, label, self.limits) from None
+            before = sum(b.size for b in self.live_buffers)
+            raise buffer_error(_last_line(e), nbytes, label, self.limits, before) from None
         self.live_buffers.add(buf)
         return buf
 
@@ -346,16 +347,6 @@ def _last_line(e) -> str:
     """The last line of a wgpu error (its cause), without a final period."""
     said = [line.strip() for line in str(e).splitlines() if line.strip()]
     return said[-1].rstrip(".") if said else type(e).__name__
-
-
-def _buffer_error(e, nbytes: int, label: str, limits: dict) -> GPUMemoryError:
-    """A clean error for a failed buffer allocation: what did not fit, how big it is, what the device said."""
-    said = [line.strip() for line in str(e).splitlines() if line.strip()]
-    said = said[-1].rstrip(".") if said else type(e).__name__
-    return GPUMemoryError(
-        f"the GPU could not allocate buffer {label or '(unnamed)'!r} of {nbytes:,} bytes ({nbytes / 2**20:.1f} MiB; "
-        f"this device's maxBufferSize is {int(limits.get('max-buffer-size', 0)):,}): {said}. Load a smaller model "
-        f"or a smaller context size (--context), or free GPU memory used by other programs")
 
 
 def time_dispatches(dev: NativeDevice, plan, repeats: int = 5) -> list[float] | None:

@@ -8,13 +8,25 @@ chose.
 from .spec import ARCHITECTURES, KV_WIDTH, ModelSpec, check_architecture, check_kv_cache, model_spec  # noqa: F401
 
 
-def load_model(plan, on_progress=None):
+async def load_model(plan, on_progress=None):
     """The Model of a load that cera_web.loading.plan_load decided (header, spec, device and fit all checked
     there, nothing re-derived here): the numpy reference model on the CPU path, else the GPU model on its device,
-    its weights uploaded (on_progress(stage, done, total) as they go)."""
+    its weights uploaded (on_progress(stage, done, total) as they go). A failed allocation (out of memory: a
+    GPUMemoryError naming the buffer) frees every buffer this load made first, so the device holds what it held
+    before (a model loaded on it before goes on working)."""
     if plan.cpu:
-        from .cpu import CPUModel as cls
-    else:
-        from .transformer import Transformer as cls
-    return cls(plan.device, plan.gguf, plan.source, plan.spec, context_size=plan.context_size,
-               chunk=plan.chunk, on_progress=on_progress, kv_cache=plan.kv_cache)
+        from .cpu import CPUModel
+        return CPUModel(plan.device, plan.gguf, plan.source, plan.spec, context_size=plan.context_size,
+                        chunk=plan.chunk, on_progress=on_progress, kv_cache=plan.kv_cache)
+    from .transformer import Transformer
+    dev = plan.device
+    held = {id(b): b for b in dev.live_buffers}
+    try:
+        model = Transformer(dev, plan.gguf, plan.source, plan.spec, context_size=plan.context_size,
+                            chunk=plan.chunk, on_progress=on_progress, kv_cache=plan.kv_cache)
+        await dev.settle()
+        return model
+    except BaseException:
+        for buf in [b for b in list(dev.live_buffers) if id(b) not in held]:
+            dev.release(buf)
+        raise
