@@ -71,6 +71,9 @@ EVENTS = {
     "ready": ("model name file chat_template backend backend_kind backend_reason cpu memory origin split",
               "a model is loaded and usable (webapp.load_source says what each field holds)"),
     "draft": ("name file", "the loaded model's draft model now (name and file null: none)"),
+    "device-lost": ("text", "the loaded model's GPU device was lost (driver reset, out of memory, a tab in the "
+                            "background): text says so in one line; the model must be loaded again (a request running "
+                            "then ends with an 'error' of kind DeviceLostError)"),
     "cache": ("entries usage quota snapshots",
               "the cached models [{url, name, size, stored}], the storage use and quota (bytes; null: unknown) and "
               "the kept conversation snapshots {count, bytes}"),

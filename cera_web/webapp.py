@@ -267,6 +267,8 @@ async def load_source(source, origin: str | None = None) -> bool:
         except Exception as exc:
             traceback.print_exception(exc, file=sys.stderr)
     cpu = engine.cpu
+    if hasattr(engine.dev, "on_lost"):          # the browser's device.lost, while nothing runs too
+        engine.dev.on_lost = lambda message: _send(type="device-lost", text=message)
     _send(type="ready", model=engine.name, backend=engine.backend, memory=memory_summary(engine), origin=origin,
           cpu=cpu, backend_kind="cpu" if cpu else "webgpu", backend_reason=_backend_reason(cpu),
           split=split_tensors(engine), **_page_facts(engine))

@@ -311,34 +311,6 @@ def test_fifty_generations_in_one_page_leak_nothing(browser, server_url):
 
 
 @pytest.mark.browser
-def test_a_lost_gpu_device_is_reported_and_the_model_reloads(browser, server_url):
-    """The GPU device goes away under a loaded model (destroyed from inside the worker, as a driver reset or the
-    browser reclaiming the GPU would): the next run says GPUUnavailableError and what to do, the page stays usable,
-    and loading the model again gives a working engine on a new device."""
-    context = browser.new_context()
-    try:
-        raw = RawPage(context, server_url)
-        page = raw.page
-        raw.generate()
-        assert raw.output.text_content() == TINY_CASE["text"]
-        assert len(page.workers) == 1
-        page.workers[0].evaluate("webapp._state.engine.dev.device.destroy()")     # the device is lost
-        raw.generate(wait=False)
-        expect(raw.alert).to_have_attribute("data-kind", "GPUUnavailableError", timeout=GENERATE_MS)
-        expect(raw.alert).to_contain_text("No usable GPU: ")
-        expect(raw.alert).to_contain_text("reload the model")
-        page.get_by_text("Model and cache", exact=True).click()   # the model controls, folded since the first load
-        page.get_by_label("Model URL").fill("/fake/qwen3.gguf")
-        page.get_by_role("button", name="Load", exact=True).click()
-        expect(raw.status).to_have_text(re.compile(r"^Ready"), timeout=LOAD_MS)
-        expect(raw.alert).to_have_count(0)
-        raw.generate()
-        assert raw.output.text_content() == TINY_CASE["text"]
-    finally:
-        context.close()
-
-
-@pytest.mark.browser
 def test_without_webgpu_the_page_offers_the_cpu_and_remembers_the_choice(browser, server_url):
     """Without --enable-unsafe-webgpu headless Chromium offers no adapter. On a phone-sized screen the page says so in
     one sentence for a person (no flags, no API names), with "Run on the CPU" in view; the CPU path then loads and

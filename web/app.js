@@ -27,6 +27,7 @@ const ui = {
   deleteChat: $('delete-chat'), editing: $('editing'), cancelEdit: $('cancel-edit'),
   structured: $('structured'), schema: $('structured-schema'), grammar: $('structured-grammar'),
   structuredError: $('structured-error'), tokenProbs: $('token-probs'),
+  lost: $('lost'), lostText: $('lost-text'), reloadModel: $('reload-model'),
 };
 
 const state = {
@@ -36,6 +37,9 @@ const state = {
   loadingName: '',        // the file name of the model being loaded (named by file until its name is known)
   loadingUrl: null,       // its URL (null for a picked or dropped file)
   modelUrl: null,         // the URL of the loaded model (null for a file)
+  loadingFile: null,      // the File being loaded (null for a URL), and the loaded one: what "Reload model" loads
+  modelFileObj: null,
+  lost: false,            // the loaded model's GPU device was lost: nothing runs until it is loaded again
   modelFile: '',          // the loaded model's file name (its name is in ui.modelName, as the menu names it)
   served: [],             // the served models [{name, file, url, size}] (the model menu)
   names: new Map(),       // absolute URL -> the model's name read from its GGUF header (web/ggufmeta.js)
@@ -60,7 +64,7 @@ const CONV_MAX = 50;
 const convs = {list: [], current: null};   // the kept conversations (see "conversations" below)
 
 function refreshControls() {
-  const busy = !state.modelLoaded || state.loading || state.generating;
+  const busy = !state.modelLoaded || state.loading || state.generating || state.lost;
   ui.generate.disabled = busy;
   ui.stop.disabled = !state.generating;
   ui.regenerate.disabled = busy || !state.messages.some((m) => m.role === 'user');
@@ -72,6 +76,17 @@ function refreshControls() {
   ui.convSelect.disabled = ui.newChat.disabled = state.generating;
   ui.renameChat.disabled = ui.deleteChat.disabled = state.generating || !convs.current;
   for (const b of ui.cacheList.querySelectorAll('button')) b.disabled = state.loading || state.generating;
+  ui.reloadModel.disabled = state.loading;
+}
+
+// The GPU device was lost (a driver reset, the system reclaiming memory, a tab in the background): one line beside
+// the conversation, which stays, and "Reload model" (the conversation's kept prompt cache comes back with it).
+function showLost(text) {
+  clearError();
+  state.lost = true;
+  ui.lostText.textContent = `${text.charAt(0).toUpperCase()}${text.slice(1)}. Your conversation is kept.`;
+  ui.lost.hidden = false;
+  ui.status.textContent = 'The GPU was lost: reload the model';
 }
 
 // What the person sees for an error kind (the worker's Python or JS class name, kept in data-kind for tests and
@@ -80,7 +95,7 @@ const ERROR_LABELS = {
   GGUFFormatError: 'This is not a usable model file', DownloadError: 'The download failed',
   UnsupportedModelError: 'This model cannot run here', GPUUnavailableError: 'No usable GPU',
   ContextOverflowError: 'The conversation is too long', InputError: 'Check the input', TemplateError: 'Chat template',
-  GrammarError: 'Structured output',
+  GrammarError: 'Structured output', GPUMemoryError: 'The GPU ran out of memory',
 };
 
 // An error, shown next to what caused it: a load's (`where` 'load') under the model bar at the top, a bad schema or
@@ -211,6 +226,9 @@ worker.onmessage = (event) => {
       state.modelLoaded = true;
       state.loading = false;
       state.modelUrl = state.loadingUrl;
+      state.modelFileObj = state.loadingFile;
+      state.lost = false;
+      ui.lost.hidden = true;
       // named as the menu names it (webapp: cera_web/names.py, ggufmeta.js's rule); its file on hover
       ui.modelName.textContent = msg.name || msg.file || state.loadingName;
       state.modelFile = msg.file || state.loadingName;
@@ -244,6 +262,9 @@ worker.onmessage = (event) => {
       ui.notice.textContent = msg.name != null
         ? `${msg.name} drafts, ${ui.modelName.textContent} checks: replies are the same, in fewer passes.`
         : 'Speculative decoding is off.';
+      break;
+    case 'device-lost':
+      showLost(msg.text);
       break;
     case 'settings':
       stopReasons = msg.stop_reasons;
@@ -315,6 +336,7 @@ worker.onmessage = (event) => {
       }
       state.generating = false;
       state.running = null;
+      if (msg.kind === 'DeviceLostError') showLost(msg.message);
       break;
   }
   refreshControls();
@@ -405,6 +427,7 @@ const fileName = (url) => new URL(url, location.href).pathname.split('/').pop() 
 function loadModel(url) {
   startLoading(fileName(url));
   state.loadingUrl = absolute(url);
+  state.loadingFile = null;
   showMenu();
   menuListed.then(() => nameModel(url));   // a served model's size from the list first: its kept name needs no request
   worker.postMessage({type: 'load', url, limits: LIMITS, backend: state.backend});
@@ -530,10 +553,16 @@ function loadFile(file) {
   }
   startLoading(file.name);
   state.loadingUrl = null;
+  state.loadingFile = file;
   showMenu();
   ui.modelUrl.value = '';
   worker.postMessage({type: 'load', file, limits: LIMITS, backend: state.backend});
 }
+
+ui.reloadModel.addEventListener('click', () => {
+  if (state.modelFileObj) loadFile(state.modelFileObj);
+  else loadModel(state.modelUrl);
+});
 
 ui.modelFile.addEventListener('change', () => {
   const file = ui.modelFile.files[0];

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import re
 
-from ..errors import GPUUnavailableError
-from . import Device, Plan
+from ..errors import DeviceLostError, GPUUnavailableError
+from . import Device, Plan, buffer_error
 
 # Limits requested at the adapter's maximum (the defaults: 128 MiB bindings, 16 KiB workgroup memory).
 WANTED_LIMITS = ("maxBufferSize", "maxStorageBufferBindingSize", "maxComputeWorkgroupStorageSize",
@@ -19,9 +19,37 @@ _HELPER_JS = r"""
 ({
   errors: [],
   lost: null,
-  watch(device) {
+  closed: false,     // destroyed by destroy(): its loss is no news
+  watch(device, onlost) {
     device.addEventListener('uncapturederror', (e) => { this.errors.push(String(e.error && e.error.message)); });
-    device.lost.then((info) => { this.lost = (info.message || 'device lost') + ' (' + info.reason + ')'; });
+    device.lost.then((info) => {
+      this.lost = `${(info.message || 'device lost').split('\n')[0].replace(/\.$/, '')}, reason: ${info.reason}`;
+      if (!this.closed) onlost(this.lost);
+    });
+  },
+  // why a read failed: the device's loss, if it comes within a second (mapAsync may reject first)
+  async lostSoon(device) {
+    await Promise.race([device.lost, new Promise((ok) => setTimeout(ok, 1000))]);
+    return this.lost;
+  },
+  failed: [],
+  allocated: Promise.resolve(),
+  // a buffer inside error scopes: a failed allocation (out of memory, over a limit) is noted as "label\0size\0
+  // bytes allocated before it\0what the device said" once the device has said so (settle() waits for that)
+  createBuffer(device, desc, before) {
+    device.pushErrorScope('out-of-memory');
+    device.pushErrorScope('validation');
+    const buf = device.createBuffer(desc);
+    const note = (e) => { if (e) this.failed.push([desc.label, desc.size, before, e.message].join('\0')); };
+    this.allocated = Promise.all([this.allocated, device.popErrorScope().then(note),
+                                  device.popErrorScope().then(note)]).then(() => undefined);
+    return buf;
+  },
+  async settle() {
+    await this.allocated;
+    const failed = this.failed;
+    this.failed = [];
+    return failed;
   },
   plan(pipes, groups, counts) {
     return { pipes, groups, counts: Int32Array.from(counts) };
@@ -126,6 +154,7 @@ class BlobSource:
 class BrowserDevice(Device):
     def __init__(self, adapter, device, info: str, limits: dict, features: set, is_cpu: bool = False):
         from pyodide.code import run_js
+        from pyodide.ffi import create_proxy
         self.adapter = adapter
         self.device = device
         self.name = info
@@ -138,8 +167,11 @@ class BrowserDevice(Device):
         self._staging_size = 0
         self._free_staging = []     # (mappable buffer, size) for encode(read=...), returned by collect
         self.live_buffers = []      # buffers created and not released (leak checks)
+        self._allocated = 0         # their bytes
         self.js = run_js(_HELPER_JS)
-        self.js.watch(device)
+        self.on_lost = None         # on_lost(message): called when the device is lost (not when destroy() ends it)
+        self._lost_proxy = create_proxy(lambda _: self.on_lost and self.on_lost(str(self.lost_error())))
+        self.js.watch(device, self._lost_proxy)
 
     @classmethod
     async def create(cls, limits_override: dict | None = None, power_preference: str = "high-performance"):
@@ -181,7 +213,7 @@ class BrowserDevice(Device):
     def check(self):
         """Raise if the device was lost or reported errors (validation, out of memory)."""
         if self.js.lost is not None:
-            raise GPUUnavailableError(f"the GPU device was lost: {self.js.lost}; reload the model (or the page)")
+            raise self.lost_error()
         if self.js.errors.length:
             msg = str(self.js.errors.join("; "))
             self.js.errors.length = 0
@@ -194,14 +226,23 @@ class BrowserDevice(Device):
         U = js.GPUBufferUsage
         usage = (U.UNIFORM | U.COPY_DST) if kind == "uniform" else (U.STORAGE | U.COPY_DST | U.COPY_SRC)
         self.calls += 2
-        buf = self.device.createBuffer(to_js({"size": max(16, (nbytes + 3) // 4 * 4), "usage": usage,
-                                              "label": label}, dict_converter=js.Object.fromEntries))
+        size = max(16, (nbytes + 3) // 4 * 4)
+        buf = self.js.createBuffer(self.device, to_js({"size": size, "usage": usage, "label": label},
+                                                      dict_converter=js.Object.fromEntries), self._allocated)
+        self._allocated += size
         self.live_buffers.append(buf)
         return buf
+
+    async def settle(self):
+        failed = await self.js.settle()
+        if failed.length:
+            label, size, before, said = str(failed[0]).split("\0", 3)
+            raise buffer_error(said.split("\n")[0].rstrip("."), int(size), label, self.limits, int(before))
 
     def release(self, buf):
         """Free a buffer now (rather than when the device goes)."""
         self.live_buffers = [b for b in self.live_buffers if b is not buf]
+        self._allocated -= int(buf.size)
         buf.destroy()
 
     def write_buffer(self, buf, data, offset=0):
@@ -311,8 +352,7 @@ class BrowserDevice(Device):
         try:
             raw = (await self.js.collect(mapping, staging, size)).to_bytes()
         except Exception as e:    # a lost device rejects mapAsync (AbortError) before anything else says so
-            self.check()
-            raise GPUUnavailableError(f"reading from the GPU failed ({e}); reload the model (or the page)") from None
+            raise await self._read_failed(e) from None
         self._free_staging.append((staging, int(staging.size)))
         out, at = [], 0
         for n in parts:
@@ -343,14 +383,26 @@ class BrowserDevice(Device):
         try:
             out = await self.js.read(self.device, buf, offset, size, self._staging)
         except Exception as e:    # a lost device rejects mapAsync (AbortError) before anything else says so
-            self.check()
-            raise GPUUnavailableError(f"reading from the GPU failed ({e}); reload the model (or the page)") from None
+            raise await self._read_failed(e) from None
         self.check()
         return out.to_bytes()[:nbytes]
+
+    def lost_error(self) -> DeviceLostError:
+        return DeviceLostError(f"the GPU device was lost ({self.js.lost}); load the model again")
+
+    async def _read_failed(self, e) -> Exception:
+        """The error of a failed read: DeviceLostError when the device was lost (it may say so just after the read
+        fails), else GPUUnavailableError."""
+        if await self.js.lostSoon(self.device) is not None:
+            return self.lost_error()
+        self.check()
+        return GPUUnavailableError(f"reading from the GPU failed ({str(e).splitlines()[0]}); load the model again")
 
     def destroy(self):
         for buf in self.live_buffers:
             buf.destroy()
         self.live_buffers = []
         self._pipelines.clear()
+        self.js.closed = True
         self.device.destroy()
+        self._lost_proxy.destroy()
