@@ -273,6 +273,9 @@ def test_cera_js_errors_abort_and_the_next_request(api_page, glue):
         running.abort();
         out.stopped = await first;
         out.text = await cera.completions.create(req.text);      // and the engine still answers
+        // a draft model that cannot be had is one error; dropping none is a 'draft' message saying none
+        out.draft = await failure(cera.loadDraft('/models/no-such-draft.gguf'));
+        out.nodraft = await cera.loadDraft(null);
         return out;
     }""", REQUESTS)
     assert got["bad"] == {"name": "CeraError", "message": got["bad"]["message"], "type": "invalid_request_error",
@@ -286,3 +289,5 @@ def test_cera_js_errors_abort_and_the_next_request(api_page, glue):
     c = got["stopped"]["choices"][0]
     assert c["finish_reason"] == "stop" and got["stopped"]["usage"]["completion_tokens"] < 4000, got["stopped"]
     _same_reply(got["text"], _native(glue, "completions.create", REQUESTS["text"]))
+    assert got["draft"]["name"] == "CeraError" and "no-such-draft.gguf" in got["draft"]["message"], got["draft"]
+    assert got["nodraft"]["type"] == "draft" and got["nodraft"]["name"] is None, got["nodraft"]

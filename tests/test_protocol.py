@@ -214,7 +214,7 @@ def test_the_page_reads_only_declared_messages_and_fields():
     cera = _source("cera.js")
     on_message = cera[cera.index("  _onMessage(msg) {"):cera.index("  // One request.")]
     kinds = set(re.findall(r"msg\.type === '([\w.-]+)'", on_message))
-    assert kinds == {"progress", "status", "notice", "ready", "error", "chunk", "done"}
+    assert kinds == {"progress", "status", "notice", "ready", "draft", "error", "chunk", "done"}
     have = set().union(*(set().union(*protocol.fields(protocol.EVENTS[k][0])) for k in kinds))
     read = set(re.findall(r"\bmsg\.(\w+)", on_message)) - {"type"}
     assert read <= have, read - have

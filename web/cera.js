@@ -136,6 +136,7 @@ export class Cera {
     this._nextId = 1;
     this._requests = new Map();   // id -> {chunk(c), done(result), fail(error)} of each request not answered yet
     this._loading = null;         // {resolve, reject, onProgress, onStatus} while a load runs
+    this._drafting = null;        // {resolve, reject} while a draft model loads
     this.chat = {completions: {create: (params, options) => this._create('chat.completions.create', params, options)}};
     this.completions = {create: (params, options) => this._create('completions.create', params, options)};
     worker.onmessage = (event) => this._onMessage(event.data);
@@ -152,6 +153,20 @@ export class Cera {
     });
   }
 
+  // Load a draft model for speculative decoding: a smaller model with this one's tokenizer proposes tokens that this
+  // one checks several at a time (the same replies in fewer passes; the `speculative` request setting: 'auto' uses
+  // it). url null: drop it. Resolves to the worker's 'draft' message ({name, file}, null when none); rejects with a
+  // CeraError when it cannot be used (another tokenizer, a failed download). Loading another model drops it.
+  loadDraft(url) {
+    if (this._drafting) return Promise.reject(new Error('A draft model is loading already: wait for it.'));
+    const href = url == null ? null
+      : new URL(url, globalThis.location ? globalThis.location.href : import.meta.url).href;
+    return new Promise((resolve, reject) => {
+      this._drafting = {resolve, reject};
+      this.worker.postMessage({type: 'load-draft', url: href});
+    });
+  }
+
   // Stop the worker (and free its GPU memory); pending requests reject.
   terminate() {
     this.worker.terminate();
@@ -159,9 +174,9 @@ export class Cera {
   }
 
   _fail(error) {
-    if (this._loading) {
-      this._loading.reject(error);
-      this._loading = null;
+    for (const key of ['_loading', '_drafting']) {
+      if (this[key]) this[key].reject(error);
+      this[key] = null;
     }
     for (const req of this._requests.values()) req.fail(error);
     this._requests.clear();
@@ -176,10 +191,15 @@ export class Cera {
     } else if (msg.type === 'ready') {
       this.info = msg;
       if (load) { this._loading = null; load.resolve(msg); }
+    } else if (msg.type === 'draft') {
+      if (this._drafting) { this._drafting.resolve(msg); this._drafting = null; }
     } else if (msg.type === 'error' && msg.id == null) {
       if (load && msg.during === 'load') {
         this._loading = null;
         load.reject(new CeraError({message: msg.message, type: 'server_error', kind: msg.kind}));
+      } else if (this._drafting && msg.during === 'load-draft') {
+        this._drafting.reject(new CeraError({message: msg.message, type: 'server_error', kind: msg.kind}));
+        this._drafting = null;
       }
     } else if (msg.type === 'chunk' || msg.type === 'done' || msg.type === 'error') {
       const req = this._requests.get(msg.id);

@@ -86,7 +86,8 @@ async def _bench(args):
             part = path.with_suffix(".part")
             bench.synthetic_llama(part, args.synthetic, args.quant)
             part.rename(path)
-    engine = await Engine.load(_model_path(path), context_size=args.context, chunk=args.chunk, kv_cache=args.kv_cache)
+    engine = await Engine.load(_model_path(path), context_size=args.context, chunk=args.chunk, kv_cache=args.kv_cache,
+                               device="cpu" if args.cpu else None)
     if args.draft:
         await engine.load_draft(args.draft, chunk=args.chunk, kv_cache=args.kv_cache)
     if args.draft or args.lookup:
@@ -217,6 +218,7 @@ def main(argv=None) -> int:
     b.add_argument("--draft", metavar="FILE", help="measure speculative decoding with this draft model on chat tasks "
                    "against plain decoding (bench.speculative)")
     b.add_argument("--lookup", action="store_true", help="measure prompt-lookup speculative decoding likewise")
+    b.add_argument("--cpu", action="store_true", help="the numpy reference model on the CPU (the page's CPU path)")
     b.add_argument("--synthetic", nargs="?", const="smollm2-135m", metavar="SHAPE",
                    help="a random-weight model of a named shape instead of a file: smollm2-135m (the default), "
                         "llama-3.2-1b, qwen2.5-1.5b (needs the gguf package)")
