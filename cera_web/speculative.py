@@ -15,8 +15,10 @@ the mark and runs the accepted inputs again.
 Drafts come from a draft model (``engine.load_draft``: a small model with the same tokenizer, greedy, on the same
 device; its own KV cache follows the sequence, resuming at the longest prefix it holds) or from prompt lookup (the
 tokens that followed the latest earlier occurrence of the sequence's last n tokens, n = 3, 2, 1: quoting, code edits,
-retrieval answers). A round without drafts is a plain batch of decode steps. k adapts per round as in transformers'
-assisted generation: + 2 after a round that accepted every draft, - 1 otherwise, within 1 .. verify_rows - 1.
+retrieval answers). A round without drafts is a plain batch of decode steps. k adapts per round: + 2 after a round
+that kept every draft (as transformers' assisted generation), else one more than the drafts kept, within
+1 .. verify_rows - 1. A round that kept none makes the drafter rest for 1, 2, 4, then 8 plain rounds (doubling while
+it keeps failing), so text that drafts do not match (prose for prompt lookup) costs little more than plain decoding.
 
 Sampling is speculated too: the model draws each row as a plain decode step at that position would (the same random
 number, from the seed and the position; the same penalties), and a draft is kept when it equals the draw. Drafts are
@@ -35,6 +37,7 @@ import numpy as np
 from .errors import InputError
 
 PLAIN_STEPS = 8      # decode steps of a round without drafts (one readback)
+MAX_REST = 8         # plain rounds a drafter rests at most after rounds that kept no draft
 
 
 class DraftModel:
@@ -107,12 +110,15 @@ class Speculative:
         self.pos, self.seq = pos, seq       # seq[-1] is the input at position pos
         self.budget = min(params.max_tokens - len(result.tokens), engine.context_size - pos)
         self.round = None                   # (position, inputs) of the last round, for keep()
+        self.rest, self.misses = 0, 0       # plain rounds to run before drafting again; rounds in a row that kept none
         self.sampler = engine._sampler if self.model.sampler_plan is not None else None
 
     async def next(self):
         from .engine import _Read
         model, d, pos = self.model, self.drafter, self.pos
         k = max(0, min(d.k, model.verify_rows - 1, self.budget - 1))
+        if self.rest:
+            self.rest, k = self.rest - 1, 0
         drafts = (await d.draft(self.seq, k))[:k] if k else []
         if not model.rewindable:            # the state before this round, to go back to
             model.mark()
@@ -127,7 +133,9 @@ class Speculative:
             tokens = out[:a + 1]
             self.result.drafted += len(drafts)
             self.result.accepted += a
-            d.k = min(d.k + 2, model.verify_rows - 1) if a == len(drafts) else max(1, d.k - 1)
+            d.k = min(d.k + 2, model.verify_rows - 1) if a == len(drafts) else max(1, min(d.k - 1, a + 1))
+            self.misses = 0 if a else self.misses + 1
+            self.rest = min(2 ** (self.misses - 1), MAX_REST) if self.misses else 0
             if self.sampler is not None:      # the penalties' window: the sequence, not the rows' rejected draws
                 self.sampler.set_history(self.seq + tokens)
             if a < len(drafts) and not model.rewindable:

@@ -190,3 +190,36 @@ def test_prompt_lookup_takes_the_latest_longest_match():
     assert draft([1, 2, 3, 4]) == []                         # nothing repeats
     assert draft([4, 4]) == [4]                              # a match right before the end still has a follower
     assert draft([4]) == []
+
+
+def test_a_drafter_that_misses_rests_for_longer_and_longer(monkeypatch):
+    """Rounds that keep no draft make the drafter rest for 1, 2, 4, then 8 plain rounds of 8 steps: on text the
+    drafts do not match, speculation falls back to plain decoding (and the output is still the same)."""
+    import cera_web.speculative as spec
+
+    class Wrong:
+        k, calls = 4, []
+
+        async def draft(self, seq, k):
+            Wrong.calls.append(len(seq))
+            return [bad] * k
+
+    async def go():
+        eng = await Engine.load(SMALL / "qwen3-f32.gguf", device="cpu", context_size=256)
+        try:
+            base = await eng.generate(PROMPT, max_tokens=100, ignore_eos=True, speculative="off")
+            nonlocal bad
+            bad = next(t for t in range(eng.model.vocab) if t not in base.tokens)     # never the model's choice
+            monkeypatch.setattr(spec, "PromptLookup", Wrong)
+            got = await eng.generate(PROMPT, max_tokens=100, ignore_eos=True, speculative="lookup",
+                                     reuse_cache=False)
+            return base, got
+        finally:
+            eng.close()
+    bad = None
+    base, got = run(go())
+    assert got.tokens == base.tokens and got.accepted == 0
+    # tokens before each draft: 1 (prefill) | +1, rest 1 (8) | +1, rest 2 (16) | +1, rest 4 (32) | +1, rest 8 (64)
+    # and k: 4, then one more than the drafts kept (1)
+    start = len(got.prompt_tokens)
+    assert [n - start for n in Wrong.calls] == [1, 10, 27, 60] and got.drafted == 4 + 1 + 1 + 1

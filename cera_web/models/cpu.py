@@ -76,6 +76,7 @@ class CPUModel:
         if on_progress:
             on_progress("weights", 0, 0)        # no GPU upload: the weights are unpacked to float32 (no count)
         self.ref = ReferenceModel.from_gguf(gguf, source, spec, kv_cache)
+        self.ref.context_length = context_size      # the engine's context, as the GPU model's (past training too)
         self.rewindable = True    # the reference keeps every position's B*x for its conv layers (like K/V)
         self.vocab = spec.vocab
         self.context_size = context_size
