@@ -4,6 +4,7 @@
 # (python3 serve.py --no-fetch is not enough: run `python3 -m cera_web.assets` once). Run it in the repository root:
 #
 #   sh docs/bench/scripts/pack_chromium.sh [PIECE_MIB]      # default 52
+#   PG_MODELS="gemma-3-270m-Q4_K_M.gguf" PG_NO_WLLAMA=1 sh docs/bench/scripts/pack_chromium.sh 53    # session 15
 #
 # Writes (all git-ignored through .git/info/exclude):
 #   .gl/   the Vulkan/GL loader debs of the device README (unpacked over / there)
@@ -72,10 +73,11 @@ mv .whl/playwright-*.whl $S/
 # Assets: the default ones (what ensure_assets() checks) and the default model.
 mkdir -p $S/pg/.assets/models
 cp -a .assets/pyodide .assets/pyscript .assets/stamps $S/pg/.assets/
-cp -a .assets/models/SmolLM2-135M-Instruct.Q4_1.gguf $S/pg/.assets/models/
+# PG_MODELS: other files of .assets/models to carry instead (session 15: gemma-3-270m-Q4_K_M.gguf alone).
+for m in ${PG_MODELS:-SmolLM2-135M-Instruct.Q4_1.gguf}; do cp -a .assets/models/$m $S/pg/.assets/models/; done
 
 (cd $S/pg && tar -cf - pg .assets) | nice xz -6 -T1 | split -b ${PIECE}M -d - .pg/pg.tar.xz.
-(cd .pgb && npm pack -q @wllama/wllama@3.13.0 >/dev/null)
+[ -n "${PG_NO_WLLAMA:-}" ] || (cd .pgb && npm pack -q @wllama/wllama@3.13.0 >/dev/null)    # PG_NO_WLLAMA=1: none
 # The code to measure: HEAD, not the working tree (uncommitted edits would travel with the checkout otherwise).
 rm -rf $S/src && mkdir -p $S/src && git archive HEAD cera_web shaders web tests serve.py assets.json pyproject.toml \
   docs/bench/scripts | tar -x -C $S/src && git rev-parse HEAD > $S/src/COMMIT
