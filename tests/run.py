@@ -9,7 +9,7 @@ Sets up everything a fresh Debian machine with only python3 lacks, then runs pyt
 2. a virtual environment at .venv with `pip install -e '.[test]'`, redone only when pyproject.toml
    (or the Python version) changed since the last install.
 3. the pinned assets of assets.json (Pyodide, numpy for Pyodide, wheels, the default model and the real
-   checkpoints the model tests use).
+   checkpoints the model tests use; those only the slow tests use, the Qwen2.5-Coder-1.5B, with --all only).
 4. exec .venv/bin/python -m pytest with the given arguments.
 
 Standard library only; Python 3.11+.
@@ -101,7 +101,9 @@ def main(argv):
     install_system_packages()
     ensure_venv()
     say("checking the pinned assets (assets.json)")
-    run([VENV_PYTHON, "-m", "cera_web.tools.assets", "--models"], cwd=ROOT)
+    # the models only the slow tests use (assets.json "slow") are fetched when those run: --all (conftest.py)
+    every = "--all" in argv or os.environ.get("CERA_WEB_ALL_TESTS") == "1"
+    run([VENV_PYTHON, "-m", "cera_web.tools.assets", "--models", *([] if every else ["--no-slow"])], cwd=ROOT)
     args = argv or ["-q", "--durations=25"]   # the 25 slowest tests in the log: the CI budget is watched from it
     cmd = [str(VENV_PYTHON), "-m", "pytest", *args]
     say("$ " + " ".join(cmd))

@@ -43,6 +43,7 @@ NAMES = {
     "SmolLM2-135M-Instruct.Q4_1.gguf": "SmolLM2 135M Instruct",          # finetune "8k-lc100k-mix1-ep2" dropped
     "gemma-3-270m-Q4_K_M.gguf": "Gemma 3 270M Base",                       # no chat template
     "qwen2.5-coder-0.5b-instruct-Q4_K_M.gguf": "Qwen2.5 Coder 0.5B Instruct",   # finetune "Instruct-AWQ"
+    "qwen2.5-coder-1.5b-instruct-Q4_K_M.gguf": "Qwen2.5 Coder 1.5B Instruct",   # fetched for the slow tests only
 }
 SERVED = [f for f in NAMES if (MODELS / f).is_file()]
 

@@ -619,8 +619,11 @@ def test_join_members_concatenates_parts_in_order_and_checks_the_whole(tmp_path)
 def test_real_checkpoints_are_pinned_as_optional_models(repo_root):
     manifest = json.loads((repo_root / "assets.json").read_text())
     entries = {e["name"]: e for e in manifest["assets"]}
-    assert assets.model_names() == ["smollm2", "qwen2.5-coder-0.5b", "gemma3-270m"]
+    assert assets.model_names() == ["smollm2", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b", "gemma3-270m"]
+    # the 1.5B (speculative decoding's real pair) only the slow tests use: tests/run.py fetches it with --all only
+    assert assets.model_names(slow=False) == ["smollm2", "qwen2.5-coder-0.5b", "gemma3-270m"]
     for name, n_parts, whole in (("qwen2.5-coder-0.5b", 6, "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
+                                 ("qwen2.5-coder-1.5b", 22, "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
                                  ("gemma3-270m", 4, "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818")):
         e = entries[name]
         assert e["optional"] and len(e["fetch"]["parts"]) == n_parts and e["install"]["sha256"] == whole

