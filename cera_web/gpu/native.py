@@ -330,7 +330,7 @@ class NativeDevice(Device):
         try:
             if _raw is None:
                 self.device.queue.write_buffer(self._alive_probe, 0, b"\0\0\0\0")
-            else:               # the same call, ~1 µs: it runs before every submit
+            else:               # the same call without wgpu-py's checks: it runs before every submit
                 _raw.libf.wgpuQueueWriteBuffer(self.device.queue._internal, self._alive_probe._internal, 0,
                                                _ZEROS, 4)
         except self._wgpu.GPUError as e:
