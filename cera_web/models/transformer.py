@@ -324,14 +324,17 @@ class Transformer(GPUModel):
 
     def verify(self, ids, pos0: int) -> None:
         """Submit a pass over ids (2 <= len(ids) <= verify_rows) at positions pos0..., drawing the token after each
-        of its tokens into log slots 0..len(ids)-1 (speculative decoding checks drafts with it). The body is the
-        prefill plan; the head runs on every row with the decode head's 8-bit activations where it has them, so
+        of its tokens into log slots 0..len(ids)-1 (speculative decoding checks drafts with it). The body is a prefill
+        body recorded for verify_rows tokens; the head runs on every row with the decode head's 8-bit activations where it has them, so
         its argmax is the decode step's but for float rounding. With a sampler_plan each row is then drawn by it in
         turn, as a decode step at that position would draw it (its random number; the penalties' ring, which the
         draw of row i extends before row i + 1 reads it: right whenever row i + 1's draw is used)."""
         V, n = self.spec.vocab, len(ids)
         if self._plan_verify is None:       # recorded on first use: only speculative decoding needs it
             T = self.verify_rows
+            # a body of its own, sized for T tokens: the prefill plan's dispatches are sized for a whole chunk
+            # (on the H200 a 2..16-token pass through it took 24.7 ms at the 1.5B shape, 11 decode steps)
+            self._verify_body = self.record_body(T) if T < self.chunk else self.plan_prefill
             self.verify_logits = self.dev.create_buffer(4 * T * V, label="verify logits")
             rec = Recorder(self.dev)
             self.linear(rec, T, self.spec.lm_head, self.x, self.verify_logits, gain=self.final_gain, logits=False)
@@ -344,10 +347,10 @@ class Transformer(GPUModel):
         self.dev.write_buffer(self.tokens, np.asarray(ids, np.uint32))
         self.set_step(n, pos0, 0)
         if self.sampler_plan is None:
-            self.dev.submit([self.plan_prefill, head, argmax], early=True)
+            self.dev.submit([self._verify_body, head, argmax], early=True)
             return
         row = lambda i: [(self.verify_logits, 4 * V * i, self.logits, 0, 4 * V)] if i < n else []    # noqa: E731
-        self.dev.submit([self.plan_prefill, head], row(0), early=True)
+        self.dev.submit([self._verify_body, head], row(0), early=True)
         for i in range(n):          # the sampler reads the logits buffer: each row is copied there in turn
             self.set_step(1, pos0 + i, i)
             self.dev.submit([self.sampler_plan], row(i + 1))
