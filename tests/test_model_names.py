@@ -259,7 +259,8 @@ def test_menu_and_url_field_show_the_names(menu_page, server_url):
     for file in SERVED:
         size = (MODELS / file).stat().st_size
         option = menu.locator(f'option[title="{file}"]')
-        expect(option).to_have_text(f"{NAMES[file]} · {size / 1e6:.1f} MB · download")
+        shown = f"{size / 1e9:.2f} GB" if size >= 1e9 else f"{size / 1e6:.1f} MB"     # app.js formatBytes
+        expect(option).to_have_text(f"{NAMES[file]} · {shown} · download")
     expect(menu.locator('option[title="broken.gguf"]')).to_have_text("broken.gguf · 1.0 kB · download")
     field = page.get_by_label("Model URL")
     field.fill("/fake/tiny.gguf")
