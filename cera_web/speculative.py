@@ -44,8 +44,6 @@ MAX_REST = 8         # plain rounds a drafter rests at most after rounds that ke
 class DraftModel:
     """Drafts with a draft Engine (engine.draft): its greedy continuation of the sequence."""
 
-    name = "draft"
-
     def __init__(self, engine):
         self.engine = engine
         self.k = 4
@@ -68,7 +66,6 @@ class DraftModel:
 class PromptLookup:
     """Drafts from the sequence itself: what followed the latest earlier occurrence of its last n tokens."""
 
-    name = "lookup"
     NGRAMS = (3, 2, 1)
 
     def __init__(self):
