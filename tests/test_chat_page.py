@@ -305,7 +305,10 @@ def test_fifty_generations_in_one_page_leak_nothing(browser, server_url):
         assert "buffers" in memory[10] and "Python heap" in memory[10], memory
         assert counts[10]["python_objects"] > 1000 and counts[10]["js_refs"] > 10, counts
         assert memory[50] == memory[10], memory
-        assert counts[50] == counts[10], counts
+        # no growth: a leak of one object a run is +40 by the 50th; a few transient objects of the 10th's time may be
+        # gone by then (seen once: 29,368 -> 29,364), which is no leak
+        assert counts[50]["js_refs"] == counts[10]["js_refs"], counts
+        assert counts[50]["python_objects"] <= counts[10]["python_objects"], counts
     finally:
         context.close()
 

@@ -123,6 +123,19 @@ class UI:
         self.send.click()
         self.wait(r"^Ready \(", GENERATE_MS)
 
+    def raw(self, prompt, max_tokens):
+        """Set up a raw completion of ``prompt``: exactly max_tokens tokens (end of turn ignored)."""
+        self.page.get_by_label("Raw completion").check()
+        self.page.get_by_label("Prompt", exact=True).fill(prompt)
+        self.page.get_by_label("Max tokens").fill(str(max_tokens))
+        self.setting("Ignore end of turn").check()
+
+    def generate(self):
+        """Run the raw completion as set up; its 'done' message."""
+        self.page.get_by_role("button", name="Generate").click()
+        self.wait(r"^Ready \(", GENERATE_MS)
+        return self.received("done")[-1]
+
     def received(self, kind):
         return [m for m in self.page.evaluate("window.__received") if m["type"] == kind]
 
@@ -484,6 +497,17 @@ def test_seed_is_shown_and_reusable(browser, server_url):
         ui.close()
 
 
+FOX = "The quick brown fox jumps over the lazy dog. The quick brown fox"
+
+
+def _same_tokens_fewer_passes(page, spec, plain, n):
+    """A speculative run's 'done' against a plain one's: drafts counted, the same n tokens, and the stats line of the
+    plain run (shown last) says nothing of drafts."""
+    assert spec["drafted"] > 0 and plain["drafted"] == 0
+    assert spec["tokens"] == plain["tokens"] and len(spec["tokens"]) == n
+    expect(page.locator("#stats")).not_to_contain_text("Speculative")
+
+
 @pytest.mark.browser
 def test_speculative_setting_gives_the_same_reply_and_says_what_it_kept(browser, server_url):
     """The settings' "Speculative decoding" (prompt lookup here: no draft model is served) reaches the engine: a
@@ -492,22 +516,15 @@ def test_speculative_setting_gives_the_same_reply_and_says_what_it_kept(browser,
     try:
         ui.wait()
         page = ui.page
-        page.get_by_label("Raw completion").check()
-        page.get_by_label("Prompt", exact=True).fill("The quick brown fox jumps over the lazy dog. The quick brown fox")
-        page.get_by_label("Max tokens").fill("24")
-        ui.setting("Ignore end of turn").check()
+        ui.raw(FOX, 24)
         runs = []
         for mode in ("lookup", "off"):
             ui.setting("Speculative decoding").fill(mode)
-            page.get_by_role("button", name="Generate").click()
-            ui.wait(r"^Ready \(", GENERATE_MS)
-            runs.append(ui.received("done")[-1])
+            runs.append(ui.generate())
             if mode == "lookup":
                 expect(page.locator("#stats")).to_contain_text(
                     f"Speculative: {runs[0]['accepted']} of {runs[0]['drafted']} drafted tokens accepted")
-        assert runs[0]["drafted"] > 0 and runs[1]["drafted"] == 0
-        assert runs[0]["tokens"] == runs[1]["tokens"] and len(runs[0]["tokens"]) == 24
-        expect(page.locator("#stats")).not_to_contain_text("Speculative")
+        _same_tokens_fewer_passes(page, *runs, 24)
     finally:
         ui.close()
 
@@ -535,10 +552,7 @@ def test_a_served_draft_model_speeds_up_the_loaded_one(browser, server_url):
         box.check()
         expect(ui.status).to_have_text("Ready", timeout=LOAD_MS)
         assert ui.received("draft")[-1]["file"] == "qwen3-draft.gguf"
-        page.get_by_label("Raw completion").check()
-        page.get_by_label("Prompt", exact=True).fill("The quick brown fox jumps over the lazy dog. The quick brown fox")
-        page.get_by_label("Max tokens").fill("20")
-        ui.setting("Ignore end of turn").check()
+        ui.raw(FOX, 20)
         runs = []
         for use in (True, False):
             if not use:
@@ -547,12 +561,8 @@ def test_a_served_draft_model_speeds_up_the_loaded_one(browser, server_url):
                 box.uncheck()
                 expect(ui.status).to_have_text("Ready")
                 assert ui.received("draft")[-1]["name"] is None
-            page.get_by_role("button", name="Generate").click()
-            ui.wait(r"^Ready \(", GENERATE_MS)
-            runs.append(ui.received("done")[-1])
-        assert runs[0]["drafted"] > 0 and runs[1]["drafted"] == 0
-        assert runs[0]["tokens"] == runs[1]["tokens"] and len(runs[0]["tokens"]) == 20
-        expect(page.locator("#stats")).not_to_contain_text("Speculative")
+            runs.append(ui.generate())
+        _same_tokens_fewer_passes(page, *runs, 20)
     finally:
         ui.close()
 
