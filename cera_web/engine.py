@@ -177,7 +177,8 @@ class Engine:
         """Load a draft model for speculative decoding (cera_web.speculative) onto this engine's device and keep it
         as ``engine.draft``: greedy generations then let it propose tokens that this model checks several at a time
         (the output is this model's own). It must have this model's tokenizer (InputError otherwise; nothing is
-        kept then). kw: Engine.load's (context_size defaults to this engine's). ``engine.draft = None`` drops it."""
+        kept then). kw: Engine.load's (context_size defaults to this engine's). ``engine.draft.close()`` then
+        ``engine.draft = None`` drops it (its GPU buffers stay on the shared device until this engine closes)."""
         kw.setdefault("context_size", self.context_size)
         draft = await Engine.load(source, device=self.dev, cpu_fallback=False, **kw) if not self.cpu else \
             await Engine.load(source, device="cpu", **kw)
