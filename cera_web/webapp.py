@@ -64,6 +64,8 @@ class _Worker:
         self.header = None          # (file size, first bytes, loading.Header) that check_header read from the
                                     # download since prepare(): the load of that file uses it, not a second parse
         self.running = None         # (id,) of the request generating now, None when none: what cancel() may stop
+        self.adapters = {}          # preflight: the adapter's facts and micro-benchmark, by limits override
+        self.cpu_bench = None       # preflight: the CPU path's micro-benchmark (cera_web.preflight.cpu_microbench)
 
 
 _state = _Worker()
@@ -165,6 +167,75 @@ def check_header(prefix, total, name: str, limits: dict | None = None) -> str:
     if int(total) > 0:              # the file's size known: the load of these bytes reuses the header
         _state.header = (int(total), data[:4096], header)
     return json.dumps({"ok": header.fit, "context": header.fit_for[1] if header.fit_for else CONTEXT_SIZE})
+
+
+async def preflight(prefix, total, name: str, limits_json: str = "", backend: str = "auto", context=None,
+                    quota_json: str = "") -> str:
+    """The preflight of a model from its header's bytes (a JS Uint8Array or bytes) and its file size, before any
+    download (cera_web.preflight): memory at the context (f32 and f16 cache), the fit against this adapter (limits,
+    then a probe allocation of what it needs, released at once), the storage quota ({usage, quota} as JSON text), the
+    context and cache a load would take, and the speed estimated from micro-benchmarks of this adapter and of the CPU
+    path (each measured once a worker, per adapter and limits). Returns JSON text {"report", "summary", "lines"}
+    or {"error": {kind, message}}; never raises."""
+    from . import preflight as pf
+    try:
+        if backend not in BACKENDS:
+            raise InputError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+        data = prefix.to_bytes() if hasattr(prefix, "to_bytes") else bytes(prefix)
+        gguf = _parse_prefix(data, int(total), name)
+        override = json.loads(limits_json) if limits_json else None
+        facts = await _adapter_facts(override) if backend != "cpu" else None
+        if _state.cpu_bench is None:
+            _state.cpu_bench = pf.cpu_microbench()
+        quota = json.loads(quota_json) if quota_json else None
+        spec = check(gguf).spec
+        kw = dict(limits=facts["limits"], features=facts["features"], is_cpu=facts["is_cpu"],
+                  adapter=facts["name"]) if facts else {}
+        report = pf.preflight(gguf, int(total), backend=backend, context=context, bench=facts and facts["bench"],
+                              cpu_bench=_state.cpu_bench, quota=quota, spec=spec, **kw)
+        if report["backend"] == "webgpu" and facts and not report.get("refused"):
+            kv = report["fit"]["kv_cache"] if report["fit"]["fits"] else "f32"
+            need = report["memory"][kv]["total"]
+            if need > facts["probed_ok"]:           # a probe of at least this much said yes already: none again
+                dev = await _probe_device(override)
+                probe = await pf.probe_memory(dev, need)
+                if probe["ok"]:
+                    facts["probed_ok"] = max(facts["probed_ok"], probe["bytes"])
+            else:
+                probe = {"bytes": facts["probed_ok"], "ok": True, "error": None}
+            report = pf.preflight(gguf, int(total), backend=backend, context=context, bench=facts["bench"],
+                                  cpu_bench=_state.cpu_bench, quota=quota, spec=spec, probe=probe, **kw)
+    except _NeedMore as more:
+        return json.dumps({"need": more.end})
+    except Exception as exc:
+        return json.dumps({"error": _describe(exc)})
+    return json.dumps(_json_safe({"report": report, "summary": pf.summary(report), "lines": pf.describe(report)}))
+
+
+async def _probe_device(override):
+    """A GPU device with the adapter's limits (lowered by override) for a preflight: the loaded model's, else the one
+    prepare() made, else one made here and kept for the next load (as prepare() would)."""
+    eng = _state.engine
+    if eng is not None and not eng.cpu and getattr(eng.dev, "limits", None) is not None and override is None:
+        return eng.dev
+    if _state.device is None or _state.device_limits != override:
+        if _state.device is not None:
+            _state.device.destroy()
+        from .gpu import get_device
+        _state.device = await get_device(limits_override=override)
+        _state.device_limits = override
+    return _state.device
+
+
+async def _adapter_facts(override) -> dict:
+    """{limits, features, is_cpu, name, bench, probed_ok} of this worker's adapter (with override), measured once."""
+    key = json.dumps(override, sort_keys=True)
+    if key not in _state.adapters:
+        from .preflight import gpu_microbench
+        dev = await _probe_device(override)
+        _state.adapters[key] = {"limits": dict(dev.limits), "features": set(dev.features), "is_cpu": dev.is_cpu,
+                                "name": dev.name, "bench": await gpu_microbench(dev), "probed_ok": 0}
+    return _state.adapters[key]
 
 
 # -- loading (choose_backend, BACKENDS and CPU_WEIGHT_BYTES: cera_web.loading) ---------------------------------------

@@ -122,45 +122,76 @@ def _info(args):
         counts[t.type.name] = (n + 1, b + t.nbytes)
     print("tensor types: " + ", ".join(f"{k} x{n} ({b / 2**20:.1f} MiB)" for k, (n, b) in sorted(counts.items())))
     if args.fit:
-        _fit(g, args.context)
+        _fit(g, args.context, args.kv_cache, args.backend, args.json)
     if args.tensors:
         for t in g.tensors.values():
             print(f"  {t.name:40s} {t.type.name:6s} {'x'.join(map(str, t.shape)):>16s} {t.nbytes:>12,d} B")
 
 
-def _fit(g, context: int):
-    """info --fit: what the model needs at ``context`` tokens and whether this machine's GPU adapter takes it."""
+def _fit(g, context: int | None, kv_cache: str | None = None, backend: str = "auto", as_json: bool = False):
+    """info --fit: what the model needs at ``context`` tokens and whether this machine's GPU adapter takes it, then
+    the preflight (cera_web.preflight: memory with scratch, a probe allocation, the context and cache a load would
+    take, the speed estimated from a micro-benchmark of this adapter and of the CPU path)."""
+    import asyncio
     from ..models.memory import fit_report, largest_context
     from ..models.spec import model_spec
+    from .. import preflight as pf
     spec = model_spec(g)
+    shown = context or 2048
     params = sum(t.n_elements for t in g.tensors.values())
     weights = sum(t.nbytes for t in g.tensors.values())
-    print(f"parameters: {params / 1e6:,.1f} M   weights: {weights / 1e6:,.1f} MB   trained context: "
-          f"{spec.context_train}")
-    for kv in KV_WIDTH:
-        print(f"KV cache at {context} tokens ({kv}): {spec.kv_bytes(context, kv)[1] / 1e6:,.1f} MB "
-              f"({spec.kv_bytes(1, kv)[1]:,d} bytes a token)")
+    if not as_json:
+        print(f"parameters: {params / 1e6:,.1f} M   weights: {weights / 1e6:,.1f} MB   trained context: "
+              f"{spec.context_train}")
+        for kv in KV_WIDTH:
+            print(f"KV cache at {shown} tokens ({kv}): {spec.kv_bytes(shown, kv)[1] / 1e6:,.1f} MB "
+                  f"({spec.kv_bytes(1, kv)[1]:,d} bytes a token)")
+    dev = None
     try:
         from ..gpu.native import NativeDevice
         dev = NativeDevice.create()
     except Exception as e:          # no wgpu, no adapter: say so, the numbers above still hold
-        print(f"fit: not checked (no GPU adapter here: {str(e).splitlines()[0] if str(e) else type(e).__name__})")
-        return
+        if not as_json:
+            print(f"fit: not checked (no GPU adapter here: {str(e).splitlines()[0] if str(e) else type(e).__name__})")
     try:
-        for kv in KV_WIDTH:
-            if kv == "f16" and "shader-f16" not in dev.features:
-                print("fit (f16): no, this adapter has no shader-f16")
-                continue
-            most = largest_context(spec, dev.limits, kv)
-            try:
-                fit_report(g, dev.limits, context, spec=spec, kv_cache=kv)
-                past = f"; past its trained context of {spec.context_train}" if context > spec.context_train else ""
-                print(f"fit ({kv}): yes on {dev.name} at {context} tokens (up to {most} by its buffer limits{past})")
-            except CeraError as e:
-                print(f"fit ({kv}): no at {context} tokens: {e}; the largest context that fits: {most}")
-        print("(WebGPU reports no total GPU memory: weights + KV cache must also fit the GPU's memory)")
+        if dev is not None and not as_json:
+            for kv in KV_WIDTH:
+                if kv == "f16" and "shader-f16" not in dev.features:
+                    print("fit (f16): no, this adapter has no shader-f16")
+                    continue
+                most = largest_context(spec, dev.limits, kv)
+                try:
+                    fit_report(g, dev.limits, shown, spec=spec, kv_cache=kv)
+                    past = f"; past its trained context of {spec.context_train}" if shown > spec.context_train else ""
+                    print(f"fit ({kv}): yes on {dev.name} at {shown} tokens (up to {most} by its buffer limits{past})")
+                except CeraError as e:
+                    print(f"fit ({kv}): no at {shown} tokens: {e}; the largest context that fits: {most}")
+
+        async def measure():
+            bench = probe = None
+            if dev is not None:
+                bench = await pf.gpu_microbench(dev)
+                costs = pf.model_costs(g, spec)
+                need = pf.memory_need(spec, costs, shown, kv_cache or "f32", "webgpu", dev.prefill_chunk)["total"]
+                probe = await pf.probe_memory(dev, need)
+            return bench, probe
+
+        bench, probe = asyncio.run(measure())
+        report = pf.preflight(g, g.file_size, limits=dev.limits if dev else None,
+                              features=dev.features if dev else (), is_cpu=bool(dev and dev.is_cpu),
+                              adapter=dev.name if dev else "", backend=backend, context=context, kv_cache=kv_cache,
+                              bench=bench, cpu_bench=pf.cpu_microbench(), probe=probe, spec=spec)
+        report["microbench"] = {"gpu": bench}
+        if as_json:
+            print(json.dumps(report))
+            return
+        print("preflight:")
+        for line in pf.describe(report):
+            print("  " + line)
+        print("(WebGPU reports no total GPU memory: the probe allocation above is the check; it is released at once)")
     finally:
-        dev.destroy()
+        if dev is not None:
+            dev.destroy()
 
 
 def main(argv=None) -> int:
@@ -230,7 +261,14 @@ def main(argv=None) -> int:
     i.add_argument("--tensors", action="store_true", help="list every tensor")
     i.add_argument("--fit", action="store_true",
                    help="the memory it needs (weights, KV cache f32/f16) and whether this GPU adapter's limits take it")
-    i.add_argument("--context", type=int, default=2048, help="context size for --fit")
+    i.add_argument("--context", type=int, default=None,
+                   help="context size for --fit (default: 2048, or the largest that fits here)")
+    i.add_argument("--kv-cache", choices=tuple(KV_WIDTH), default=None,
+                   help="the KV cache's type for --fit (default: f32, or f16 where f32 does not fit)")
+    i.add_argument("--backend", choices=("auto", "webgpu", "cpu"), default="auto",
+                   help="where --fit estimates the model runs (default: as the page's auto: the CPU path on software "
+                        "adapters for models whose float32 weights fit 1 GiB)")
+    i.add_argument("--json", action="store_true", help="--fit prints the preflight report as one JSON object")
     args = p.parse_args(argv)
     try:
         if args.cmd == "generate":

@@ -1,0 +1,517 @@
+"""Preflight: will a model run here, in how much memory and at what speed, from its header alone (issue 30).
+
+    report = preflight(gguf, file_size, device=dev, bench=await gpu_microbench(dev), quota={...})
+    for line in describe(report): print(line)
+
+Everything is computed from the GGUF header (its tensor table and the ModelSpec) and, for the speed, from a short
+micro-benchmark of where the model will run; no weight is read. The one source of these numbers: ``python -m cera_web
+info MODEL --fit`` prints ``describe(report)`` and the page's worker posts ``report`` (webapp.preflight), which the
+page's model menu shows.
+
+Memory (bytes):
+- GPU: the weights as packed in the file (tensor sizes summed), the KV cache (spec.kv_bytes: per attention layer one
+  K and one V buffer of context × kv_heads × head_dim elements of 4 (f32) or 2 (f16) bytes), and scratch: the
+  activation buffers of a prefill chunk (hidden, Q/K/V, FFN and the normed input, float32), the logits of the
+  sampler and of a verify pass (16 rows), the attention parts of split prefill attention; see scratch_bytes.
+- The CPU path (numpy in Pyodide: the weights unpacked to float32, loading.CPU_WEIGHT_BYTES decides who gets it) holds
+  4 bytes a parameter and its KV cache in the wasm heap, whose usable size is HEAP_BYTES.
+
+Fit, in order: the device's buffer limits (models.memory.fit_report: the largest tensor piece and one layer's K/V
+buffer must fit one binding), then the total, which WebGPU does not report: where a probe allocation was made
+(probe_memory: buffers of at most maxBufferSize created up to the bytes the model needs, at most PROBE_CAP, in
+validation and out-of-memory error scopes, and destroyed as soon as the device has answered), its answer; else the
+total is not checked. max_context is the largest context that fits both (exact, in tokens); auto_fit picks a load's
+context and cache type from it.
+
+Speed: decode is bound by the bytes a token reads (every weight except the embedding table, which gives one row;
+a tied LM head reads all of it) and, on GPUs, by the chain of ~150 dependent dispatches a token; prefill by the
+multiply-adds of the matrix products. gpu_microbench measures on the device: read bandwidth, the time of one
+dependent dispatch, float32 multiply-add and (with dot4I8Packed) int8 dot throughput, and the matrix-vector product
+of the decode kernels on a quantized matrix; cpu_microbench measures the CPU path's own product (reference._linear)
+for one token and a 16-token chunk. estimate() turns them and the model's costs into tokens a second; the
+constants are calibrated against measured runs (BENCHMARKS.md: "Preflight estimates").
+"""
+from __future__ import annotations
+
+import math
+import struct
+import time
+
+from .errors import CeraError, UnsupportedModelError
+from .models.memory import CONTEXT_SIZE, fit_report, in_256s
+from .models.spec import KV_WIDTH, model_spec
+
+HEAP_BYTES = 3_800_000_000      # the wasm32 heap a Python in Pyodide can use (MemoryError after ~3.8 GB)
+PROBE_CAP = 8 << 30              # a probe allocation never asks for more than this
+MIN_CONTEXT = 256                # below this a model is refused: too small to be useful (as loading.auto_context)
+
+
+# -- what a model costs, from its header --------------------------------------------------------------------------
+
+def model_costs(gguf, spec) -> dict:
+    """Parameters, tensor types and the work of one token, from the header's tensor table and the spec.
+
+    Returns {params, weights (bytes), types: {TYPE: {tensors, params, bytes}}, decode_bytes (bytes a decode step
+    reads: every tensor once except the token embedding table, of which one row, unless it is also the LM head),
+    matrix_params (weights multiplied per token), flops (2 × matrix_params), dispatches (GPU dispatches a decode
+    step, as the GPU model records them: 5 a layer, one more for each extra Q/K/V type, two for post-norms, 4 for
+    embedding, final norm, head and argmax)}."""
+    types: dict = {}
+    params = weights = decode = matrix = 0
+    tied = spec.lm_head == "token_embd.weight"
+    for t in gguf.tensors.values():
+        e = types.setdefault(t.type.name, {"tensors": 0, "params": 0, "bytes": 0})
+        e["tensors"] += 1
+        e["params"] += t.n_elements
+        e["bytes"] += t.nbytes
+        params += t.n_elements
+        weights += t.nbytes
+        if t.name == "token_embd.weight" and not tied:
+            rows = t.shape[-1] if len(t.shape) > 1 else 1
+            decode += t.nbytes // max(rows, 1)
+        else:
+            decode += t.nbytes
+            if len(t.shape) > 1 and t.name != "token_embd.weight" or (t.name == "token_embd.weight" and tied):
+                matrix += t.n_elements
+    dispatches = 4
+    for i, layer in enumerate(spec.layers):
+        n = 5
+        if layer.attention:
+            qkv = {gguf.tensors[f"blk.{i}.attn_{x}.weight"].type for x in "qkv" if f"blk.{i}.attn_{x}.weight"
+                   in gguf.tensors}
+            n += max(len(qkv) - 1, 0)
+        if layer.post_norms:
+            n += 2
+        dispatches += n
+    return {"params": params, "weights": weights, "types": dict(sorted(types.items(), key=lambda kv: -kv[1]["bytes"])),
+            "decode_bytes": decode, "matrix_params": matrix, "flops": 2 * matrix, "dispatches": dispatches}
+
+
+def scratch_bytes(spec, chunk: int) -> int:
+    """GPU bytes besides the packed weights and the KV cache that a load allocates (fitted to gpu_memory's "other" of
+    SmolLM2, Gemma 3 270M and Qwen2.5-0.5B at chunks 64 and 512: exact per row): per prefill row the float32
+    activations (residual, normed input and FFN output: hidden each; Q/K/V; the attention output; the gated FFN's
+    ffn; post-norm models one more Q-sized row), the logits and small fixed buffers (step uniforms, token log). The
+    file's vectors (norm gains, biases) are counted with the weights. Buffers made on demand are not counted: a
+    speculative verify pass's logits (16 rows) and all-row logits for prompt logprobs."""
+    q = spec.heads * spec.head_dim
+    kv = 2 * spec.kv_heads * spec.head_dim
+    post = any(layer.post_norms for layer in spec.layers)
+    row = 4 * (3 * spec.hidden + 2 * q + kv + spec.ffn + (q if post else 0))
+    return chunk * row + 4 * spec.vocab + (128 << 10)
+
+
+def memory_need(spec, costs: dict, context: int, kv_cache: str, backend: str, chunk: int) -> dict:
+    """{weights, kv_cache, scratch, total} in bytes for a load at ``context`` tokens (backend "webgpu": packed weights
+    on the GPU; "cpu": float32 weights in the heap)."""
+    kv = spec.kv_bytes(context, kv_cache)[1]
+    if backend == "cpu":
+        w = 4 * costs["params"]
+        scratch = 4 * chunk * (4 * spec.hidden + 2 * spec.ffn) + 8 * spec.vocab * chunk
+    else:
+        w = costs["weights"]
+        scratch = scratch_bytes(spec, chunk)
+    return {"weights": w, "kv_cache": kv, "scratch": scratch, "total": w + kv + scratch}
+
+
+# -- does it fit ---------------------------------------------------------------------------------------------------
+
+def _binding(limits: dict) -> int:
+    return min(int(limits.get("max-storage-buffer-binding-size", 1 << 27)), int(limits.get("max-buffer-size", 1 << 28)))
+
+
+def max_context(spec, costs: dict, limits: dict | None, kv_cache: str, backend: str, chunk: int,
+                budget: int | None) -> int:
+    """The most tokens of context that fit: one layer's K or V buffer within the binding limit (GPU), and the whole
+    need (memory_need) within ``budget`` bytes where one is known (a probe's answer, or the heap on the CPU path).
+    Exact (not rounded); 0 when not even one token fits."""
+    layer, total = spec.kv_bytes(1, kv_cache)
+    most = 1 << 30
+    if backend != "cpu" and limits is not None and layer:
+        most = _binding(limits) // layer
+    if budget is not None and total:
+        base = memory_need(spec, costs, 0, kv_cache, backend, chunk)["total"]
+        most = min(most, max(budget - base, -1) // total) if budget >= base else 0
+    return max(most, 0)
+
+
+def fits(spec, costs: dict, limits: dict | None, context: int, kv_cache: str, backend: str, chunk: int,
+         budget: int | None) -> bool:
+    """Whether a load at ``context`` tokens fits (the same rule as max_context)."""
+    return 0 < context <= max_context(spec, costs, limits, kv_cache, backend, chunk, budget)
+
+
+def auto_fit(spec, costs: dict, *, limits: dict | None, features=(), backend: str = "webgpu", chunk: int = 512,
+             budget: int | None = None, context: int | None = None, kv_cache: str | None = None) -> dict:
+    """A load's context and KV cache type: what was asked where it fits; else, for what the caller left unset (None),
+    the largest that fits: the f16 cache where the device has shader-f16 and f32 does not reach the context, then
+    the largest context (at most the trained one, in 256s). Returns {context, kv_cache, fits, changed: what was
+    changed and why, or None}. Raises UnsupportedModelError with the numbers where no context of MIN_CONTEXT tokens
+    fits with any allowed cache type."""
+    want = context or CONTEXT_SIZE
+    kvs = [kv_cache] if kv_cache else ["f32"] + (["f16"] if backend != "cpu" and "shader-f16" in features else [])
+    for kv in kvs:
+        if fits(spec, costs, limits, want, kv, backend, chunk, budget):
+            changed = None if kv == kvs[0] else f"the f16 KV cache: f32 does not fit {want} tokens"
+            return {"context": want, "kv_cache": kv, "fits": True, "changed": changed}
+    best = max(kvs, key=lambda kv: max_context(spec, costs, limits, kv, backend, chunk, budget))
+    most = max_context(spec, costs, limits, best, backend, chunk, budget)
+    if most < MIN_CONTEXT:
+        need = memory_need(spec, costs, MIN_CONTEXT, best, backend, chunk)
+        where = f"{budget:,} bytes available" if budget is not None else \
+            f"a binding limit of {_binding(limits or {}):,} bytes"
+        raise UnsupportedModelError(
+            f"this model does not fit here at any useful context: {MIN_CONTEXT} tokens need {need['total']:,} bytes "
+            f"(weights {need['weights']:,}, KV cache {need['kv_cache']:,} ({best}), scratch {need['scratch']:,}) "
+            f"against {where}; use a smaller model or a device with more memory")
+    offer = in_256s(min(most, max(spec.context_train, MIN_CONTEXT)))
+    if context is not None:     # asked for: not changed, the largest is offered
+        return {"context": context, "kv_cache": kvs[0], "fits": False, "offer": offer, "offer_kv": best,
+                "changed": None}
+    return {"context": offer, "kv_cache": best, "fits": True,
+            "changed": f"{offer} tokens ({best} KV cache): {want} do not fit"}
+
+
+# -- micro-benchmarks ------------------------------------------------------------------------------------------------
+
+def cpu_microbench(seconds: float = 0.1) -> dict:
+    """The CPU path's own products, timed here (~100 ms): reference._linear of a float32 matrix by one token (decode:
+    bound by reading the matrix) and by a 16-token chunk (prefill). Returns {matvec_params_s, matmul_params_s,
+    call_s} (weights multiplied a second, per token; call_s: one small numpy product, the per-call overhead)."""
+    import numpy as np
+    from .reference import _linear
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((4096, 1024), dtype=np.float32)     # 16 MiB: more than a CPU cache holds
+    tiny = rng.standard_normal((8, 8), dtype=np.float32)
+    out = {}
+    for key, rows in (("matvec_params_s", 1), ("matmul_params_s", 16)):
+        x = rng.standard_normal((rows, 1024), dtype=np.float32)
+        _linear(x, w)
+        n, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds * 0.45:
+            _linear(x, w)
+            n += 1
+        out[key] = w.size * rows * n / (time.perf_counter() - t0)
+    x = tiny[:1]
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds * 0.1:
+        _linear(x, tiny)
+        n += 1
+    out["call_s"] = (time.perf_counter() - t0) / n
+    return {k: float(v) for k, v in out.items()}
+
+
+_FMA_WGSL = """
+@group(0) @binding(0) var<storage, read_write> out: array<u32>;
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+    let seed = f32(wid.x * 256u + tid);
+    var a = vec4<f32>(seed, seed + 1.0, seed + 2.0, seed + 3.0) * 1e-7;
+    var b = vec4<f32>(0.5);
+    for (var i = 0u; i < ITERS; i++) {
+        a = fma(a, vec4<f32>(0.999), b);
+        b = fma(b, vec4<f32>(0.999), a);
+    }
+    let v = bitcast<u32>(a.x + a.y + a.z + a.w + b.x + b.y + b.z + b.w);
+    if (v == 0x9E3779B9u) { out[0] = v; }
+}
+"""
+
+_DOT_WGSL = """
+@group(0) @binding(0) var<storage, read_write> out: array<u32>;
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+    var x = wid.x * 2654435761u + tid;
+    var a = 0i; var b = 1i; var c = 2i; var d = 3i;
+    for (var i = 0u; i < ITERS; i++) {
+        a += dot4I8Packed(x, 0x01020304u);
+        b += dot4I8Packed(x ^ 0x55u, 0x04030201u);
+        c += dot4I8Packed(x + 1u, 0x7f7f7f7fu);
+        d += dot4I8Packed(x, bitcast<u32>(a));
+        x = x * 1664525u + 1013904223u;
+    }
+    let v = bitcast<u32>(a ^ b ^ c ^ d);
+    if (v == 0x9E3779B9u) { out[0] = v; }
+}
+"""
+
+
+async def gpu_microbench(dev, target_s: float = 0.1) -> dict:
+    """About ``target_s`` of timing on a cera_web.gpu device: {read_bps (bytes a second read by a vec4 kernel),
+    dispatch_s (one dispatch of a chain in one submit), fma_flops, int8_ops (None without dot4I8Packed), matvec_bps
+    (the decode kernel, matmul.wgsl, on a Q4_K matrix)}. Buffers are released before it returns."""
+    import numpy as np
+    from . import kernels
+    from .gguf import GGMLType
+    made = []
+
+    def buf(n, kind="storage"):
+        b = dev.create_buffer(n, kind=kind, label="microbench")
+        made.append(b)
+        return b
+
+    sink = buf(16)
+
+    async def run(plan) -> float:
+        t0 = time.perf_counter()
+        dev.submit([plan])
+        await dev.read(sink, 0, 4)
+        return time.perf_counter() - t0
+
+    async def timed(dispatches, budget) -> float:
+        plan = dev.record(dispatches)
+        await run(plan)            # warm-up (pipeline compile)
+        best, spent = math.inf, 0.0
+        while spent < budget or best is math.inf:
+            t = await run(plan)
+            best, spent = min(best, t), spent + t
+            if spent > budget * 4:
+                break
+        return best
+
+    share = target_s / 5
+    try:
+        empty = await timed([], share / 4)
+        # read bandwidth: bench_read over a buffer (64 MiB on GPUs, 4 MiB on software adapters)
+        nbytes = (4 if dev.is_cpu else 64) << 20
+        data = buf(nbytes)
+        groups = 64 if dev.is_cpu else 2048
+        read = dev.pipeline(kernels.build("bench_read", N4=nbytes // 16, THREADS=groups * 256), "bench_read")
+        t = await timed([(read, dev.bind(read, [data, sink]), kernels.spread(groups))] * 4, share)
+        read_bps = 4 * nbytes / max(t - empty, 1e-9)
+        # the time of a dependent dispatch: a chain of one-workgroup reads in one submit
+        tiny = dev.pipeline(kernels.build("bench_read", N4=16, THREADS=256), "bench_read tiny")
+        bound = dev.bind(tiny, [data, sink])
+        n = 64
+        t = await timed([(tiny, bound, (1, 1, 1))] * n, share)
+        dispatch_s = max(t - empty, 1e-9) / n
+        # float32 multiply-adds, int8 dot products
+        groups = 8 if dev.is_cpu else 4096
+        iters = 64 if dev.is_cpu else 1024
+        fma = dev.pipeline(f"const ITERS: u32 = {iters}u;\n" + _FMA_WGSL, "bench fma")
+        t = await timed([(fma, dev.bind(fma, [sink]), (groups, 1, 1))], share)
+        fma_flops = groups * 256 * iters * 16 / max(t - empty, 1e-9)
+        int8_ops = None
+        if dev.int8_dot:
+            dot = dev.pipeline(f"{kernels.REQUIRES_I8}\nconst ITERS: u32 = {iters}u;\n" + _DOT_WGSL, "bench dot4")
+            t = await timed([(dot, dev.bind(dot, [sink]), (groups, 1, 1))], share)
+            int8_ops = groups * 256 * iters * 32 / max(t - empty, 1e-9)
+        # the decode kernel on a Q4_K matrix (the commonest weight type of Q4_K_M files)
+        N, K = (256, 1024) if dev.is_cpu else (4096, 4096)
+        fmt = GGMLType.Q4_K
+        wbytes = N * K // 256 * 144
+        w = buf(wbytes)
+        rng = np.random.default_rng(0)
+        dev.write_buffer(w, np.frombuffer(rng.bytes(wbytes), np.uint8) & np.uint8(0x3F))
+        x = buf(4 * K)
+        dev.write_buffer(x, rng.standard_normal(K).astype(np.float32))
+        gain = buf(4 * K)
+        dev.write_buffer(gain, np.ones(K, np.float32))
+        step = buf(16, "uniform")
+        dev.write_buffer(step, struct.pack("<4I", 1, 0, 0, 1))
+        y = buf(4 * N)
+        shape = kernels.matvec_shape(K // kernels.block_elems(fmt), 1, dev.is_cpu, dev.subgroup_size)
+        shape["sg"] = bool(shape["sg"]) and (dev.subgroup_size or 0) >= shape["lanes"]
+        mv = dev.pipeline(kernels.matmul(fmt, K, N, **shape), "bench matvec")
+        grid = kernels.spread(kernels.matmul_groups(N, shape["lanes"], shape["rpt"], shape["wg"]))
+        reps = 2 if dev.is_cpu else 16
+        t = await timed([(mv, dev.bind(mv, [w, x, y, step, gain]), grid)] * reps, share)
+        matvec_bps = reps * wbytes / max(t - empty - reps * dispatch_s, t / 4)
+    finally:
+        for b in made:
+            dev.release(b)
+    return {"read_bps": read_bps, "dispatch_s": dispatch_s, "fma_flops": fma_flops, "int8_ops": int8_ops,
+            "matvec_bps": matvec_bps, "is_cpu": bool(dev.is_cpu)}
+
+
+async def probe_memory(dev, nbytes: int) -> dict:
+    """Whether the device can allocate ``nbytes`` (at most PROBE_CAP) now: buffers of at most maxBufferSize are
+    created up to that total, the device is asked (settle: the browser's out-of-memory and validation scopes), and
+    every one is destroyed at once, whatever the answer. Nothing is written to them (browsers and drivers commit
+    memory lazily, so a yes is an upper bound of what the model may get; a no is certain). Returns {bytes, ok,
+    error}."""
+    nbytes = min(int(nbytes), PROBE_CAP)
+    piece = max(1 << 20, int(dev.limits.get("max-buffer-size", 1 << 28)) // 4 * 4)
+    made, error = [], None
+    try:
+        left = nbytes
+        while left > 0:
+            made.append(dev.create_buffer(min(piece, left), label="memory probe"))
+            left -= piece
+        await dev.settle()
+    except CeraError as e:
+        error = str(e).split(":")[0]
+    except Exception as e:          # a native allocation failure (wgpu raises its own type)
+        error = str(e).splitlines()[0] if str(e) else type(e).__name__
+    finally:
+        for b in made:
+            try:
+                dev.release(b)
+            except Exception:
+                pass
+    return {"bytes": nbytes, "ok": error is None, "error": error}
+
+
+# -- speed -------------------------------------------------------------------------------------------------------
+
+def estimate(spec, costs: dict, backend: str, bench: dict | None, chunk: int = 512, position: int = 64) -> dict:
+    """Tokens a second expected for decode and for prefill (a 128-token prompt), from a micro-benchmark of where
+    the model runs (cpu_microbench on the CPU path, gpu_microbench on a GPU device); {} without one.
+
+    The CPU path: a decode step is its matrix products at the one-token rate plus per-layer numpy calls; prefill
+    the products at the chunk rate. GPUs: a decode step is its dispatch chain plus its bytes at the decode kernel's
+    rate (software adapters: the matrix-vector kernel's; GPUs: the read bandwidth's); prefill its operations at
+    the int8 dot rate (or float32 multiply-adds), at the efficiency the engine's GEMMs reach, plus the chain of a
+    chunk's dispatches over its tokens. position: the KV rows a decode step reads."""
+    if not bench:
+        return {}
+    kv_row = spec.kv_bytes(1, "f32")[1]
+    if backend == "cpu":
+        if "matvec_params_s" not in bench:
+            return {}
+        calls = 12 * spec.n_layers + 8
+        decode = costs["matrix_params"] / bench["matvec_params_s"] + calls * bench["call_s"] * CPU_CALL_FACTOR
+        prefill = costs["matrix_params"] / bench["matmul_params_s"] + calls * bench["call_s"] * CPU_CALL_FACTOR / 16
+        decode *= CPU_DECODE_FACTOR
+        prefill *= CPU_PREFILL_FACTOR
+    else:
+        if "read_bps" not in bench:
+            return {}
+        nbytes = costs["decode_bytes"] + kv_row * position
+        if bench.get("is_cpu"):
+            decode = costs["dispatches"] * bench["dispatch_s"] + nbytes / bench["matvec_bps"] * SOFT_DECODE_FACTOR
+            prefill = decode * SOFT_PREFILL_FACTOR       # software adapters' prefill kernels loop over tokens
+        else:
+            decode = costs["dispatches"] * bench["dispatch_s"] * GPU_CHAIN_FACTOR + nbytes / bench["read_bps"]
+            ops = bench.get("int8_ops") or bench["fma_flops"]
+            prefill = costs["flops"] / (ops * GPU_GEMM_EFFICIENCY) + \
+                costs["dispatches"] * 1.6 * bench["dispatch_s"] * GPU_CHAIN_FACTOR / min(chunk, 128)
+    return {"decode_tok_s": round(1 / decode, 2), "prefill_tok_s": round(1 / prefill, 2)}
+
+
+# Calibration (BENCHMARKS.md "Preflight estimates"): measured / micro-benchmark-only prediction, per path.
+CPU_CALL_FACTOR = 1.0
+CPU_DECODE_FACTOR = 1.0
+CPU_PREFILL_FACTOR = 1.0
+SOFT_DECODE_FACTOR = 1.0
+SOFT_PREFILL_FACTOR = 1.0
+GPU_CHAIN_FACTOR = 1.0
+GPU_GEMM_EFFICIENCY = 0.25
+
+
+# -- the report ----------------------------------------------------------------------------------------------------
+
+def choose_backend(costs: dict, is_cpu: bool, backend: str = "auto") -> str:
+    """The backend a load will run on (loading.choose_backend's rule, from the costs alone)."""
+    from .loading import CPU_WEIGHT_BYTES
+    if backend == "cpu" or (backend == "auto" and is_cpu and 4 * costs["params"] <= CPU_WEIGHT_BYTES):
+        return "cpu"
+    return "webgpu"
+
+
+def preflight(gguf, file_size: int, *, limits: dict | None = None, features=(), is_cpu: bool = False,
+              adapter: str = "", backend: str = "auto", context: int | None = None, kv_cache: str | None = None,
+              bench: dict | None = None, cpu_bench: dict | None = None, probe: dict | None = None,
+              quota: dict | None = None, spec=None) -> dict:
+    """Everything the page and ``info --fit`` show before a download, as one JSON-ready dict: the model (name,
+    architecture, parameters, tensor types, file size, trained context), where it would run, the memory it needs
+    at the context (f32 and f16 cache), whether it fits (limits, the probe, the storage quota), the context and
+    cache a load would take (auto_fit), and the speed estimate. limits/features/is_cpu/adapter: the device's
+    (limits None: no GPU); probe: probe_memory's answer; quota: {usage, quota} from navigator.storage.estimate."""
+    spec = spec or model_spec(gguf)
+    costs = model_costs(gguf, spec)
+    where = "cpu" if limits is None else choose_backend(costs, is_cpu, backend)
+    chunk = 16 if where == "cpu" else (64 if is_cpu else 512)
+    ctx = context or CONTEXT_SIZE
+    budget = HEAP_BYTES if where == "cpu" else (probe["bytes"] if probe and probe.get("ok") is False else None)
+    report = {
+        "name": gguf.metadata.get("general.name") or "", "architecture": spec.arch, "params": costs["params"],
+        "file_size": int(file_size), "weights": costs["weights"], "types": costs["types"],
+        "context_train": spec.context_train, "backend": where, "adapter": adapter, "context": ctx,
+        "decode_bytes": costs["decode_bytes"], "flops_per_token": costs["flops"], "dispatches": costs["dispatches"],
+        "memory": {kv: memory_need(spec, costs, ctx, kv, where, chunk) for kv in KV_WIDTH},
+        "shader_f16": "shader-f16" in features,
+    }
+    limit_error = None
+    if where == "webgpu" and limits is not None:
+        try:
+            fit_report(gguf, limits, min(ctx, MIN_CONTEXT), spec=spec)
+        except UnsupportedModelError as e:
+            limit_error = str(e)
+    report["limits"] = None if limits is None else {"buffer": _binding(limits), "error": limit_error}
+    report["max_context"] = {kv: max_context(spec, costs, limits if where == "webgpu" else None, kv, where, chunk,
+                                             budget) for kv in KV_WIDTH}
+    report["probe"] = probe
+    if quota and quota.get("quota"):
+        free = int(quota["quota"]) - int(quota.get("usage", 0))
+        report["storage"] = {"free": free, "fits": int(file_size) <= free}
+    else:
+        report["storage"] = None
+    try:
+        if limit_error:
+            raise UnsupportedModelError(limit_error)
+        report["fit"] = auto_fit(spec, costs, limits=limits if where == "webgpu" else None, features=features,
+                                 backend=where, chunk=chunk, budget=budget, context=context, kv_cache=kv_cache)
+        report["refused"] = None
+    except UnsupportedModelError as e:
+        report["fit"] = None
+        report["refused"] = str(e)
+    report["estimate"] = estimate(spec, costs, where, cpu_bench if where == "cpu" else bench, chunk)
+    return report
+
+
+def _mb(n) -> str:
+    return f"{n / 1e6:,.1f} MB"
+
+
+def summary(report: dict) -> str:
+    """One line for the model menu: fits / does not, the memory at the context, the speed."""
+    if report.get("refused"):
+        return "does not fit here"
+    fit = report["fit"]
+    mem = report["memory"][fit["kv_cache"]]["total"]
+    est = report.get("estimate") or {}
+    speed = f" · ~{est['decode_tok_s']:.3g} tok/s" if est.get("decode_tok_s") else ""
+    ok = "fits" if fit["fits"] else f"fits at {fit.get('offer')} tokens"
+    return f"{ok} · {_mb(mem)}{speed}"
+
+
+def describe(report: dict) -> list[str]:
+    """The report as lines of text (info --fit, the page's preflight panel)."""
+    t = ", ".join(f"{k} ×{v['tensors']} ({_mb(v['bytes'])})" for k, v in report["types"].items())
+    lines = [f"parameters: {report['params'] / 1e6:,.1f} M   file: {_mb(report['file_size'])}   weights: "
+             f"{_mb(report['weights'])}   trained context: {report['context_train']}",
+             f"tensor types: {t}",
+             f"runs on: {'the CPU path (numpy)' if report['backend'] == 'cpu' else 'WebGPU'}"
+             + (f" ({report['adapter']})" if report.get("adapter") else "")]
+    ctx = report["context"]
+    for kv, m in report["memory"].items():
+        lines.append(f"memory at {ctx} tokens ({kv} KV cache): {_mb(m['total'])} = weights {_mb(m['weights'])} + KV "
+                     f"{_mb(m['kv_cache'])} + scratch {_mb(m['scratch'])}; largest context that fits: "
+                     f"{report['max_context'][kv]:,}")
+    lim = report.get("limits")
+    if lim:
+        lines.append(f"buffer limits: {'no: ' + lim['error'] if lim['error'] else 'yes'} (binding {_mb(lim['buffer'])})")
+    p = report.get("probe")
+    if p:
+        lines.append(f"probe allocation of {_mb(p['bytes'])}: {'yes (released)' if p['ok'] else 'no: ' + str(p['error'])}")
+    elif report["backend"] == "webgpu":
+        lines.append("total GPU memory: not checked (WebGPU reports none; no probe made)")
+    s = report.get("storage")
+    if s:
+        lines.append(f"storage for caching: {'yes' if s['fits'] else 'no'} ({_mb(s['free'])} free)")
+    if report.get("refused"):
+        lines.append(f"refused: {report['refused']}")
+    else:
+        f = report["fit"]
+        if f["fits"]:
+            lines.append(f"fit: yes at {f['context']} tokens, {f['kv_cache']} KV cache"
+                         + (f" (changed: {f['changed']})" if f.get("changed") else ""))
+        else:
+            lines.append(f"fit: no at {f['context']} tokens; the largest that fits: {f['offer']} ({f['offer_kv']} KV "
+                         f"cache)")
+    est = report.get("estimate")
+    if est:
+        lines.append(f"estimated speed here: decode ~{est['decode_tok_s']:,.3g} tok/s, prefill ~{est['prefill_tok_s']:,.3g} "
+                     f"tok/s ({_mb(report['decode_bytes'])} and {report['flops_per_token'] / 1e9:.2f} GFLOP a token)")
+    return lines
