@@ -282,6 +282,8 @@ SHAPES = {
                          rope_theta=500000.0),
     "qwen2.5-1.5b": dict(arch="qwen2", layers=28, hidden=1536, heads=12, kv_heads=2, ffn=8960, vocab=151936,
                          rope_theta=1000000.0),
+    "qwen2.5-0.5b": dict(arch="qwen2", layers=24, hidden=896, heads=14, kv_heads=2, ffn=4864, vocab=151936,
+                         rope_theta=1000000.0),
 }
 # --quant: tensor types of (embedding, Q/K/output/gate/up, V/down on llama.cpp's "more bits" layers, other V/down).
 # q4_k_m follows llama.cpp's Q4_K_M: Q6_K for the (tied) embedding and for attn_v/ffn_down on the first and last
