@@ -128,6 +128,12 @@ def load_assets_module():
     return importlib.import_module(name + ".tools.assets")
 
 
+def load_build_kernels_module():
+    """cera_web/tools/build_kernels.py, loaded as load_assets_module loads assets.py (standard library only)."""
+    load_assets_module()
+    return importlib.import_module("_cera_web_stdlib.tools.build_kernels")
+
+
 def project(root: Path = ROOT) -> dict:
     """pyproject.toml's [project] table."""
     import tomllib
@@ -147,6 +153,8 @@ def wheel_files(root: Path = ROOT) -> list[tuple[str, Path]]:
     symlinks leading out of the repository."""
     found = [(p.relative_to(root).as_posix(), p) for p in (root / "cera_web").rglob("*.py")]
     found += [("cera_web/" + p.relative_to(root).as_posix(), p) for p in (root / "shaders").rglob("*.wgsl")]
+    # the CPU kernels' WebAssembly, once built (cera_web/tools/build_kernels.py; the page's CPU path loads it)
+    found += [(p.relative_to(root).as_posix(), p) for p in (root / "cera_web").rglob("*.wasm")]
     out = []
     for name, p in sorted(found):
         rel = p.relative_to(root)
@@ -633,6 +641,7 @@ def main(argv=None) -> int:
         except assets.CeraError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
+        load_build_kernels_module().ensure_kernels()    # the CPU path's kernels (never fatal: one line if not)
     try:
         server = make_server(args.host, args.port, verbose=args.verbose, allow_hosts=args.allow_host, cors=args.cors)
     except OSError as exc:

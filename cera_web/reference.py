@@ -27,9 +27,13 @@ import numpy as np
 from cera_web.errors import ContextOverflowError, InputError, UnsupportedModelError
 from cera_web.gguf import GGUFFile, open_gguf, path_reader, tensor_bytes
 from cera_web.models.spec import ModelSpec, model_spec, not_implemented
+from cera_web.cpu_kernels import kernel_type
 from cera_web.quants import dequantize_tensor, supported_types
 
 Loader = Callable[[str], np.ndarray]   # tensor name -> float32 array in numpy order
+# the weights used only as x @ w.T (or, the embedding, by row): those the CPU kernels may keep quantized
+MATRICES = tuple(f"{n}.weight" for n in ("token_embd", "output", "attn_q", "attn_k", "attn_v", "attn_output",
+                                          "ffn_gate", "ffn_up", "ffn_down", "shortconv.in_proj", "shortconv.out_proj"))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -104,9 +108,10 @@ class KVCache:
         return self.k[:end], self.v[:end]
 
 
-def _linear(x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """x [T, in] @ w [out, in]^T -> [T, out]."""
-    return x @ w.T
+def _linear(x: np.ndarray, w) -> np.ndarray:
+    """x [T, in] @ w [out, in]^T -> [T, out]. w: a float32 array, or a weight kept quantized in the CPU kernels'
+    memory (cera_web.cpu_kernels.QuantWeight: 8-bit activations, int8 products)."""
+    return x @ w.T if isinstance(w, np.ndarray) else w.matmul(x)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -295,10 +300,13 @@ class ReferenceModel:
         self.position = 0                     # number of tokens in the cache
 
     @classmethod
-    def from_gguf(cls, source, read=None, spec: ModelSpec | None = None, kv_cache: str = "f32") -> "ReferenceModel":
+    def from_gguf(cls, source, read=None, spec: ModelSpec | None = None, kv_cache: str = "f32",
+                  kernels=None) -> "ReferenceModel":
         """Load from a path, or from a parsed ``GGUFFile`` plus ``read(offset, n) -> bytes`` (a callable, or an
         object with a ``read`` method such as ``cera_web.source.FileSource``). spec: the file's ModelSpec, when the
-        caller has it already (else it is read here). kv_cache: "f16" rounds cached keys and values to halves."""
+        caller has it already (else it is read here). kv_cache: "f16" rounds cached keys and values to halves.
+        kernels: a cera_web.cpu_kernels.Kernels instance: the matrices of a type it handles stay in its memory as
+        their GGUF blocks (products with 8-bit activations) instead of float32 arrays (None: all float32)."""
         if isinstance(source, GGUFFile):
             g = source
             if read is None:
@@ -312,8 +320,10 @@ class ReferenceModel:
         spec = spec or model_spec(g)
         g.check_tensor_types(supported_types())
 
-        def load(name: str) -> np.ndarray:
+        def load(name: str):
             info = g.tensor(name)
+            if kernels is not None and len(info.shape) == 2 and name.endswith(MATRICES) and kernel_type(info.type):
+                return kernels.place(tensor_bytes(read, info), info.type, info.shape[1], info.shape[0])
             return dequantize_tensor(info, tensor_bytes(read, info))
 
         return cls(Transformer(spec, load), kv_cache)

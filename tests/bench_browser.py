@@ -1,7 +1,7 @@
 """Browser benchmark: the engine in headless Chromium (Pyodide + the browser's WebGPU), as one JSON object.
 
     python tests/bench_browser.py [--prompt-tokens 128] [--decode-tokens 128] [--steps-per-read 4] [--grammar]
-                                  [--model /models/FILE.gguf]
+                                  [--model /models/FILE.gguf] [--backend cpu]
 
 Starts serve.py's server on a free port, opens /web/bench.html in headless Chromium (/usr/bin/chromium, WebGPU on
 whatever adapter it finds: SwiftShader on a machine without a GPU) and prints what the page computed: the fields of
@@ -30,6 +30,8 @@ def main():
                                     "e.g. /models/gemma-3-270m-Q4_K_M.gguf for a file in .assets/models")
     p.add_argument("--grammar", action="store_true",
                    help="constrained (JSON schema) vs unconstrained decode instead (bench_grammar --decode's JSON)")
+    p.add_argument("--backend", choices=("webgpu", "cpu"), default="webgpu",
+                   help="cpu: the page's CPU path (Pyodide; the WebAssembly kernels where built) instead of WebGPU")
     p.add_argument("--timeout-s", type=float, default=3600)
     args = p.parse_args()
     import serve
@@ -43,7 +45,8 @@ def main():
     url = (f"http://127.0.0.1:{server.server_address[1]}/web/bench.html?prompt={args.prompt_tokens}"
            f"&decode={args.decode_tokens}" + (f"&steps={args.steps_per_read}" if args.steps_per_read else "")
            + (f"&chunk={args.chunk}" if args.chunk else "") + ("&grammar=1" if args.grammar else "")
-           + (f"&model={quote(args.model)}" if args.model else ""))
+           + (f"&model={quote(args.model)}" if args.model else "")
+           + ("&backend=cpu" if args.backend == "cpu" else ""))
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         page = browser.new_page()

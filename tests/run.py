@@ -9,7 +9,8 @@ Sets up everything a fresh Debian machine with only python3 lacks, then runs pyt
 2. a virtual environment at .venv with `pip install -e '.[test]'`, redone only when pyproject.toml
    (or the Python version) changed since the last install.
 3. the pinned assets of assets.json (Pyodide, numpy for Pyodide, wheels, the default model and the real
-   checkpoints the model tests use; those only the slow tests use, the Qwen2.5-Coder-1.5B, with --all only).
+   checkpoints the model tests use; those only the slow tests use, the Qwen2.5-Coder-1.5B, with --all only),
+   then the CPU path's WebAssembly kernels (cera_web.tools.build_kernels, with the pinned ziglang).
 4. exec .venv/bin/python -m pytest with the given arguments.
 
 Standard library only; Python 3.11+.
@@ -104,6 +105,9 @@ def main(argv):
     # the models only the slow tests use (assets.json "slow") are fetched when those run: --all (conftest.py)
     every = "--all" in argv or os.environ.get("CERA_WEB_ALL_TESTS") == "1"
     run([VENV_PYTHON, "-m", "cera_web.tools.assets", "--models", *([] if every else ["--no-slow"])], cwd=ROOT)
+    # the CPU path's WebAssembly kernels (cera_web/cpu_kernels/qmatmul.c, built with the pinned ziglang); a failed
+    # build is not fatal here: it says why in one line (tests/test_cpu_kernels.py then fails on Linux x86-64)
+    subprocess.run([str(VENV_PYTHON), "-m", "cera_web.tools.build_kernels"], cwd=ROOT)
     args = argv or ["-q", "--durations=25"]   # the 25 slowest tests in the log: the CI budget is watched from it
     cmd = [str(VENV_PYTHON), "-m", "pytest", *args]
     say("$ " + " ".join(cmd))

@@ -368,14 +368,15 @@ def test_real_wheel_matches_the_checkout_and_imports_like_it(server_url, repo_ro
     # independent listing of what should ship: the package's modules (the tools subpackage too: bench.html imports
     # it, the page never does) and the shaders under cera_web/shaders/
     expected, unshipped = set(), []
-    for top, exts in (("cera_web", (".py",)), ("shaders", (".wgsl",))):
+    # (and the CPU kernels' built .wasm; their C source stays behind)
+    for top, exts in (("cera_web", (".py", ".wasm")), ("shaders", (".wgsl",))):
         for dirpath, dirnames, filenames in os.walk(repo_root / top):
             dirnames[:] = [d for d in dirnames if d != "__pycache__" and not d.startswith(".")]
             for f in filenames:
                 rel = (Path(dirpath) / f).relative_to(repo_root).as_posix()
                 if f.endswith(exts):
                     expected.add(rel if top == "cera_web" else "cera_web/" + rel)
-                elif top == "cera_web" and not f.startswith(".") and not f.endswith(".pyc"):
+                elif top == "cera_web" and not f.startswith(".") and not f.endswith((".pyc", ".c")):
                     unshipped.append(rel)
     assert names == expected
     assert {"cera_web/tools/bench.py", "cera_web/tools/assets.py", "cera_web/tools/cli.py"} <= names

