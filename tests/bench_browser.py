@@ -1,7 +1,7 @@
 """Browser benchmark: the engine in headless Chromium (Pyodide + the browser's WebGPU), as one JSON object.
 
     python tests/bench_browser.py [--prompt-tokens 128] [--decode-tokens 128] [--steps-per-read 4] [--grammar]
-                                  [--model /models/FILE.gguf] [--backend cpu]
+                                  [--model /models/FILE.gguf] [--backend cpu [--no-cpu-kernels]]
 
 Starts serve.py's server on a free port, opens /web/bench.html in headless Chromium (/usr/bin/chromium, WebGPU on
 whatever adapter it finds: SwiftShader on a machine without a GPU) and prints what the page computed: the fields of
@@ -32,6 +32,8 @@ def main():
                    help="constrained (JSON schema) vs unconstrained decode instead (bench_grammar --decode's JSON)")
     p.add_argument("--backend", choices=("webgpu", "cpu"), default="webgpu",
                    help="cpu: the page's CPU path (Pyodide; the WebAssembly kernels where built) instead of WebGPU")
+    p.add_argument("--no-cpu-kernels", action="store_true",
+                   help="with --backend cpu: the float32 numpy products (the CPU path before its kernels)")
     p.add_argument("--timeout-s", type=float, default=3600)
     args = p.parse_args()
     import serve
@@ -46,7 +48,7 @@ def main():
            f"&decode={args.decode_tokens}" + (f"&steps={args.steps_per_read}" if args.steps_per_read else "")
            + (f"&chunk={args.chunk}" if args.chunk else "") + ("&grammar=1" if args.grammar else "")
            + (f"&model={quote(args.model)}" if args.model else "")
-           + ("&backend=cpu" if args.backend == "cpu" else ""))
+           + ("&backend=cpu" if args.backend == "cpu" else "") + ("&cpu_kernels=0" if args.no_cpu_kernels else ""))
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         page = browser.new_page()
