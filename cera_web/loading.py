@@ -40,13 +40,15 @@ class Header:
 
 
 def check(gguf: GGUFFile, limits: dict | None = None, context_size: int | None = CONTEXT_SIZE,
-          kv_cache: str = "f32") -> Header:
+          kv_cache: str | None = "f32", features=()) -> Header:
     """Check a parsed header: the architecture and tensors (models.model_spec), and, given a device's limits, that
-    its buffers fit them (models.memory.fit_report) at ``context_size`` (None: auto_context's). Raises with what is
-    wrong."""
+    its buffers fit them (models.memory.fit_report) at ``context_size`` (None: auto_context's) with ``kv_cache``
+    (None: auto_kv_cache's, from the device's ``features``). Raises with what is wrong."""
     spec = model_spec(gguf)
     if limits is None:
         return Header(gguf, spec)
+    if kv_cache is None:
+        kv_cache = auto_kv_cache(spec, limits, features, context_size)
     if context_size is None:
         context_size = auto_context(spec, limits, kv_cache)
     return Header(gguf, spec, fit_report(gguf, limits, context_size, spec=spec, kv_cache=kv_cache),
@@ -59,6 +61,16 @@ def auto_context(spec, limits: dict, kv_cache: str = "f32") -> int:
     hold fewer than 256 tokens, CONTEXT_SIZE (the load is then refused with the numbers: too small to be useful)."""
     most = context_limit(spec, limits, kv_cache)
     return CONTEXT_SIZE if most < 256 else min(CONTEXT_SIZE, in_256s(most))
+
+
+def auto_kv_cache(spec, limits: dict, features, context_size: int | None) -> str:
+    """The KV cache type of a load that did not set one: "f16" where the device has shader-f16 and one layer's float32
+    K or V buffer cannot hold the context (context_size, or CONTEXT_SIZE when unset) within the binding limit while
+    halves hold more; else "f32" (the default: float32 logits, no speed lost)."""
+    want = context_size or CONTEXT_SIZE
+    if "shader-f16" not in features or context_limit(spec, limits, "f32") >= want:
+        return "f32"
+    return "f16" if context_limit(spec, limits, "f16") > context_limit(spec, limits, "f32") else "f32"
 
 
 @dataclass
@@ -99,7 +111,7 @@ def read_header(source) -> GGUFFile:
 
 
 async def plan_load(source, *, device=None, backend: str = "webgpu", cpu_fallback: bool = True,
-                    context_size: int | None = None, chunk: int | None = None, kv_cache: str = "f32",
+                    context_size: int | None = None, chunk: int | None = None, kv_cache: str | None = "f32",
                     header: Header | None = None, on_progress=None) -> LoadPlan:
     """Read and check a model's header, choose where it runs and check that it fits there; nothing is uploaded.
 
@@ -110,9 +122,13 @@ async def plan_load(source, *, device=None, backend: str = "webgpu", cpu_fallbac
     (choose_backend: the CPU where the device is a software adapter and the model is small enough); a device passed
     in that the load does not use is released. chunk: prompt tokens a prefill pass (default: the device's
     prefill_chunk). context_size None (not set): auto_context's (2048, or on a GPU whose buffer limits cannot hold
-    that much KV cache per layer, the most they hold). Raises InputError / UnsupportedModelError / GGUFFormatError with what is wrong, before any
+    that much KV cache per layer, the most they hold). kv_cache None (not set): "f32", or "f16" where the device
+    has shader-f16 and the float32 cache does not reach the context (asked for, or CONTEXT_SIZE when unset) while
+    halves hold more (auto_kv_cache). Raises InputError / UnsupportedModelError / GGUFFormatError with what is wrong, before any
     weight is read."""
-    check_kv_cache(kv_cache)
+    auto_kv = kv_cache is None
+    check_kv_cache(kv_cache or "f32")
+    kv_cache = kv_cache or "f32"
     if backend not in BACKENDS:
         raise InputError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     if not hasattr(source, "read"):
@@ -142,6 +158,8 @@ async def plan_load(source, *, device=None, backend: str = "webgpu", cpu_fallbac
     try:
         fit = None
         if backend == "webgpu":
+            if auto_kv:
+                kv_cache = auto_kv_cache(spec, device.limits, device.features, None if auto else context_size)
             if kv_cache == "f16" and "shader-f16" not in device.features:
                 raise UnsupportedModelError(
                     "kv_cache='f16' needs the GPU's shader-f16 feature, which this device does not offer; use "

@@ -164,7 +164,7 @@ def auto_fit(spec, costs: dict, *, limits: dict | None, features=(), backend: st
             f"this model does not fit here at any useful context: {MIN_CONTEXT} tokens need {need['total']:,} bytes "
             f"(weights {need['weights']:,}, KV cache {need['kv_cache']:,} ({best}), scratch {need['scratch']:,}) "
             f"against {where}; use a smaller model or a device with more memory")
-    offer = in_256s(min(most, max(spec.context_train, MIN_CONTEXT)))
+    offer = in_256s(min(most, want))         # as loading.auto_context: the most that fits, in 256s
     if context is not None:     # asked for: not changed, the largest is offered
         return {"context": context, "kv_cache": kvs[0], "fits": False, "offer": offer, "offer_kv": best,
                 "changed": None}
@@ -435,7 +435,7 @@ def preflight(gguf, file_size: int, *, limits: dict | None = None, features=(), 
     limit_error = None
     if where == "webgpu" and limits is not None:
         try:
-            fit_report(gguf, limits, min(ctx, MIN_CONTEXT), spec=spec)
+            fit_report(gguf, limits, 1, spec=spec)      # the tensors; the KV cache is auto_fit's
         except UnsupportedModelError as e:
             limit_error = str(e)
     report["limits"] = None if limits is None else {"buffer": _binding(limits), "error": limit_error}

@@ -25,6 +25,11 @@ REQUESTS = {
     "load-draft": ("url?", "worker",
                    "load the model at url (cache, else downloaded and kept) as the loaded model's draft model "
                    "(speculative decoding: webapp.load_draft), then a 'draft' message; no url: drop the draft model"),
+    "preflight": ("url? file? limits? backend? context?", "worker",
+                  "will the model at url (or a picked File) run here, before any download: its header read by HTTP "
+                  "Range (web/ggufmeta.js), then webapp.preflight (cera_web/preflight.py: memory, fit with a probe "
+                  "allocation, storage quota, the context and cache a load would take, estimated speed); answered "
+                  "with a 'preflight' message"),
     "cache-list": ("", "worker at once", "answered with a 'cache' message"),
     "cache-delete": ("url", "worker", "delete a cached model, then a 'cache' message"),
     "snapshot-save": ("conversation cap", "worker",
@@ -62,6 +67,10 @@ REQUESTS = {
 # worker -> page: kind: (fields, what it says)
 EVENTS = {
     "status": ("text", "a step, in words ('Loading Pyodide…')"),
+    "preflight": ("url file report? summary? lines? error?",
+                  "a preflight request's answer (url, or file: the picked File's name): report (cera_web.preflight."
+                  "preflight's dict), summary (one line for the menu), lines (the report in words); or error "
+                  "{kind, message}"),
     "notice": ("text", "something worth keeping on screen about the last load, or about a conversation's kept "
                        "state (restored, not usable, not kept)"),
     "progress": ("stage done total", "a load's progress: 'download'/'verify' (bytes; total 0: unknown), or an "

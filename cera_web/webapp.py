@@ -159,7 +159,8 @@ def check_header(prefix, total, name: str, limits: dict | None = None) -> str:
     if limits is None and _state.device is not None:
         limits = _state.device.limits
     try:
-        header = check(_parse_prefix(data, int(total), name), limits, None)
+        features = _state.device.features if _state.device is not None else ()
+        header = check(_parse_prefix(data, int(total), name), limits, None, None, features)
     except _NeedMore as more:
         return json.dumps({"need": more.end})
     except Exception as exc:
@@ -191,18 +192,19 @@ async def preflight(prefix, total, name: str, limits_json: str = "", backend: st
         spec = check(gguf).spec
         kw = dict(limits=facts["limits"], features=facts["features"], is_cpu=facts["is_cpu"],
                   adapter=facts["name"]) if facts else {}
-        report = pf.preflight(gguf, int(total), backend=backend, context=context, bench=facts and facts["bench"],
-                              cpu_bench=_state.cpu_bench, quota=quota, spec=spec, **kw)
+        report = pf.preflight(gguf, int(total), backend=backend, context=context, cpu_bench=_state.cpu_bench,
+                              quota=quota, spec=spec, **kw)
         if report["backend"] == "webgpu" and facts and not report.get("refused"):
+            if facts["bench"] is None:              # measured once a worker, for the first model that needs it
+                facts["bench"] = await pf.gpu_microbench(await _probe_device(override))
             kv = report["fit"]["kv_cache"] if report["fit"]["fits"] else "f32"
             need = report["memory"][kv]["total"]
             if need > facts["probed_ok"]:           # a probe of at least this much said yes already: none again
-                dev = await _probe_device(override)
-                probe = await pf.probe_memory(dev, need)
+                probe = await pf.probe_memory(await _probe_device(override), need)
                 if probe["ok"]:
-                    facts["probed_ok"] = max(facts["probed_ok"], probe["bytes"])
+                    facts["probed_ok"] = probe["bytes"]
             else:
-                probe = {"bytes": facts["probed_ok"], "ok": True, "error": None}
+                probe = {"bytes": need, "ok": True, "error": None}
             report = pf.preflight(gguf, int(total), backend=backend, context=context, bench=facts["bench"],
                                   cpu_bench=_state.cpu_bench, quota=quota, spec=spec, probe=probe, **kw)
     except _NeedMore as more:
@@ -228,13 +230,13 @@ async def _probe_device(override):
 
 
 async def _adapter_facts(override) -> dict:
-    """{limits, features, is_cpu, name, bench, probed_ok} of this worker's adapter (with override), measured once."""
+    """{limits, features, is_cpu, name, bench (None until a model needs it), probed_ok (the largest probe that
+    succeeded)} of this worker's adapter (with override), read once."""
     key = json.dumps(override, sort_keys=True)
     if key not in _state.adapters:
-        from .preflight import gpu_microbench
         dev = await _probe_device(override)
         _state.adapters[key] = {"limits": dict(dev.limits), "features": set(dev.features), "is_cpu": dev.is_cpu,
-                                "name": dev.name, "bench": await gpu_microbench(dev), "probed_ok": 0}
+                                "name": dev.name, "bench": None, "probed_ok": 0}
     return _state.adapters[key]
 
 
@@ -298,7 +300,7 @@ async def _load_engine(source, device, on_progress, backend: str = "webgpu", con
     before (check_header). Returns (engine, fit_report); the device is destroyed when loading fails."""
     from .engine import Engine
     try:
-        plan = await plan_load(source, device=device, backend=backend, cpu_fallback=False,
+        plan = await plan_load(source, device=device, backend=backend, cpu_fallback=False, kv_cache=None,
                                context_size=context_size, header=header, on_progress=on_progress)
         device = plan.device
         return await Engine.from_plan(plan, on_progress), plan.fit

@@ -83,6 +83,8 @@ def test_the_page_loads_a_model_at_the_context_the_limits_hold():
     for binding, want in ((row * 2047, 1792), (row * 4096, 2048)):
         sent.clear()
         assert asyncio.run(webapp.prepare(json.dumps({"max-storage-buffer-binding-size": binding}), "webgpu"))
+        if "shader-f16" in webapp._state.device.features and want < 2048:
+            want = 2048         # the page's load sets no cache type: halves hold 2048 tokens here (preflight.auto_fit)
         reply = json.loads(webapp.check_header(data, len(data), path.name))
         assert reply["context"] == want and "ok" in reply, reply
         assert asyncio.run(webapp.load_source(FileSource(str(path)), "file"))

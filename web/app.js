@@ -12,7 +12,7 @@ const ui = {
   modelSelect: $('model-select'), modelState: $('model-state'), drawer: $('drawer'), loadError: $('load-error'),
   system: $('system'), modeHint: $('mode-hint'), chatRadio: document.querySelector('input[name="mode"][value="chat"]'),
   loadForm: $('load-form'), modelUrl: $('model-url'), modelUrlName: $('model-url-name'), load: $('load'),
-  modelFile: $('model-file'),
+  modelFile: $('model-file'), preflight: $('preflight'), preflightPanel: $('preflight-panel'),
   notice: $('notice'), memory: $('memory'), draftRow: $('draft-row'), useDraft: $('use-draft'),
   draftName: $('draft-name'), cacheList: $('cache-list'), cacheUsage: $('cache-usage'),
   keepState: $('keep-state'), snapshotUsage: $('snapshot-usage'),
@@ -43,6 +43,7 @@ const state = {
   modelFile: '',          // the loaded model's file name (its name is in ui.modelName, as the menu names it)
   served: [],             // the served models [{name, file, url, size}] (the model menu)
   names: new Map(),       // absolute URL -> the model's name read from its GGUF header (web/ggufmeta.js)
+  preflight: new Map(),   // absolute URL -> the worker's 'preflight' answer (cera_web/preflight.py), once asked
   cached: new Set(),      // absolute URLs of the models in the browser cache
   meta: new Map(),        // index of an assistant message -> {tokens, tok_s, seed, json, logprobs} of its run
   running: null,          // the mode of the generation in flight
@@ -220,6 +221,11 @@ worker.onmessage = (event) => {
       break;
     case 'cache':
       showCache(msg);
+      break;
+    case 'preflight':
+      if (msg.url) state.preflight.set(absolute(msg.url), msg);
+      showPreflight();
+      showMenu();
       break;
     case 'ready': {
       const first = !state.modelLoaded;
@@ -489,6 +495,54 @@ function nameModel(url) {
   return nameReads.get(key);
 }
 
+// -- will it run here? (issue 30): each listed model's preflight, from its header, before any download ----------
+
+// Asked when a person looks: the panel opened, the menu pointed at or keyed (each model once a page), a URL typed;
+// not at page open, where it would queue ahead of the first message (the worker runs one request at a time).
+const preflightAsked = new Set();
+function askPreflights() {
+  for (const m of state.served) askPreflight(m.url);
+}
+ui.preflightPanel.addEventListener('toggle', () => { if (ui.preflightPanel.open) askPreflights(); });
+ui.modelSelect.addEventListener('pointerdown', askPreflights);
+ui.modelSelect.addEventListener('keydown', askPreflights);
+function askPreflight(url) {
+  const key = absolute(url);
+  if (preflightAsked.has(key)) return;
+  preflightAsked.add(key);
+  worker.postMessage({type: 'preflight', url, limits: LIMITS, backend: state.backend});
+}
+
+// The preflight of the model at url when it cannot run here at any context (null when it can, or is not known yet).
+function refusal(url) {
+  const p = state.preflight.get(absolute(url));
+  return p && p.report && p.report.refused ? p.report.refused : null;
+}
+
+// The list under "Will it run here?": one entry a model asked about (the served ones, a typed URL), its one-line
+// summary, and the numbers on opening it.
+function showPreflight() {
+  ui.preflight.textContent = '';
+  for (const [url, p] of state.preflight) {
+    const li = document.createElement('li');
+    const details = document.createElement('details');
+    const summary = document.createElement('summary');
+    const name = state.names.get(url) || fileName(url);
+    summary.textContent = p.error ? `${name}: not checked (${p.error.message})` : `${name}: ${p.summary}`;
+    li.dataset.url = url;
+    li.dataset.fits = p.report ? String(!p.report.refused) : '';
+    details.append(summary);
+    for (const line of p.lines || []) {
+      const row = document.createElement('div');
+      row.className = 'hint';
+      row.textContent = line;
+      details.append(row);
+    }
+    li.append(details);
+    ui.preflight.append(li);
+  }
+}
+
 // The menu: every served model ("name · size · cached", the name from its header, else its file; the file name is
 // the entry's title), selected: the loaded (or loading) one; a model loaded from elsewhere (a URL, a file) shows as
 // one more entry.
@@ -504,6 +558,8 @@ function showMenu() {
     const cached = state.cached.has(url) ? 'cached' : 'download';
     option.textContent = `${state.names.get(url) || m.file} · ${formatBytes(m.size)} · ${cached}`;
     option.title = m.file;
+    const p = state.preflight.get(url);
+    if (p && p.summary) option.dataset.preflight = p.summary;   // its line under "Will it run here?"
     if (url === current) option.selected = selected = true;
     ui.modelSelect.append(option);
   }
@@ -524,12 +580,23 @@ function showMenu() {
     : served ? `${formatBytes(served.size)} · ${state.cached.has(current) ? 'cached' : 'not cached'}` : '';
 }
 
+// A model whose preflight says it cannot run here at any context is refused before any download, with the numbers.
+function refuse(url) {
+  const why = refusal(url);
+  if (!why) return false;
+  showError(`${state.names.get(absolute(url)) || fileName(url)} cannot run here, so it was not downloaded: ${why}`,
+            '', 'load');
+  showMenu();   // the menu shows the loaded model again
+  return true;
+}
+
 // A download over this many bytes asks first (a phone on a metered connection, a slow line).
 const CONFIRM_BYTES = 200e6;
 
 ui.modelSelect.addEventListener('change', () => {
   const url = ui.modelSelect.value;
   const served = state.served.find((m) => m.url === url);
+  if (url && refuse(url)) return;
   if (served && served.size > CONFIRM_BYTES && !state.cached.has(absolute(url)) &&
       !confirm(`Download ${state.names.get(absolute(url)) || served.file} (${served.file}, ` +
                `${formatBytes(served.size)})? It is kept in this browser afterwards.`)) {
@@ -608,6 +675,7 @@ ui.modelUrl.addEventListener('input', () => {
       return;   // not a URL (yet)
     }
     if (typed === urlTyped) ui.modelUrlName.textContent = name ? `${name} (${file})` : file;
+    if (typed === urlTyped) askPreflight(url);   // its preflight under "Will it run here?", before any download
   }, 400);
 });
 
@@ -618,6 +686,7 @@ ui.loadForm.addEventListener('submit', (event) => {
     showError('Enter a model URL first: the address of a GGUF file.', '', 'load');
     return;
   }
+  if (refuse(url)) return;
   loadModel(url);
 });
 

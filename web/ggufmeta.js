@@ -7,7 +7,9 @@
 //   CeraGGUFMeta.friendlyName(header, fileName) -> 'SmolLM2 135M Instruct'
 //   CeraGGUFMeta.describe(url, {size}) -> {name, file} | null   readUrl + friendlyName; null when the header cannot
 //                                                       be read; kept in localStorage (see describe)
-// header: {version, fileSize, metadata: {key: value}, complete, tensors, dataOffset, bytesRead}. An array value with
+//   CeraGGUFMeta.readHeader(read, {budget}) -> header   the same through read(start, end) -> {bytes, fileSize} (a File)
+// header: {version, fileSize, metadata: {key: value}, complete, tensors, dataOffset, bytesRead, bytes (the bytes read:
+// what the worker hands to Python for a preflight, cera_web.webapp.preflight)}. An array value with
 // more than SMALL_ARRAY items is {type, length} (a vocabulary is not kept); complete: every metadata key was read;
 // tensors ([{name, shape, type, offset}], offsets relative to dataOffset) and dataOffset are null unless the
 // tensor table fits the budget too. Reads stop at `budget` bytes (default 8 MiB: a 262k-token vocabulary fits):
@@ -161,7 +163,7 @@
       bytes = joined;
       if (atEnd) fileSize = Math.min(fileSize, bytes.length);   // so each round reads more or ends
       const out = {version: null, fileSize, metadata: {}, complete: false, tensors: null, dataOffset: null,
-                   bytesRead: bytes.length};
+                   bytesRead: bytes.length, bytes};
       try {
         parse(bytes, bytes.length, fileSize, out);
         return out;
@@ -330,5 +332,5 @@
     }
   }
 
-  self.CeraGGUFMeta = {readUrl, friendlyName, describe, sizeLabel, FormatError, BUDGET, FIRST, NAMES_KEY};
+  self.CeraGGUFMeta = {readUrl, readHeader: (read, {budget = BUDGET} = {}) => readHeader(read, budget), friendlyName, describe, sizeLabel, FormatError, BUDGET, FIRST, NAMES_KEY};
 })();

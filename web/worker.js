@@ -36,6 +36,7 @@ const WHEELS_URL = PYODIDE_URL + 'wheels/';
 
 importScripts(PYODIDE_URL + 'pyodide.js');   // defines self.loadPyodide
 importScripts(new URL('modelstore.js', WORKER_URL).href);   // defines self.CeraModelStore
+importScripts(new URL('ggufmeta.js', WORKER_URL).href);     // defines self.CeraGGUFMeta (a preflight's header)
 
 const post = (msg) => self.postMessage(msg);
 const status = (text) => post({type: 'status', text});
@@ -164,6 +165,34 @@ async function load(msg) {
                       : await webapp.load(got.buffer, got.name, origin);
   if (got.cached) await postCache();   // a new entry (or a checked one) to list
   return ok;
+}
+
+// Will the model at msg.url (or msg.file) run here? Its header only (HTTP Range requests, or the File's first bytes:
+// ggufmeta.js), the storage quota (navigator.storage.estimate), then Python's preflight (cera_web/preflight.py:
+// memory, the fit with a probe allocation released at once, the context a load would take, the speed estimated
+// from micro-benchmarks measured once a worker). Answered with one 'preflight' message, never an 'error'.
+async function preflight(msg) {
+  const url = msg.url ?? null;
+  const file = msg.file ? msg.file.name : null;
+  try {
+    await ensureBooted(msg.backend === 'cpu');
+    const header = msg.file
+      ? await CeraGGUFMeta.readHeader(async (start, end) => ({
+        bytes: new Uint8Array(await msg.file.slice(start, end).arrayBuffer()), fileSize: msg.file.size}))
+      : await CeraGGUFMeta.readUrl(msg.url);
+    if (!header.complete || header.tensors === null) {
+      throw new WorkerError('GGUFFormatError', `its header is longer than the ${CeraGGUFMeta.BUDGET >> 20} MiB read`);
+    }
+    const estimate = await CeraModelStore.estimate();
+    const name = file || new URL(msg.url, self.location.href).pathname.split('/').pop();
+    const reply = JSON.parse(await webapp.preflight(header.bytes, Number.isFinite(header.fileSize) ? header.fileSize : 0,
+      name, msg.limits ? JSON.stringify(msg.limits) : '', msg.backend || 'auto', msg.context ?? null,
+      estimate ? JSON.stringify({usage: estimate.usage, quota: estimate.quota}) : ''));
+    if (reply.error) throw new WorkerError(reply.error.kind, reply.error.message);
+    post({type: 'preflight', url, file, report: reply.report, summary: reply.summary, lines: reply.lines});
+  } catch (e) {
+    post({type: 'preflight', url, file, error: {kind: e.kind || e.name || 'Error', message: e.message || String(e)}});
+  }
 }
 
 // -- the conversations' state, kept across reloads (the prompt cache that survives) -----------------------------------
@@ -365,6 +394,7 @@ async function loadDraft(msg) {
 const WORKER_KINDS = {
   load: {run: load},
   'load-draft': {run: loadDraft},
+  preflight: {run: preflight},
   'cache-delete': {run: async (msg) => { await CeraModelStore.remove(msg.url); await postCache(); }},
   'snapshot-save': {run: snapshotSave},
   'snapshot-restore': {run: snapshotRestore},
