@@ -27,8 +27,9 @@ from cera_web.cpu_kernels import WASM, load_kernels
 from cera_web.gguf import GGML_BLOCK, GGMLType
 
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "smollm2_reference.json").read_text())
-QUANT = [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q6_K]
-F16_AT = {GGMLType.Q4_0: [0], GGMLType.Q4_1: [0, 2], GGMLType.Q8_0: [0], GGMLType.Q4_K: [0, 2], GGMLType.Q6_K: [208]}
+QUANT = [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q6_K]
+F16_AT = {GGMLType.Q4_0: [0], GGMLType.Q4_1: [0, 2], GGMLType.Q5_0: [0], GGMLType.Q5_1: [0, 2], GGMLType.Q8_0: [0],
+          GGMLType.Q4_K: [0, 2], GGMLType.Q6_K: [208]}
 
 
 @pytest.fixture(scope="module")

@@ -26,8 +26,8 @@ from ..gguf import GGML_BLOCK, GGMLType
 
 WASM = Path(__file__).with_name("qmatmul.wasm")
 PAGE = 65536
-KERNEL_TYPES = {GGMLType.F32, GGMLType.F16, GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q8_0, GGMLType.Q4_K,
-                GGMLType.Q6_K}
+KERNEL_TYPES = {GGMLType.F32, GGMLType.F16, GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1,
+                GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q6_K}
 _notified = False
 
 

@@ -10,7 +10,7 @@
  *     scratch  qmatmul_scratch_bytes(cols, T) bytes: x quantized to 16 bits (below)
  *   cols is a multiple of the type's block (32, or 256 for the K types); rows and T are anything >= 1.
  *
- *   Types: F32 (0), Q4_0 (2), Q4_1 (3), Q8_0 (8), Q4_K (12), Q6_K (14).
+ *   Types: F32 (0), Q4_0 (2), Q4_1 (3), Q5_0 (6), Q5_1 (7), Q8_0 (8), Q4_K (12), Q6_K (14).
  *   Quantized types: each row of x is quantized first in blocks of 32: the block's scale d = max|x| / 32767,
  *   q = round-half-even(x * (1 / d)) in [-32767, 32767] (int16), and s = d * sum(q). Each weight block's integers
  *   (int8 lanes) are widened to int16 and multiplied with the block's q by i32x4.dot_i16x8_s into int32 lanes; the
@@ -27,7 +27,7 @@
 
 #define QK 32
 
-enum { T_F32 = 0, T_Q4_0 = 2, T_Q4_1 = 3, T_Q8_0 = 8, T_Q4_K = 12, T_Q6_K = 14 };
+enum { T_F32 = 0, T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8, T_Q4_K = 12, T_Q6_K = 14 };
 
 static float f16_table[65536];
 
@@ -140,6 +140,61 @@ static void mm_q4_0(const uint8_t *w, uint32_t rows, uint32_t cols, uint32_t T, 
                     const float *xs, float *y) { mm_q4(0, w, rows, cols, T, xq, xd, xs, y); }
 static void mm_q4_1(const uint8_t *w, uint32_t rows, uint32_t cols, uint32_t T, const int16_t *xq, const float *xd,
                     const float *xs, float *y) { mm_q4(1, w, rows, cols, T, xq, xd, xs, y); }
+
+/* Q5_0 (22 bytes: f16 d, 4 bytes qh, 16 bytes of nibbles; w = d * (q - 16)) and Q5_1 (24 bytes: f16 d, f16 m, qh,
+ * nibbles; w = d * q + m). Element i < 16: low nibble of byte i plus bit i of qh as its 5th bit; element i + 16: the
+ * high nibble plus bit i + 16. */
+static inline v128_t fifth_bits(uint32_t h) {      /* lane i: 0x10 where bit i of the 16-bit h is set */
+    v128_t v = wasm_i8x16_swizzle(wasm_i16x8_splat((int16_t)h), wasm_i8x16_make(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
+    v128_t m = wasm_i8x16_make(1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128);
+    return wasm_v128_and(wasm_i8x16_eq(wasm_v128_and(v, m), m), wasm_i8x16_splat(0x10));
+}
+
+static inline __attribute__((always_inline)) void row_q5(int has_min, const uint8_t *row, uint32_t nb, uint32_t N,
+        uint32_t t0, const int16_t *xq, const float *xd, const float *xs, float *y, uint32_t rows, uint32_t r) {
+    v128_t mask = wasm_i8x16_splat(0x0f), sixteen = wasm_i8x16_splat(16);
+    uint32_t bb = has_min ? 24 : 22;
+    v128_t acc[TT];
+    float macc[TT];
+    for (uint32_t j = 0; j < N; j++) { acc[j] = wasm_f32x4_splat(0.0f); macc[j] = 0.0f; }
+    for (uint32_t b = 0; b < nb; b++) {
+        const uint8_t *blk = row + (size_t)b * bb, *ph = blk + (has_min ? 4 : 2);
+        float dw = f16(blk), mw = has_min ? f16(blk + 2) : 0.0f;
+        uint32_t qh = ph[0] | (ph[1] << 8) | (ph[2] << 16) | ((uint32_t)ph[3] << 24);
+        v128_t qs = wasm_v128_load(ph + 4);
+        v128_t lo = wasm_v128_or(wasm_v128_and(qs, mask), fifth_bits(qh & 0xffff));
+        v128_t hi = wasm_v128_or(wasm_u8x16_shr(qs, 4), fifth_bits(qh >> 16));
+        if (!has_min) { lo = wasm_i8x16_sub(lo, sixteen); hi = wasm_i8x16_sub(hi, sixteen); }
+        for (uint32_t j = 0; j < N; j++) {
+            uint32_t xi = (t0 + j) * nb + b;
+            const int16_t *a = xq + (size_t)xi * QK;
+            v128_t s = wasm_i32x4_add(dot16(lo, a), dot16(hi, a + 16));
+            acc[j] = wasm_f32x4_add(acc[j], wasm_f32x4_mul(wasm_f32x4_convert_i32x4(s), wasm_f32x4_splat(dw * xd[xi])));
+            if (has_min) macc[j] += mw * xs[xi];
+        }
+    }
+    for (uint32_t j = 0; j < N; j++) y[(size_t)(t0 + j) * rows + r] = hsum(acc[j]) + macc[j];
+}
+
+static inline __attribute__((always_inline)) void mm_q5(int has_min, const uint8_t *w, uint32_t rows, uint32_t cols,
+        uint32_t T, const int16_t *xq, const float *xd, const float *xs, float *y) {
+    uint32_t nb = cols / QK, rb = nb * (has_min ? 24 : 22);
+    for (uint32_t r = 0; r < rows; r++) {
+        const uint8_t *row = w + (size_t)r * rb;
+        uint32_t t0 = 0;
+        for (; t0 + TT <= T; t0 += TT) row_q5(has_min, row, nb, TT, t0, xq, xd, xs, y, rows, r);
+        switch (T - t0) {
+        case 1: row_q5(has_min, row, nb, 1, t0, xq, xd, xs, y, rows, r); break;
+        case 2: row_q5(has_min, row, nb, 2, t0, xq, xd, xs, y, rows, r); break;
+        case 3: row_q5(has_min, row, nb, 3, t0, xq, xd, xs, y, rows, r); break;
+        }
+    }
+}
+
+static void mm_q5_0(const uint8_t *w, uint32_t rows, uint32_t cols, uint32_t T, const int16_t *xq, const float *xd,
+                    const float *xs, float *y) { mm_q5(0, w, rows, cols, T, xq, xd, xs, y); }
+static void mm_q5_1(const uint8_t *w, uint32_t rows, uint32_t cols, uint32_t T, const int16_t *xq, const float *xd,
+                    const float *xs, float *y) { mm_q5(1, w, rows, cols, T, xq, xd, xs, y); }
 
 /* Q8_0 (34 bytes: f16 d, 32 int8; w = d * q); one row against N tokens as row_q4 */
 static inline __attribute__((always_inline)) void row_q8_0(const uint8_t *row, uint32_t nb, uint32_t N, uint32_t t0,
@@ -283,7 +338,8 @@ __attribute__((export_name("qmatmul"))) int32_t qmatmul(uint32_t type, const uin
                                                          const float *x, uint32_t T, float *y, uint8_t *scratch) {
     if (type == T_F32) { mm_f32((const float *)w, rows, cols, T, x, y); return 0; }
     uint32_t block = (type == T_Q4_K || type == T_Q6_K) ? 256 : QK;
-    if (cols % block || (type != T_Q4_0 && type != T_Q4_1 && type != T_Q8_0 && type != T_Q4_K && type != T_Q6_K))
+    if (cols % block || (type != T_Q4_0 && type != T_Q4_1 && type != T_Q5_0 && type != T_Q5_1 && type != T_Q8_0
+                         && type != T_Q4_K && type != T_Q6_K))
         return -1;
     int16_t *xq = (int16_t *)scratch;
     float *xd = (float *)(((uintptr_t)(scratch + (size_t)2 * T * cols) + 15) & ~(uintptr_t)15);
@@ -292,6 +348,8 @@ __attribute__((export_name("qmatmul"))) int32_t qmatmul(uint32_t type, const uin
     switch (type) {
     case T_Q4_0: mm_q4_0(w, rows, cols, T, xq, xd, xs, y); break;
     case T_Q4_1: mm_q4_1(w, rows, cols, T, xq, xd, xs, y); break;
+    case T_Q5_0: mm_q5_0(w, rows, cols, T, xq, xd, xs, y); break;
+    case T_Q5_1: mm_q5_1(w, rows, cols, T, xq, xd, xs, y); break;
     case T_Q8_0: mm_q8_0(w, rows, cols, T, xq, xd, y); break;
     case T_Q4_K: mm_q4_k(w, rows, cols, T, xq, xd, xs, y); break;
     case T_Q6_K: mm_q6_k(w, rows, cols, T, xq, xd, y); break;
