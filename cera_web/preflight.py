@@ -27,8 +27,8 @@ Speed: decode is bound by the bytes a token reads (every weight except the embed
 a tied LM head reads all of it) and, on GPUs, by the chain of ~150 dependent dispatches a token; prefill by the
 multiply-adds of the matrix products. gpu_microbench measures on the device: read bandwidth, the time of one
 dependent dispatch, float32 multiply-add and (with dot4I8Packed) int8 dot throughput, and the matrix-vector product
-of the decode kernels on a quantized matrix; cpu_microbench measures the CPU path's own product (reference._linear)
-for one token and a 16-token chunk. estimate() turns them and the model's costs into tokens a second; the
+of the decode kernels on a quantized matrix; cpu_microbench measures the CPU path's own products (its WebAssembly
+kernels per weight type, and reference._linear's float32) for one token and a 16-token chunk. estimate() turns them and the model's costs into tokens a second; the
 constants are calibrated against measured runs (BENCHMARKS.md: "Preflight estimates").
 """
 from __future__ import annotations
@@ -57,7 +57,8 @@ def model_costs(gguf, spec) -> dict:
     step, as the GPU model records them: 5 a layer, one more for each extra Q/K/V type, two for post-norms, 4 for
     embedding, final norm, head and argmax)}."""
     types: dict = {}
-    params = weights = decode = matrix = 0
+    by_type: dict = {}                  # matrix weights multiplied a token, by type (the CPU path's cost)
+    params = weights = decode = matrix = n_matrices = 0
     tied = spec.lm_head == "token_embd.weight"
     for t in gguf.tensors.values():
         e = types.setdefault(t.type.name, {"tensors": 0, "params": 0, "bytes": 0})
@@ -73,6 +74,8 @@ def model_costs(gguf, spec) -> dict:
             decode += t.nbytes
             if len(t.shape) > 1 and t.name != "token_embd.weight" or (t.name == "token_embd.weight" and tied):
                 matrix += t.n_elements
+                n_matrices += 1
+                by_type[t.type.name] = by_type.get(t.type.name, 0) + t.n_elements
     dispatches = 4
     for i, layer in enumerate(spec.layers):
         n = 5
@@ -84,7 +87,9 @@ def model_costs(gguf, spec) -> dict:
             n += 2
         dispatches += n
     return {"params": params, "weights": weights, "types": dict(sorted(types.items(), key=lambda kv: -kv[1]["bytes"])),
-            "decode_bytes": decode, "matrix_params": matrix, "flops": 2 * matrix, "dispatches": dispatches}
+            "decode_bytes": decode, "matrix_params": matrix, "matrix_by_type": by_type, "matrices": n_matrices,
+            "flops": 2 * matrix,
+            "dispatches": dispatches}
 
 
 def scratch_bytes(spec, chunk: int) -> int:
@@ -105,8 +110,9 @@ def memory_need(spec, costs: dict, context: int, kv_cache: str, backend: str, ch
     """{weights, kv_cache, scratch, total} in bytes for a load at ``context`` tokens (backend "webgpu": packed weights
     on the GPU; "cpu": float32 weights in the heap)."""
     kv = spec.kv_bytes(context, kv_cache)[1]
-    if backend == "cpu":
-        w = 4 * costs["params"]
+    if backend == "cpu":                # the CPU kernels keep their types packed; the rest is float32
+        kept = costs.get("cpu_kernel_types", ())
+        w = sum(v["bytes"] if k in kept else 4 * v["params"] for k, v in costs["types"].items())
         scratch = 4 * chunk * (4 * spec.hidden + 2 * spec.ffn) + 8 * spec.vocab * chunk
     else:
         w = costs["weights"]
@@ -174,31 +180,83 @@ def auto_fit(spec, costs: dict, *, limits: dict | None, features=(), backend: st
 
 # -- micro-benchmarks ------------------------------------------------------------------------------------------------
 
-def cpu_microbench(seconds: float = 0.1) -> dict:
-    """The CPU path's own products, timed here (~100 ms): reference._linear of a float32 matrix by one token (decode:
-    bound by reading the matrix) and by a 16-token chunk (prefill). Returns {matvec_params_s, matmul_params_s,
-    call_s} (weights multiplied a second, per token; call_s: one small numpy product, the per-call overhead)."""
+def cpu_kernel_types() -> set:
+    """Names of the types the CPU path keeps packed and multiplies with its WebAssembly kernels (cera_web.cpu_kernels)
+    where they are built and wanted; empty where it uses float32 numpy products only."""
+    from .cpu_kernels import KERNEL_TYPES, WASM
+    from .models.cpu import kernels_wanted
+    return {t.name for t in KERNEL_TYPES} if kernels_wanted() and WASM.exists() else set()
+
+
+async def cpu_microbench(seconds: float = 0.1) -> dict:
+    """The CPU path's own products, timed here (about ``seconds``): reference._linear of a 4096 x 1024 float32 matrix
+    (16 MiB: more than a CPU cache holds) by one token (decode) and by a 16-token chunk (prefill), and, where the CPU
+    kernels run, each kernel type's product (cpu_kernels: 1024 x 1024 blocks of random bytes) the same two ways.
+    Returns {"f32": {"t1", "t16"}, TYPE: {"t1", "t16"}, ..., "call_s"}: weights multiplied a second per token, and
+    the time of one small product (the per-call overhead)."""
     import numpy as np
-    from .reference import _linear
+    from .gguf import GGML_BLOCK, GGMLType
+    from .reference import _causal_gqa, _linear, rms_norm, rope_inv_freq, rope_neox, silu
     rng = np.random.default_rng(0)
-    w = rng.standard_normal((4096, 1024), dtype=np.float32)     # 16 MiB: more than a CPU cache holds
+
+    def rate(fn, n_params, rows, budget):
+        """n_params × rows over the median time of one call, timed in batches of at least 2 ms (a browser's clock
+        ticks in 0.1 ms steps; the median leaves a busy machine's pauses out)."""
+        fn(rows)
+        t0 = time.perf_counter()
+        fn(rows)
+        batch = max(1, int(0.002 / max(time.perf_counter() - t0, 1e-6)))
+        times, t0 = [], time.perf_counter()
+        while time.perf_counter() - t0 < budget or len(times) < 3:
+            t1 = time.perf_counter()
+            for _ in range(batch):
+                fn(rows)
+            times.append((time.perf_counter() - t1) / batch)
+        return n_params * rows / sorted(times)[len(times) // 2]
+
+    xs = {rows: rng.standard_normal((rows, 1024), dtype=np.float32) for rows in (1, 16)}
+    w = rng.standard_normal((4096, 1024), dtype=np.float32)         # 16 MiB
+    small = rng.standard_normal((2048, 1024), dtype=np.float32)[:, :640]      # 5 MiB: a small model's FFN matrix
+    small = np.ascontiguousarray(small)
+    xsm = {rows: x[:, :640].copy() for rows, x in xs.items()}
+    kinds = sorted(cpu_kernel_types() - {"F16"})          # F16 is placed as F32
+    share = seconds * 0.8 / (2 * (len(kinds) + 4))
+    out = {"numpy": {f"t{r}": rate(lambda r: _linear(xs[r], w), w.size, r, share) for r in (1, 16)},
+           "numpy_small": {f"t{r}": rate(lambda r: _linear(xsm[r], small), small.size, r, share) for r in (1, 16)}}
+    # the non-product work of one attention layer (norms, RoPE, attention over 64 keys, the gate, the adds) at a
+    # small model's sizes: hidden 640, 8 heads and 2 KV heads of 64, FFN 2048
+    inv = rope_inv_freq(64, 10000.0)
+    gain = np.ones(640, np.float32)
+
+    def layer(rows):
+        x = xsm[rows]
+        pos = np.arange(64, 64 + rows)
+        h = rms_norm(x, gain, 1e-5)
+        q = rope_neox(h[:, :512].reshape(rows, 8, 64), pos, inv)
+        k = rope_neox(h[:, :128].reshape(rows, 2, 64), pos, inv)
+        keys = np.concatenate([np.ones((64, 2, 64), np.float32), k])
+        a = _causal_gqa(q, keys, keys, pos, np.float32(0.125))
+        x = x + a[:, :640] if a.shape[1] >= 640 else x + np.pad(a, ((0, 0), (0, 640 - a.shape[1])))
+        g = np.tile(rms_norm(x, gain, 1e-5), (1, 4))[:, :2048]
+        return x + (silu(g) * g)[:, :640]
+    out["layer_s"] = {f"t{r}": r / rate(layer, 1, r, share) for r in (1, 16)}
+    if kinds:
+        from .models.cpu import make_kernels
+        kernels = await make_kernels()
+        for name in kinds if kernels is not None else ():
+            t = GGMLType[name]
+            elems, nbytes = GGML_BLOCK[t]
+            raw = np.frombuffer(rng.bytes(1024 * 1024 // elems * nbytes), np.uint8) & np.uint8(0x3F)
+            q = kernels.place(raw, t, 1024, 1024)
+            out[name] = {f"t{r}": rate(lambda r: q.matmul(xs[r]), 1024 * 1024, r, share) for r in (1, 16)}
+        if kernels is not None:          # the fixed cost of one kernel call: a 32 x 256 Q8_0 product
+            elems, nbytes = GGML_BLOCK[GGMLType.Q8_0]
+            q = kernels.place(np.zeros(32 * 256 // elems * nbytes, np.uint8), GGMLType.Q8_0, 32, 256)
+            xt = {r: x[:, :256].copy() for r, x in xs.items()}
+            out["kcall_s"] = {f"t{r}": r / rate(lambda r: q.matmul(xt[r]), 1, r, share) for r in (1, 16)}
     tiny = rng.standard_normal((8, 8), dtype=np.float32)
-    out = {}
-    for key, rows in (("matvec_params_s", 1), ("matmul_params_s", 16)):
-        x = rng.standard_normal((rows, 1024), dtype=np.float32)
-        _linear(x, w)
-        n, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < seconds * 0.45:
-            _linear(x, w)
-            n += 1
-        out[key] = w.size * rows * n / (time.perf_counter() - t0)
-    x = tiny[:1]
-    n, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds * 0.1:
-        _linear(x, tiny)
-        n += 1
-    out["call_s"] = (time.perf_counter() - t0) / n
-    return {k: float(v) for k, v in out.items()}
+    out["call_s"] = 1 / rate(lambda r: _linear(tiny[:1], tiny), 1, 1, seconds * 0.05)
+    return out
 
 
 _FMA_WGSL = """
@@ -367,13 +425,20 @@ def estimate(spec, costs: dict, backend: str, bench: dict | None, chunk: int = 5
         return {}
     kv_row = spec.kv_bytes(1, "f32")[1]
     if backend == "cpu":
-        if "matvec_params_s" not in bench:
+        if "numpy" not in bench:
             return {}
-        calls = 12 * spec.n_layers + 8
-        decode = costs["matrix_params"] / bench["matvec_params_s"] + calls * bench["call_s"] * CPU_CALL_FACTOR
-        prefill = costs["matrix_params"] / bench["matmul_params_s"] + calls * bench["call_s"] * CPU_CALL_FACTOR / 16
-        decode *= CPU_DECODE_FACTOR
-        prefill *= CPU_PREFILL_FACTOR
+        big = 4 * spec.hidden * spec.ffn > 8 << 20          # float32 matrices past a CPU cache: the 16 MiB rate
+        out = {}
+        for key, rows in (("t1", 1), ("t16", 16)):
+            t = 0.0
+            for name, n in costs["matrix_by_type"].items():
+                r = bench.get(name) or bench["numpy" if big else "numpy_small"]   # no kernel: float32 numpy
+                t += n / r[key]
+            kcall = bench.get("kcall_s", {}).get(key, bench["call_s"] * rows)
+            t += costs["matrices"] * kcall / rows + spec.n_layers * bench["layer_s"][key] / rows
+            out[key] = t
+        decode = out["t1"] * CPU_DECODE_FACTOR
+        prefill = out["t16"] * CPU_PREFILL_FACTOR
     else:
         if "read_bps" not in bench:
             return {}
@@ -390,7 +455,6 @@ def estimate(spec, costs: dict, backend: str, bench: dict | None, chunk: int = 5
 
 
 # Calibration (BENCHMARKS.md "Preflight estimates"): measured / micro-benchmark-only prediction, per path.
-CPU_CALL_FACTOR = 1.0
 CPU_DECODE_FACTOR = 1.0
 CPU_PREFILL_FACTOR = 1.0
 SOFT_DECODE_FACTOR = 1.0
@@ -401,12 +465,11 @@ GPU_GEMM_EFFICIENCY = 0.25
 
 # -- the report ----------------------------------------------------------------------------------------------------
 
-def choose_backend(costs: dict, is_cpu: bool, backend: str = "auto") -> str:
-    """The backend a load will run on (loading.choose_backend's rule, from the costs alone)."""
-    from .loading import CPU_WEIGHT_BYTES
-    if backend == "cpu" or (backend == "auto" and is_cpu and 4 * costs["params"] <= CPU_WEIGHT_BYTES):
-        return "cpu"
-    return "webgpu"
+def choose_backend(gguf, is_cpu: bool, backend: str = "auto") -> str:
+    """The backend a load will run on: loading.choose_backend's answer for a device that is (or is not) a CPU."""
+    from types import SimpleNamespace
+    from .loading import choose_backend as rule
+    return rule(backend, SimpleNamespace(is_cpu=is_cpu), gguf)
 
 
 def preflight(gguf, file_size: int, *, limits: dict | None = None, features=(), is_cpu: bool = False,
@@ -420,7 +483,8 @@ def preflight(gguf, file_size: int, *, limits: dict | None = None, features=(), 
     (limits None: no GPU); probe: probe_memory's answer; quota: {usage, quota} from navigator.storage.estimate."""
     spec = spec or model_spec(gguf)
     costs = model_costs(gguf, spec)
-    where = "cpu" if limits is None else choose_backend(costs, is_cpu, backend)
+    costs["cpu_kernel_types"] = cpu_kernel_types()
+    where = "cpu" if limits is None else choose_backend(gguf, is_cpu, backend)
     chunk = 16 if where == "cpu" else (64 if is_cpu else 512)
     ctx = context or CONTEXT_SIZE
     budget = HEAP_BYTES if where == "cpu" else (probe["bytes"] if probe and probe.get("ok") is False else None)

@@ -186,14 +186,16 @@ async def preflight(prefix, total, name: str, limits_json: str = "", backend: st
         gguf = _parse_prefix(data, int(total), name)
         override = json.loads(limits_json) if limits_json else None
         facts = await _adapter_facts(override) if backend != "cpu" else None
-        if _state.cpu_bench is None:
-            _state.cpu_bench = pf.cpu_microbench()
         quota = json.loads(quota_json) if quota_json else None
         spec = check(gguf).spec
         kw = dict(limits=facts["limits"], features=facts["features"], is_cpu=facts["is_cpu"],
                   adapter=facts["name"]) if facts else {}
         report = pf.preflight(gguf, int(total), backend=backend, context=context, cpu_bench=_state.cpu_bench,
                               quota=quota, spec=spec, **kw)
+        if report["backend"] == "cpu" and not report.get("refused") and _state.cpu_bench is None:
+            _state.cpu_bench = await pf.cpu_microbench()         # measured once a worker, when a model needs it
+            report = pf.preflight(gguf, int(total), backend=backend, context=context, cpu_bench=_state.cpu_bench,
+                                  quota=quota, spec=spec, **kw)
         if report["backend"] == "webgpu" and facts and not report.get("refused"):
             if facts["bench"] is None:              # measured once a worker, for the first model that needs it
                 facts["bench"] = await pf.gpu_microbench(await _probe_device(override))

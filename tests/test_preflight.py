@@ -59,7 +59,9 @@ def test_numbers_match_the_gguf_package_and_the_metadata(path):
     for width, name in ((4, "f32"), (2, "f16")):
         want = 2 * 1000 * sum(kv) * head_dim * width
         assert report["memory"][name]["kv_cache"] == want
-        assert report["memory"][name]["total"] == (4 * report["params"] if report["backend"] == "cpu"
+        kept = pf.cpu_kernel_types()        # the CPU path keeps these packed, the rest as float32
+        cpu_weights = sum(int(t.n_bytes) if t.tensor_type.name in kept else 4 * int(t.n_elements) for t in reader.tensors)
+        assert report["memory"][name]["total"] == (cpu_weights if report["backend"] == "cpu"
                                                    else report["weights"]) + want + report["memory"][name]["scratch"]
 
 
@@ -149,3 +151,55 @@ def test_scratch_is_what_a_loaded_model_holds_besides_weights_and_cache(smollm2_
         assert abs(need["scratch"] - held["other"]) <= 0.25 * held["other"]
     finally:
         eng.close()
+
+
+def test_the_page_shows_the_preflight_and_refuses_what_cannot_fit_before_any_download(browser, server_url):
+    """The chat page (tiny model loaded on SwiftShader's WebGPU, the binding limit lowered to 100,000 bytes with
+    ?max_binding: no served model holds 256 tokens of KV cache a layer there): opening "Will it run here?" lists every
+    served model with its verdict and numbers, read from headers by Range requests only; picking one that cannot fit
+    shows why, with the numbers, and downloads nothing."""
+    pytest.importorskip("playwright.sync_api")
+    import json as _json
+    import re
+
+    from playwright.sync_api import expect
+    served = _json.loads(__import__("serve").models_index())["models"]
+    context = browser.new_context()
+    page = context.new_page()
+    requests = []
+    page.on("request", lambda r: requests.append((r.url, r.method, r.headers.get("range")))
+            if "/models/" in r.url and not r.url.endswith("index.json") else None)
+    page.route(f"{server_url}/fake/qwen3.gguf", lambda route: route.fulfill(
+        status=200, body=(SMALL / "qwen3-q8_0.gguf").read_bytes(),
+        headers={"Content-Type": "application/octet-stream"}))
+    try:
+        page.goto(server_url + "/?model=/fake/qwen3.gguf&backend=webgpu&max_binding=100000")
+        status = page.get_by_role("status")
+        expect(status).to_have_text(re.compile(r"^Ready|^Loading failed"), timeout=300_000)
+        expect(status).to_have_text(re.compile(r"^Ready"), timeout=1)
+        page.evaluate("document.getElementById('drawer').open = true")
+        page.get_by_text("Will it run here?", exact=True).click()
+        items = page.locator("#preflight li")
+        expect(items).to_have_count(len(served), timeout=240_000)
+        smol = page.locator('#preflight li[data-url$="SmolLM2-135M-Instruct.Q4_1.gguf"]')
+        expect(smol).to_have_attribute("data-fits", "false")
+        expect(smol.locator("summary")).to_have_text("SmolLM2 135M Instruct: does not fit here")
+        text = smol.inner_text() if smol.locator("details").get_attribute("open") is not None else \
+            smol.locator("details").evaluate("d => { d.open = true; return d.innerText; }")
+        assert "parameters: 134.5 M" in text and "Q4_1 ×210" in text and "file: 98.4 MB" in text, text
+        assert re.search(r"refused: .*256 tokens need [\d,]+ bytes .*binding limit of 100,000 bytes", text), text
+        expect(page.locator('#model-select option[title="SmolLM2-135M-Instruct.Q4_1.gguf"]')).to_have_attribute(
+            "data-preflight", "does not fit here")
+        page.get_by_label("Model", exact=True).select_option(value="/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+        expect(page.locator("#load-error")).to_have_text(re.compile(
+            r"^SmolLM2 135M Instruct cannot run here, so it was not downloaded: .*256 tokens need [\d,]+ bytes"))
+        expect(status).to_have_text(re.compile(r"^Ready"))
+        # header reads only: Range requests within the 8 MiB budget, never the whole file
+        assert requests, "no header was read"
+        for url, method, rng in requests:
+            assert method in ("GET", "HEAD") and (method == "HEAD" or rng), (url, method, rng)
+            if rng:
+                start, end = map(int, re.fullmatch(r"bytes=(\d+)-(\d+)", rng).groups())
+                assert end < 8 << 20, (url, rng)
+    finally:
+        context.close()

@@ -171,6 +171,16 @@ async function load(msg) {
 // ggufmeta.js), the storage quota (navigator.storage.estimate), then Python's preflight (cera_web/preflight.py:
 // memory, the fit with a probe allocation released at once, the context a load would take, the speed estimated
 // from micro-benchmarks measured once a worker). Answered with one 'preflight' message, never an 'error'.
+// Bytes start..end of url by one Range request; a server that answers with the whole file is not read on.
+async function rangeBytes(url, start, end) {
+  const resp = await fetch(url, {headers: {Range: `bytes=${start}-${end - 1}`}, cache: 'no-store'});
+  if (resp.status !== 206) {
+    if (resp.body) resp.body.cancel().catch(() => {});
+    throw new WorkerError('DownloadError', `the server did not answer a Range request for ${url}`);
+  }
+  return new Uint8Array(await resp.arrayBuffer());
+}
+
 async function preflight(msg) {
   const url = msg.url ?? null;
   const file = msg.file ? msg.file.name : null;
@@ -185,10 +195,23 @@ async function preflight(msg) {
     }
     const estimate = await CeraModelStore.estimate();
     const name = file || new URL(msg.url, self.location.href).pathname.split('/').pop();
-    const reply = JSON.parse(await webapp.preflight(header.bytes, Number.isFinite(header.fileSize) ? header.fileSize : 0,
-      name, msg.limits ? JSON.stringify(msg.limits) : '', msg.backend || 'auto', msg.context ?? null,
-      estimate ? JSON.stringify({usage: estimate.usage, quota: estimate.quota}) : ''));
+    let bytes = header.bytes;
+    let reply;
+    for (let round = 0; round < 4; round++) {   // Python's parser may want a few bytes more (the data's alignment)
+      reply = JSON.parse(await webapp.preflight(bytes, Number.isFinite(header.fileSize) ? header.fileSize : 0,
+        name, msg.limits ? JSON.stringify(msg.limits) : '', msg.backend || 'auto', msg.context ?? null,
+        estimate ? JSON.stringify({usage: estimate.usage, quota: estimate.quota}) : ''));
+      if (!reply.need) break;
+      if (reply.need > CeraGGUFMeta.BUDGET) throw new WorkerError('GGUFFormatError', 'its header is too long to read');
+      const more = msg.file ? new Uint8Array(await msg.file.slice(bytes.length, reply.need).arrayBuffer())
+        : await rangeBytes(msg.url, bytes.length, reply.need);
+      const joined = new Uint8Array(bytes.length + more.length);
+      joined.set(bytes);
+      joined.set(more, bytes.length);
+      bytes = joined;
+    }
     if (reply.error) throw new WorkerError(reply.error.kind, reply.error.message);
+    if (!reply.report) throw new WorkerError('GGUFFormatError', 'its header could not be read whole');
     post({type: 'preflight', url, file, report: reply.report, summary: reply.summary, lines: reply.lines});
   } catch (e) {
     post({type: 'preflight', url, file, error: {kind: e.kind || e.name || 'Error', message: e.message || String(e)}});

@@ -28,11 +28,12 @@ def prompt_ids(tokenizer, n: int) -> list[int]:
 
 
 async def run(engine, prompt_tokens: int = 512, decode_tokens: int = 128, steps_per_read: int | None = None,
-              repeats: int = 1, decode_after: int = 16) -> dict:
+              repeats: int = 1, decode_after: int = 16, with_estimate: bool = True) -> dict:
     """steps_per_read: decode steps a readback; None (the default) lets the engine's ReadPacer choose, as the CLI
     and the page do ("steps_per_read": "auto" in the JSON, with the last read's count and the step time it saw).
     decode_after: the decode run's prompt length, so its tokens are at positions decode_after.. (16 by default, as
-    llama-bench's tg runs near the start; a long one measures decoding late in a conversation)."""
+    llama-bench's tg runs near the start; a long one measures decoding late in a conversation). with_estimate: add
+    the preflight's estimate for this engine and its micro-benchmark (estimate())."""
     dev = engine.dev
     ids = prompt_ids(engine.tokenizer, max(prompt_tokens, decode_after))
     decode_ids, ids = ids[:decode_after], ids[:prompt_tokens]
@@ -76,7 +77,21 @@ async def run(engine, prompt_tokens: int = 512, decode_tokens: int = 128, steps_
         **best,     # the repeat with the fastest decode
         "prefill_tok_s_runs": [r[0] for r in runs],     # every repeat, in order
         "decode_tok_s_runs": [r[1] for r in runs],
+        **(await estimate(engine, len(ids), decode_after) if with_estimate else {}),
     }
+
+
+async def estimate(engine, prompt_tokens: int, decode_after: int) -> dict:
+    """The preflight's estimate for this engine where it runs (cera_web.preflight: the micro-benchmark of its device,
+    or of the CPU path, and the model's costs), beside the measured figures: {"estimate": {decode_tok_s,
+    prefill_tok_s}, "microbench": {...}}."""
+    from .. import preflight as pf
+    spec = engine.plan.spec
+    costs = pf.model_costs(engine.gguf, spec)
+    bench = await (pf.cpu_microbench() if engine.cpu else pf.gpu_microbench(engine.dev))
+    est = pf.estimate(spec, costs, "cpu" if engine.cpu else "webgpu", bench, engine.model.chunk,
+                      position=decode_after + 64)
+    return {"estimate": est, "microbench": bench}
 
 
 EDIT_FUNCTION = "\n".join([

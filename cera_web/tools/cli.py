@@ -169,19 +169,20 @@ def _fit(g, context: int | None, kv_cache: str | None = None, backend: str = "au
 
         async def measure():
             bench = probe = None
+            cpu = await pf.cpu_microbench()
             if dev is not None:
                 bench = await pf.gpu_microbench(dev)
                 costs = pf.model_costs(g, spec)
                 need = pf.memory_need(spec, costs, shown, kv_cache or "f32", "webgpu", dev.prefill_chunk)["total"]
                 probe = await pf.probe_memory(dev, need)
-            return bench, probe
+            return bench, probe, cpu
 
-        bench, probe = asyncio.run(measure())
+        bench, probe, cpu = asyncio.run(measure())
         report = pf.preflight(g, g.file_size, limits=dev.limits if dev else None,
                               features=dev.features if dev else (), is_cpu=bool(dev and dev.is_cpu),
                               adapter=dev.name if dev else "", backend=backend, context=context, kv_cache=kv_cache,
-                              bench=bench, cpu_bench=pf.cpu_microbench(), probe=probe, spec=spec)
-        report["microbench"] = {"gpu": bench}
+                              bench=bench, cpu_bench=cpu, probe=probe, spec=spec)
+        report["microbench"] = {"gpu": bench, "cpu": cpu}
         if as_json:
             print(json.dumps(report))
             return

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Pack an X server for the H200 (issue 26, session 13): Debian 12's Xvfb and xkbcomp with every library they link
 # (glibc's own excepted) and the XKB data, as one small xz tarball, .xv/xv.tar.xz (git-ignored). On the device
-# h200_s13_page.sh unpacks it to /opt/xv, links only the libraries the machine lacks, and starts Xvfb, so that
+# h200_page_gpu.sh (session 13: h200_s13_page.sh) unpacks it to /opt/xv, links only the libraries the machine lacks, and starts Xvfb, so that
 # Chromium can run headed (Ozone X11), where its Vulkan instance asks for VK_KHR_xcb_surface (NVIDIA's driver has it)
 # instead of the headless surface extension that failed in session 12. Run it in the repository root:
 #

@@ -1,14 +1,21 @@
-"""The page in Chromium on the H200 under a carried Xvfb (issue 26, session 13): called by h200_s13_page.sh.
+"""The page in Chromium on the H200 under a carried Xvfb (issue 26; sessions 13, 15, 16): called by h200_page_gpu.sh
+(session 13's h200_s13_page.py and session 15's h200_s15_page.py, merged).
 
-    python3 h200_s13_page.py probe OUTDIR      launch Chromium once per flag set below (headed on Ozone X11 under
+    python3 h200_page_gpu.py probe OUTDIR      launch Chromium once per flag set below (headed on Ozone X11 under
                                                $DISPLAY, or headless); for each, navigator.gpu.requestAdapter()'s
                                                info, features and limits and chrome://gpu's text, into
                                                OUTDIR/probe.json. The first set (in this order) whose adapter is a
                                                real GPU's is chosen for the steps below (/tmp/pg_flags.json).
-    python3 h200_s13_page.py page [tests/bench_browser.py args]     tests/bench_browser.py unchanged, in the chosen
-                                               browser mode and flags
-    python3 h200_s13_page.py wllama MODEL WLLAMA_DIR [h200_page.py wllama args]
+                                               PG_PROBE=one (session 15's): only CHOSEN, then every set if it fails
+    python3 h200_page_gpu.py page [tests/bench_browser.py args]     tests/bench_browser.py unchanged (its --model
+                                               picks the file), in the chosen browser mode and flags
+    python3 h200_page_gpu.py wllama MODEL WLLAMA_DIR [h200_page.py wllama args]
                                                h200_page.py's wllama runner (every layer on WebGPU) likewise
+    python3 h200_page_gpu.py tag ENGINE MODEL < bench.json      one line of estimate.jsonl: the bench's JSON (its
+                                               last line) with {"engine", "file"} added
+    python3 h200_page_gpu.py predicted estimate.jsonl    one JSON object: per line, predicted (the preflight's
+                                               "estimate") and measured decode / prefill tok/s, measured/predicted,
+                                               and whether the prediction is within ±35% of the measurement
 
 Session 12 (h200_page.py) found only SwiftShader in headless Chromium: its Vulkan instance failed there
 (vkCreateInstance -7, a surface extension missing under headless Ozone). Under X11, Chromium's Vulkan instance asks
@@ -123,11 +130,57 @@ def _force_mode():
     BrowserType.launch = launch_in_mode
 
 
+CHOSEN = "x11-vulkan-angle-no-surface"     # the one flag set that gave the NVIDIA adapter (sessions 13 and 15)
+
+
+def probe_one(outdir):
+    """Session 15's probe: CHOSEN alone, then every set if it gives no GPU adapter."""
+    global FLAG_SETS, COMPAT_SETS
+    all_sets, compat = FLAG_SETS, COMPAT_SETS
+    FLAG_SETS, COMPAT_SETS = [s for s in all_sets if s[0] == CHOSEN], []
+    rc = probe(outdir)
+    if rc:
+        print(f"{CHOSEN} gave no GPU adapter: probing every flag set", flush=True)
+        FLAG_SETS, COMPAT_SETS = all_sets, compat
+        rc = probe(outdir)
+    return rc
+
+
+def tag(engine, model):
+    lines = [line for line in sys.stdin.read().splitlines() if line.startswith("{")]
+    row = json.loads(lines[-1]) if lines else {"error": "no JSON from the bench"}
+    print(json.dumps({"engine": engine, "file": model, **row}))
+
+
+def predicted(path):
+    rows = []
+    for line in Path(path).read_text().splitlines():
+        r = json.loads(line)
+        est = r.get("estimate") or {}
+        row = {"file": r["file"], "engine": r["engine"], "backend": r.get("backend")}
+        for k in ("decode_tok_s", "prefill_tok_s"):
+            m, p = r.get(k), est.get(k)
+            ratio = m / p if m and p else None
+            row[k] = {"predicted": p, "measured": m, "measured_over_predicted": ratio and round(ratio, 3),
+                      "within_35": ratio is not None and abs(p - m) <= 0.35 * m}
+        rows.append(row)
+    print(json.dumps({"rows": rows, "all_within_35": all(r[k]["within_35"] for r in rows
+                                                         for k in ("decode_tok_s", "prefill_tok_s"))}, indent=1))
+
+
 if __name__ == "__main__":
     cmd, rest = sys.argv[1], sys.argv[2:]
     if cmd == "probe":
-        sys.exit(probe(rest[0]))
+        sys.exit(probe_one(rest[0]) if os.environ.get("PG_PROBE", "all") == "one" else probe(rest[0]))
+    elif cmd == "tag":
+        tag(*rest)
+    elif cmd == "predicted":
+        predicted(rest[0])
     elif cmd == "page":
+        # The pack carries the page's assets (pyodide, pyscript, stamps), not every default asset of the commit (a
+        # later one needs a pip download, and the H200 reaches no index): no check (session 15).
+        import cera_web.tools.assets
+        cera_web.tools.assets.ensure_assets = lambda **kw: None
         _force_mode()
         h200_page.page(rest)
     elif cmd == "wllama":

@@ -1,24 +1,42 @@
 #!/bin/bash
-# The page in Chromium on the H200 for Gemma 3 270M Q4_K_M (issue 26, session 15): h200_s13_page.sh with the model
-# changed, no wllama, the probe cut to the one flag set that gave the NVIDIA adapter in session 13 (all of session
-# 13's sets only if that one fails), and the page and native steps repeated in turn until PG_UNTIL seconds.
+# The page in Chromium on the H200's GPU under a carried Xvfb (issue 26), and the preflight's speed estimates against
+# what the page and the native engine measure (issue 30 item 3). One script for what sessions 13 and 15 ran as
+# h200_s13_page.sh / h200_s15_page.sh (merged in session 16; the old runs' settings are below), parametrized:
+#   PG_MODELS   files of .assets/models carried in the pack (default: SmolLM2-135M-Instruct.Q4_1.gguf); the page,
+#               page512 and native steps run the first, the estimate step every one plus a synthetic 1B
+#   PG_PROBE    "one" (default: the flag set that gave the NVIDIA adapter in sessions 13 and 15, all sets if it
+#               fails) or "all" (every flag set, as session 13)
+#   PG_STEPS    the steps of `run`, in order (default "probe estimate"): probe, page (128 prompt / 128 decode
+#               tokens), page512 (512 / 128), native (`python -m cera_web bench`, 512/128 and 128/128, 3 repeats),
+#               wllama (needs .pgb/wllama-*.tgz), estimate (below)
+#   PG_UNTIL    a step that would start after this many seconds is skipped (default 540)
+#   PG_SYNTH    the synthetic shape of the estimate step (default llama-3.2-1b, Q4_K_M; "" for none)
+# Session 13 (SmolLM2, docs/bench/h200-s13-page*): PG_PROBE=all PG_STEPS="probe page native wllama page512".
+# Session 15 (Gemma 3 270M / Qwen 0.5B, docs/bench/h200-s15-page*): PG_MODELS=<the one file>
+#   PG_STEPS="probe page page512 native page page512 native page page512 native page page512" PG_UNTIL=330.
+#
+# The estimate step (issue 30): for each model, tests/bench_browser.py (the page's engine, 128/64 tokens) and the
+# native bench (128/64, 3 repeats) both print the preflight's estimate ("estimate": cera_web/preflight.py, from the
+# micro-benchmark of the same device and the model's bytes and operations a token) beside what they measured; then
+# `h200_page_gpu.py predicted` writes $OUT/predicted.json: per model and engine, predicted and measured decode and
+# prefill tok/s, their ratio and whether it is within ±35%. The synthetic 1B is made there (bench --synthetic) and
+# served to the page from .assets/models.
 #
 # Here, once, in the repository root (all outputs git-ignored):
-#   PG_MODELS="gemma-3-270m-Q4_K_M.gguf" PG_NO_WLLAMA=1 sh docs/bench/scripts/pack_chromium.sh 53
-#                                             # .pg/pg.tar.xz.00..NN (the model inside), .gl, .whl, .pgb (src.tar.xz)
+#   PG_MODELS="SmolLM2-135M-Instruct.Q4_1.gguf gemma-3-270m-Q4_K_M.gguf qwen2.5-coder-0.5b-instruct-Q4_K_M.gguf" \
+#     PG_NO_WLLAMA=1 sh docs/bench/scripts/pack_chromium.sh 53
+#                                             # .pg/pg.tar.xz.00..NN (the models inside), .gl, .whl, .pgb (src.tar.xz)
 #   sh docs/bench/scripts/pack_xvfb.sh        # .xv/xv.tar.xz
-# Then one device call per piece, each right after the last (the machine stays warm 30 s; /opt stays while held):
-#   calls 1..N-1: carry [".pg/pg.tar.xz.0K"]                      command: bash docs/bench/scripts/h200_s15_page.sh stash
-#   call N: carry [".pg/pg.tar.xz.LAST", ".gl", ".whl", ".pgb", ".xv"]  command: bash docs/bench/scripts/h200_s15_page.sh run N
-# Writes to $OUT: env.txt, xvfb.log, probe.json, page.jsonl, native.jsonl, chromium.log and log.txt.
-# PG_STEPS (default below) picks the steps of `run`, in order (page: 128 prompt and 128 decode tokens; page512: 512
-# and 128; native: `python -m cera_web bench` at 512/128 and 128/128, 3 repeats each); a step that would start after
-# PG_UNTIL seconds (default 330) is skipped.
+# Then one device call per piece, each right after the last (the machine stays warm; /opt stays while held):
+#   calls 1..N-1: carry [".pg/pg.tar.xz.0K"]                         command: bash docs/bench/scripts/h200_page_gpu.sh stash
+#   call N: carry [".pg/pg.tar.xz.LAST", ".gl", ".whl", ".pgb", ".xv"]
+#           command: PG_MODELS="<the same list>" bash docs/bench/scripts/h200_page_gpu.sh run N
+# Writes to $OUT: env.txt, xvfb.log, probe.json, page.jsonl, native.jsonl, wllama.jsonl, estimate.jsonl,
+# predicted.json, chromium.log and log.txt.
 set -u
 OUT=${OUT:-/tmp/pg_out}
 mkdir -p $OUT /opt/pgparts
 cp -n .pg/*.tar.xz.* /opt/pgparts/ 2>/dev/null
-mkdir -p /opt/pqparts; cp -n .pq/* /opt/pqparts/ 2>/dev/null    # PG_MODEL's raw pieces (.pq/NAME.NN)
 echo "pieces on the machine: $(ls /opt/pgparts | tr '\n' ' ')"
 if [ "${1:-}" = stash ]; then
   { date -u; uname -a; head -3 /etc/os-release; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
@@ -26,10 +44,13 @@ if [ "${1:-}" = stash ]; then
     which Xvfb xkbcomp 2>&1; ls /usr/share/X11/xkb 2>&1 | head -3; df -h /opt | tail -1; } > $OUT/env.txt 2>&1
   exit 0
 fi
-test "${1:-}" = run || { echo "usage: h200_s15_page.sh stash | run N"; exit 2; }
+test "${1:-}" = run || { echo "usage: h200_page_gpu.sh stash | run N"; exit 2; }
 N=${2:-5}
-STEPS=${PG_STEPS:-probe page page512 native page page512 native page page512 native page page512}
-UNTIL=${PG_UNTIL:-330}
+STEPS=${PG_STEPS:-probe estimate}
+UNTIL=${PG_UNTIL:-540}
+MODELS=${PG_MODELS:-SmolLM2-135M-Instruct.Q4_1.gguf}
+FIRST=${MODELS%% *}
+SYNTH=${PG_SYNTH-llama-3.2-1b}
 test $(ls /opt/pgparts/pg.* | wc -l) -ge $N || { echo "missing pieces: have $(ls /opt/pgparts/pg.* | wc -l) of $N"; exit 1; }
 exec > >(tee $OUT/log.txt) 2>&1
 T0=$(date +%s)
@@ -42,11 +63,8 @@ fi
 # The code measured: the commit packed in .pgb/src.tar.xz (git archive HEAD), not this checkout's working tree
 # (others' edits in progress travel with it); this session's scripts are copied in from the checkout.
 rm -rf /opt/pgsrc && mkdir -p /opt/pgsrc && xz -dc .pgb/src.tar.xz | tar -x -C /opt/pgsrc || exit 1
-cp $R/docs/bench/scripts/h200_page.py $R/docs/bench/scripts/h200_s13_page.py \
-  $R/docs/bench/scripts/h200_s15_page.py /opt/pgsrc/docs/bench/scripts/
+cp $R/docs/bench/scripts/h200_page.py $R/docs/bench/scripts/h200_page_gpu.py /opt/pgsrc/docs/bench/scripts/
 cd /opt/pgsrc && cp -a /opt/pgx/.assets . || exit 1
-# PG_MODEL (another file of .assets/models, e.g. qwen2.5-coder-0.5b-instruct-Q4_K_M.gguf): joined from /opt/pqparts
-[ -n "${PG_MODEL:-}" ] && [ ! -f .assets/models/$PG_MODEL ] && cat /opt/pqparts/* > .assets/models/$PG_MODEL
 echo "code: $(cat COMMIT)" | tee -a $OUT/env.txt
 t unpacked
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $R/.whl/*.whl \
@@ -94,19 +112,19 @@ EOF
 chmod +x /opt/pgx/chromium
 LD_LIBRARY_PATH=/opt/pgx/need FONTCONFIG_FILE=/opt/pgx/pg/fonts/fonts.conf /opt/pgx/pg/chromium/chromium --version
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
-S=docs/bench/scripts/h200_s15_page.py
-M=$PWD/.assets/models/${PG_MODEL:-gemma-3-270m-Q4_K_M.gguf}
-echo "model: $(sha256sum $M) (assets.json: a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818)" | tee -a $OUT/env.txt
+S=docs/bench/scripts/h200_page_gpu.py
+M=$PWD/.assets/models/$FIRST
+for m in $MODELS; do echo "model: $(sha256sum .assets/models/$m) (check against assets.json)" | tee -a $OUT/env.txt; done
 P=3
 set +x
 for step in $STEPS; do
   [ $(( $(date +%s) - T0 )) -gt $UNTIL ] && { t "$step skipped (past PG_UNTIL=$UNTIL s)"; continue; }
   t "$step"
   case $step in
-    probe) timeout 260 python3 $S probe $OUT; P=$?; echo "probe rc=$P" ;;
+    probe) PG_PROBE=${PG_PROBE:-one} timeout 260 python3 $S probe $OUT; P=$?; echo "probe rc=$P" ;;
     page|page512)
       [ -f /tmp/pg_flags.json ] || { echo "$step: no GPU adapter chosen, skipped"; continue; }
-      a="--model /models/${PG_MODEL:-gemma-3-270m-Q4_K_M.gguf}"; [ $step = page512 ] && a="$a --prompt-tokens 512 --decode-tokens 128"
+      a="--model /models/$FIRST"; [ $step = page512 ] && a="$a --prompt-tokens 512 --decode-tokens 128"
       timeout 200 python3 $S page $a >> $OUT/page.jsonl; echo "page [$a] rc=$?"; tail -c 700 $OUT/page.jsonl; echo ;;
     native)
       for a in "--prompt-tokens 512 --decode-tokens 128" "--prompt-tokens 128 --decode-tokens 128"; do
@@ -118,6 +136,22 @@ for step in $STEPS; do
       for a in "--prompt 512 --decode 128" "--prompt 128 --decode 128"; do
         timeout 240 python3 $S wllama $M /opt/pgx/wl/package $a --repeats 3 >> $OUT/wllama.jsonl; echo "wllama [$a] rc=$?"
       done ;;
+    estimate)
+      list=$MODELS
+      if [ -n "$SYNTH" ]; then     # made by the native bench (its cache folder), then served to the page too
+        timeout 300 python3 -m cera_web bench --synthetic $SYNTH --quant q4_k_m --prompt-tokens 16 --decode-tokens 4 \
+          > /dev/null && cp /tmp/cera_web_synthetic/v2-$SYNTH-q4_k_m.gguf .assets/models/ && list="$list v2-$SYNTH-q4_k_m.gguf"
+      fi
+      for m in $list; do
+        [ $(( $(date +%s) - T0 )) -gt $UNTIL ] && { t "estimate $m skipped (past PG_UNTIL=$UNTIL s)"; continue; }
+        if [ -f /tmp/pg_flags.json ]; then
+          timeout 240 python3 $S page --model /models/$m --prompt-tokens 128 --decode-tokens 64 > /tmp/pe.json
+          echo "page $m rc=$?"; python3 $S tag page $m < /tmp/pe.json >> $OUT/estimate.jsonl
+        fi
+        timeout 200 python3 -m cera_web bench --model .assets/models/$m --prompt-tokens 128 --decode-tokens 64 \
+          --repeats 3 > /tmp/pe.json; echo "native $m rc=$?"; python3 $S tag native $m < /tmp/pe.json >> $OUT/estimate.jsonl
+      done
+      python3 $S predicted $OUT/estimate.jsonl > $OUT/predicted.json; cat $OUT/predicted.json ;;
   esac
 done
 t end
