@@ -142,6 +142,7 @@ def test_prefill_attention_heads_of_128_matches_numpy(tmp_path, monkeypatch, til
     from cera_web.tools.bench import synthetic_llama
     from cera_web.engine import Engine
     monkeypatch.setenv("CERA_WEB_ATTN_TILED", tiled)
+    monkeypatch.setenv("CERA_WEB_CPU_KERNELS", "0")      # the CPU model as the float32 reference
     path = tmp_path / "h128.gguf"
     synthetic_llama(path, "qwen2.5-1.5b", "q8_0", layers=2, hidden=256, heads=2, kv_heads=1, ffn=512, vocab=300)
     gpu = run(Engine.load(path, context_size=128, chunk=24))

@@ -44,10 +44,12 @@ def dev():
 
 
 @pytest.mark.parametrize("stem", ["qwen3-q8_0", "lfm2-q8_0", "gemma3-q8_0"])
-def test_half_cache_equals_the_reference_with_the_same_rounding(dev, stem):
+def test_half_cache_equals_the_reference_with_the_same_rounding(dev, stem, monkeypatch):
     """Prompt logits in chunks of 4 (later chunks read the earlier chunks' cached halves), then 12 greedy decode steps
     through the decode plan: equal to the numpy model that rounds its cache the same way, and different from the
-    float32 reference on average (so the rounding is really there)."""
+    float32 reference on average (so the rounding is really there). The CPU models are the float32 reference here
+    (CERA_WEB_CPU_KERNELS=0: not the CPU path's 16-bit-activation kernels)."""
+    monkeypatch.setenv("CERA_WEB_CPU_KERNELS", "0")
     path = SMALL / f"{stem}.gguf"
     gpu = run(Engine.load(path, device=dev, context_size=64, chunk=4, kv_cache="f16"))
     cpu = run(Engine.load(path, device="cpu", kv_cache="f16"))

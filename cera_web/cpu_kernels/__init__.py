@@ -189,7 +189,11 @@ class Kernels:
         if self.top > self.rt.size():
             if self.top > (1 << 32) - PAGE:
                 raise MemoryError(f"the CPU kernels' memory would pass 4 GiB ({self.top} bytes)")
-            self.rt.grow((self.top - self.rt.size() + PAGE - 1) // PAGE)
+            try:
+                self.rt.grow((self.top - self.rt.size() + PAGE - 1) // PAGE)
+            except Exception as exc:        # the browser's RangeError, wasmtime's error: out of memory
+                raise MemoryError(f"the CPU kernels' memory cannot grow to {self.top / 1e6:.0f} MB for this model's "
+                                  f"weights ({type(exc).__name__})") from None
         return off
 
     def place(self, raw, ggml_type, rows: int, cols: int) -> "QuantWeight":
