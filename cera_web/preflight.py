@@ -43,6 +43,7 @@ from .models.spec import KV_WIDTH, model_spec
 
 HEAP_BYTES = 3_800_000_000      # the wasm32 heap a Python in Pyodide can use (MemoryError after ~3.8 GB)
 PROBE_CAP = 8 << 30              # a probe allocation never asks for more than this
+BIG_MATRIX = 2 << 20             # the CPU path: a matrix past this many bytes runs at the big-matrix rate
 MIN_CONTEXT = 256                # below this a model is refused: too small to be useful (as loading.auto_context)
 
 
@@ -58,6 +59,7 @@ def model_costs(gguf, spec) -> dict:
     embedding, final norm, head and argmax)}."""
     types: dict = {}
     by_type: dict = {}                  # matrix weights multiplied a token, by type (the CPU path's cost)
+    big_by_type: dict = {}              # ... of them in matrices past BIG_MATRIX bytes
     params = weights = decode = matrix = n_matrices = 0
     tied = spec.lm_head == "token_embd.weight"
     for t in gguf.tensors.values():
@@ -76,6 +78,8 @@ def model_costs(gguf, spec) -> dict:
                 matrix += t.n_elements
                 n_matrices += 1
                 by_type[t.type.name] = by_type.get(t.type.name, 0) + t.n_elements
+                if t.nbytes > BIG_MATRIX:
+                    big_by_type[t.type.name] = big_by_type.get(t.type.name, 0) + t.n_elements
     dispatches = 4
     for i, layer in enumerate(spec.layers):
         n = 5
@@ -87,7 +91,8 @@ def model_costs(gguf, spec) -> dict:
             n += 2
         dispatches += n
     return {"params": params, "weights": weights, "types": dict(sorted(types.items(), key=lambda kv: -kv[1]["bytes"])),
-            "decode_bytes": decode, "matrix_params": matrix, "matrix_by_type": by_type, "matrices": n_matrices,
+            "decode_bytes": decode, "matrix_params": matrix, "matrix_by_type": by_type, "big_by_type": big_by_type,
+            "matrices": n_matrices,
             "flops": 2 * matrix,
             "dispatches": dispatches}
 
@@ -191,7 +196,8 @@ def cpu_kernel_types() -> set:
 async def cpu_microbench(seconds: float = 0.1) -> dict:
     """The CPU path's own products, timed here (about ``seconds``): reference._linear of a 4096 x 1024 float32 matrix
     (16 MiB: more than a CPU cache holds) by one token (decode) and by a 16-token chunk (prefill), and, where the CPU
-    kernels run, each kernel type's product (cpu_kernels: 1024 x 1024 blocks of random bytes) the same two ways.
+    kernels run, each kernel type's product (cpu_kernels: 1024 x 1024 blocks of random bytes) the same two ways,
+    and a 4096 x 4096 Q4_K product past the caches (big_ratio: its rate over the 1024 x 1024 one's).
     Returns {"f32": {"t1", "t16"}, TYPE: {"t1", "t16"}, ..., "call_s"}: weights multiplied a second per token, and
     the time of one small product (the per-call overhead)."""
     import numpy as np
@@ -249,6 +255,13 @@ async def cpu_microbench(seconds: float = 0.1) -> dict:
             raw = np.frombuffer(rng.bytes(1024 * 1024 // elems * nbytes), np.uint8) & np.uint8(0x3F)
             q = kernels.place(raw, t, 1024, 1024)
             out[name] = {f"t{r}": rate(lambda r: q.matmul(xs[r]), 1024 * 1024, r, share) for r in (1, 16)}
+        if kernels is not None and "Q4_K" in out:   # a matrix past the caches: 4096 x 4096 Q4_K (9.4 MB)
+            elems, nbytes = GGML_BLOCK[GGMLType.Q4_K]
+            raw = np.frombuffer(rng.bytes(4096 * 4096 // elems * nbytes), np.uint8) & np.uint8(0x3F)
+            q = kernels.place(raw, GGMLType.Q4_K, 4096, 4096)
+            xb = {r: np.tile(x, (1, 4)) for r, x in xs.items()}
+            out["big_ratio"] = {f"t{r}": rate(lambda r: q.matmul(xb[r]), 4096 * 4096, r, share) / out["Q4_K"][f"t{r}"]
+                                for r in (1, 16)}
         if kernels is not None:          # the fixed cost of one kernel call: a 32 x 256 Q8_0 product
             elems, nbytes = GGML_BLOCK[GGMLType.Q8_0]
             q = kernels.place(np.zeros(32 * 256 // elems * nbytes, np.uint8), GGMLType.Q8_0, 32, 256)
@@ -375,6 +388,14 @@ async def gpu_microbench(dev, target_s: float = 0.1) -> dict:
         reps = 2 if dev.is_cpu else 16
         t = await timed([(mv, dev.bind(mv, [w, x, y, step, gain]), grid)] * reps, share)
         matvec_bps = reps * wbytes / max(t - empty - reps * dispatch_s, t / 4)
+        if not dev.is_cpu:      # GPUs: a dependent dispatch as decode chains them, a small product (1024 x 1024)
+            n1 = 1024
+            sh1 = kernels.matvec_shape(n1 // kernels.block_elems(fmt), 1, dev.is_cpu, dev.subgroup_size)
+            sh1["sg"] = bool(sh1["sg"]) and (dev.subgroup_size or 0) >= sh1["lanes"]
+            small = dev.pipeline(kernels.matmul(fmt, n1, n1, **sh1), "bench matvec 1024")
+            g1 = kernels.spread(kernels.matmul_groups(n1, sh1["lanes"], sh1["rpt"], sh1["wg"]))
+            t = await timed([(small, dev.bind(small, [w, x, y, step, gain]), g1)] * 64, share)
+            dispatch_s = max(t - empty, 1e-9) / 64
     finally:
         for b in made:
             dev.release(b)
@@ -433,7 +454,8 @@ def estimate(spec, costs: dict, backend: str, bench: dict | None, chunk: int = 5
             t = 0.0
             for name, n in costs["matrix_by_type"].items():
                 r = bench.get(name) or bench["numpy" if big else "numpy_small"]   # no kernel: float32 numpy
-                t += n / r[key]
+                n_big = costs["big_by_type"].get(name, 0) if name in bench else 0
+                t += (n - n_big) / r[key] + n_big / (r[key] * min(bench.get("big_ratio", {}).get(key, 1.0), 1.0))
             kcall = bench.get("kcall_s", {}).get(key, bench["call_s"] * rows)
             t += costs["matrices"] * kcall / rows + spec.n_layers * bench["layer_s"][key] / rows
             out[key] = t
@@ -450,17 +472,18 @@ def estimate(spec, costs: dict, backend: str, bench: dict | None, chunk: int = 5
             decode = costs["dispatches"] * bench["dispatch_s"] * GPU_CHAIN_FACTOR + nbytes / bench["read_bps"]
             ops = bench.get("int8_ops") or bench["fma_flops"]
             prefill = costs["flops"] / (ops * GPU_GEMM_EFFICIENCY) + \
-                costs["dispatches"] * 1.6 * bench["dispatch_s"] * GPU_CHAIN_FACTOR / min(chunk, 128)
+                costs["dispatches"] * bench["dispatch_s"] * GPU_PREFILL_CHAIN / min(chunk, 128)
     return {"decode_tok_s": round(1 / decode, 2), "prefill_tok_s": round(1 / prefill, 2)}
 
 
 # Calibration (BENCHMARKS.md "Preflight estimates"): measured / micro-benchmark-only prediction, per path.
-CPU_DECODE_FACTOR = 1.0
-CPU_PREFILL_FACTOR = 1.0
+CPU_DECODE_FACTOR = 1.2
+CPU_PREFILL_FACTOR = 0.85
 SOFT_DECODE_FACTOR = 1.0
 SOFT_PREFILL_FACTOR = 1.0
-GPU_CHAIN_FACTOR = 1.0
-GPU_GEMM_EFFICIENCY = 0.25
+GPU_CHAIN_FACTOR = 1.0         # GPUs: not yet calibrated on the H200 (docs/bench/scripts/h200_page_gpu.sh measures it)
+GPU_GEMM_EFFICIENCY = 0.2
+GPU_PREFILL_CHAIN = 7.5        # a 128-token prefill pass's fixed cost in dependent-dispatch times (H200: ~7 ms a pass)
 
 
 # -- the report ----------------------------------------------------------------------------------------------------
