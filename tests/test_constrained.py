@@ -45,7 +45,9 @@ CASES = [
 def engines(smollm2_gguf):
     from cera_web.engine import Engine
     gpu = asyncio.run(Engine.load(smollm2_gguf, context_size=256))
-    cpu = asyncio.run(Engine.load(smollm2_gguf, context_size=256, device="cpu"))
+    with pytest.MonkeyPatch.context() as mp:        # the CPU engine as the float32 reference, not the CPU kernels
+        mp.setenv("CERA_WEB_CPU_KERNELS", "0")
+        cpu = asyncio.run(Engine.load(smollm2_gguf, context_size=256, device="cpu"))
     yield gpu, cpu
     gpu.close()
     cpu.close()

@@ -111,10 +111,10 @@ class _WasmtimeRuntime:
             self._view = np.ctypeslib.as_array(self._memory.data_ptr(self._store), shape=(self.size(),))
         return self._view
 
-    def write(self, off: int, data: np.ndarray):
+    def write(self, off: int, data: np.ndarray, cache: bool = False):
         self._u8()[off:off + data.nbytes] = data.reshape(-1).view(np.uint8)
 
-    def read_into(self, off: int, out: np.ndarray):
+    def read_into(self, off: int, out: np.ndarray, cache: bool = False):
         out.reshape(-1).view(np.uint8)[:] = self._u8()[off:off + out.nbytes]
 
 
@@ -145,30 +145,34 @@ class _BrowserRuntime:
 
     def grow(self, pages: int):
         self._memory.grow(pages)
-        self._views = {}            # the old ArrayBuffer is detached
+        self._views = {}            # views of the old ArrayBuffer, detached now
 
-    def _typed(self, off: int, arr: np.ndarray):
+    def _new_view(self, off: int, arr: np.ndarray):
+        if arr.dtype == np.float32:
+            return self._js.Float32Array.new(self._memory.buffer, off, arr.size)
+        return self._js.Uint8Array.new(self._memory.buffer, off, arr.nbytes)
+
+    def _copy(self, off: int, arr: np.ndarray, cache: bool, method: str):
+        """view.assign(arr) or view.assign_to(arr) through a TypedArray over [off, off + arr.nbytes): the work
+        area's views are kept (a few sizes, one JS call saved a copy), others made for the one copy."""
+        if arr.dtype != np.float32:
+            arr = arr.reshape(-1).view(np.uint8)
+        if not cache:           # (a JsProxy's JS reference goes with its last Python reference)
+            getattr(self._new_view(off, arr), method)(arr)
+            return
         key = (off, arr.nbytes, arr.dtype.char)
         view = self._views.get(key)
         if view is None:
-            if arr.dtype == np.float32:
-                view = self._js.Float32Array.new(self._memory.buffer, off, arr.size)
-            else:
-                view = self._js.Uint8Array.new(self._memory.buffer, off, arr.nbytes)
-            if len(self._views) > 256:
+            if len(self._views) >= 64:
                 self._views = {}
-            self._views[key] = view
-        return view
+            view = self._views[key] = self._new_view(off, arr)
+        getattr(view, method)(arr)
 
-    def write(self, off: int, data: np.ndarray):
-        if data.dtype != np.float32:
-            data = data.reshape(-1).view(np.uint8)
-        self._typed(off, data).assign(data)
+    def write(self, off: int, data: np.ndarray, cache: bool = False):
+        self._copy(off, data, cache, "assign")
 
-    def read_into(self, off: int, out: np.ndarray):
-        if out.dtype != np.float32:
-            out = out.reshape(-1).view(np.uint8)
-        self._typed(off, out).assign_to(out)
+    def read_into(self, off: int, out: np.ndarray, cache: bool = False):
+        self._copy(off, out, cache, "assign_to")
 
 
 class Kernels:
@@ -223,11 +227,11 @@ class Kernels:
         x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, w.cols)
         T = x.shape[0]
         xo, yo, so, _, _ = self._work_area(T, w.rows, w.cols)
-        self.rt.write(xo, x)
+        self.rt.write(xo, x, cache=True)
         if self.rt.call("qmatmul", int(w.type), w.off, w.rows, w.cols, xo, T, yo, so) != 0:
             raise ValueError(f"qmatmul refused a {w.type.name} weight of {w.rows}x{w.cols}")
         y = np.empty((T, w.rows), np.float32)
-        self.rt.read_into(yo, y)
+        self.rt.read_into(yo, y, cache=True)
         return y.reshape(*lead, w.rows)
 
 
