@@ -3,13 +3,14 @@
 #   h200_s16.sh stash      carry [".spec/smol.00"], then [".spec/smol.01"]   (SmolLM2-135M-Instruct Q4_1 in pieces:
 #                          `split -b 33000000 -d .assets/models/SmolLM2-135M-Instruct.Q4_1.gguf .spec/smol.`)
 #   h200_s16.sh attention  carry [".spec/smol.02", ".gl", ".whl", ".before"]
-#   h200_s16.sh spec       carry [".gl", ".whl"]
+#   h200_s16.sh spec       carry [".spec/smol.02", ".gl", ".whl"]
 # attention (issue 25): the one tiled-attention body (".") against the code before it (.before: `git archive 31c1dc5
 #   cera_web shaders`): the kernel tests of attention on the NVIDIA adapter, bench_kernels --attention at 512 tokens
 #   after 0 and 3,584 cached (heads 32:8 and 9:3 of 64, 12:2 of 128), and prefill end to end at 4,000 and 512 tokens
 #   (synthetic Llama-3.2-1B Q4_1, heads of 64; Qwen2.5-1.5B Q4_K_M, heads of 128), before/after alternating, 2 rounds.
-# spec (issue 31): the verify pass's cost since edf47d8 (h200_s15_verify_cost.py) at the 1.5B and 0.5B shapes and on
-#   SmolLM2, and bench --lookup on SmolLM2 (edit / code / prose, plain against lookup, best of 3).
+# spec (issue 31): the speculative tests on the NVIDIA adapter; the verify pass's cost (h200_s15_verify_cost.py) at
+#   the 1.5B and 0.5B shapes and on SmolLM2, and bench --lookup on SmolLM2 (edit / code / prose, plain against lookup,
+#   best of 3), each with small passes through matmul.wgsl (the default since 2f7840f) and without (SMALL_PASS=0).
 set -o pipefail
 mkdir -p /tmp/spec && cp .spec/smol.* /tmp/spec/ 2>/dev/null; ls /tmp/spec
 [ "$1" = stash ] && exit 0
@@ -48,12 +49,21 @@ if [ "$1" = attention ]; then
   exit 0
 fi
 test "$1" = spec || { echo "usage: h200_s16.sh stash | attention | spec"; exit 2; }
+# spec: small passes through matmul.wgsl (2f7840f; the default) against the prefill kernels (CERA_WEB_SMALL_PASS=0)
+python3 -m pytest tests/test_speculative.py tests/test_choose_product.py -q -p no:cacheprovider 2>&1 \
+  | tee $OUT/h200-s16-pytest-speculative.txt | tail -2
+t tests
 gen qwen2.5-0.5b q4_k_m; gen qwen2.5-1.5b q4_k_m; t generated
 S=/tmp/cera_web_synthetic
 for f in $S/v2-qwen2.5-1.5b-q4_k_m.gguf $S/v2-qwen2.5-0.5b-q4_k_m.gguf /tmp/smol.gguf; do
-  timeout 120 python3 docs/bench/scripts/h200_s15_verify_cost.py $f | tee -a $OUT/h200-s16-verify-cost.jsonl
+  for sp in 16 0; do
+    echo "{\"small_pass\": $sp, \"run\": $(CERA_WEB_SMALL_PASS=$sp timeout 120 python3 docs/bench/scripts/h200_s15_verify_cost.py $f)}" \
+      | tee -a $OUT/h200-s16-verify-cost-small-pass.jsonl
+  done
 done
 t verify
-timeout 300 python3 -m cera_web bench --model /tmp/smol.gguf --lookup --decode-tokens 256 --repeats 3 --context 2048 \
-  | tee $OUT/h200-s16-speculative-lookup-smollm2.json
-t lookup
+for sp in 16 0; do
+  CERA_WEB_SMALL_PASS=$sp timeout 240 python3 -m cera_web bench --model /tmp/smol.gguf --lookup --decode-tokens 256 \
+    --repeats 3 --context 2048 | tee $OUT/h200-s16-speculative-lookup-smollm2-small-pass-$sp.json
+  t lookup $sp
+done
