@@ -55,7 +55,8 @@ def model_costs(gguf, spec) -> dict:
     Returns {params, weights (bytes), types: {TYPE: {tensors, params, bytes}}, decode_bytes (bytes a decode step
     reads: every tensor once except the token embedding table, of which one row, unless it is also the LM head),
     matrix_params (weights multiplied per token), flops (2 × matrix_params), dispatches (GPU dispatches a decode
-    step, as the GPU model records them: 5 a layer, one more for each extra Q/K/V type, two for post-norms, 4 for
+    step, as the GPU model records them: 5 a layer, one more where Q/K/V are apart (types, biases, QK norms), two for
+    post-norms, 4 for
     embedding, final norm, head and argmax)}."""
     types: dict = {}
     by_type: dict = {}                  # matrix weights multiplied a token, by type (the CPU path's cost)
@@ -86,7 +87,8 @@ def model_costs(gguf, spec) -> dict:
         if layer.attention:
             qkv = {gguf.tensors[f"blk.{i}.attn_{x}.weight"].type for x in "qkv" if f"blk.{i}.attn_{x}.weight"
                    in gguf.tensors}
-            n += max(len(qkv) - 1, 0)
+            n += 1 if len(qkv) > 1 or spec.qkv_bias or spec.qk_norm else 0   # Q/K/V apart (measured: 148 a token
+                                                                            # for Qwen2.5-0.5B and Gemma 3 270M)
         if layer.post_norms:
             n += 2
         dispatches += n
