@@ -226,6 +226,11 @@ worker.onmessage = (event) => {
       if (msg.url) state.preflight.set(absolute(msg.url), msg);
       showPreflight();
       showMenu();
+      // a typed URL's verdict beside its name, before anything downloads
+      if (msg.url && ui.modelUrl.value.trim() && absolute(ui.modelUrl.value.trim()) === absolute(msg.url) &&
+          ui.modelUrlName.textContent && !ui.modelUrlName.textContent.includes(' — ')) {
+        ui.modelUrlName.textContent += ` — ${msg.error ? 'not checked' : msg.summary}`;
+      }
       break;
     case 'ready': {
       const first = !state.modelLoaded;
