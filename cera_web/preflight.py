@@ -562,7 +562,8 @@ def summary(report: dict) -> str:
     est = report.get("estimate") or {}
     speed = f" · ~{est['decode_tok_s']:.3g} tok/s" if est.get("decode_tok_s") else ""
     ok = "fits" if fit["fits"] else f"fits at {fit.get('offer')} tokens"
-    return f"{ok} · {_mb(mem)}{speed}"
+    room = " · no room to cache it" if report.get("storage") and not report["storage"]["fits"] else ""
+    return f"{ok} · {_mb(mem)}{speed}{room}"
 
 
 def describe(report: dict) -> list[str]:

@@ -203,3 +203,12 @@ def test_the_page_shows_the_preflight_and_refuses_what_cannot_fit_before_any_dow
                 assert end < 8 << 20, (url, rng)
     finally:
         context.close()
+
+
+def test_storage_quota_decides_whether_the_file_can_be_cached():
+    g, spec, costs = _small()
+    size = (SMALL / "qwen3-q8_0.gguf").stat().st_size
+    yes = pf.preflight(g, size, quota={"usage": 100, "quota": 100 + size})
+    no = pf.preflight(g, size, quota={"usage": 101, "quota": 100 + size})
+    assert yes["storage"] == {"free": size, "fits": True} and "cache" not in pf.summary(yes)
+    assert no["storage"] == {"free": size - 1, "fits": False} and pf.summary(no).endswith("no room to cache it")
