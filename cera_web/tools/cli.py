@@ -109,6 +109,9 @@ async def _bench(args):
 def _info(args):
     from ..gguf import GGML_BLOCK, open_gguf
     g = open_gguf(_model_path(args.path))
+    if args.fit and args.json:        # the preflight report alone, as one JSON object
+        _fit(g, args.context, args.kv_cache, args.backend, True)
+        return
     arch = g.architecture
     print(f"file: {args.path}  ({g.file_size / 2**20:.1f} MiB, GGUF v{g.version}, alignment {g.alignment})")
     print(f"name: {g.get('general.name', '?')}   architecture: {arch}")
@@ -170,7 +173,7 @@ def _fit(g, context: int | None, kv_cache: str | None = None, backend: str = "au
         async def measure():
             bench = probe = None
             cpu = await pf.cpu_microbench()
-            if dev is not None:
+            if dev is not None and pf.choose_backend(g, dev.is_cpu, backend) == "webgpu":
                 bench = await pf.gpu_microbench(dev)
                 costs = pf.model_costs(g, spec)
                 need = pf.memory_need(spec, costs, shown, kv_cache or "f32", "webgpu", dev.prefill_chunk)["total"]
