@@ -55,7 +55,6 @@ class Tuning:
     attn_tiled    CERA_WEB_ATTN_TILED=0|1|32|64: the tiled prefill attention (attention_tiled_rows)
     prefill_attn_split  CERA_WEB_PREFILL_ATTN_SPLIT=1|2|4|8: splits of the tiled prefill attention
     argmax_one    CERA_WEB_ARGMAX_PARTS=1: one argmax workgroup for any vocabulary (argmax_parts_count)
-    small_pass    CERA_WEB_SMALL_PASS=0..64: GPU passes of up to this many tokens take matmul.wgsl (choose_product)
     """
     int8: str = ""
     i8_prefill: str = ""
@@ -73,7 +72,6 @@ class Tuning:
     attn_tiled: str = ""
     prefill_attn_split: int | None = None
     argmax_one: bool = False
-    small_pass: int = 16
 
     @classmethod
     def from_env(cls, env=None) -> "Tuning":
@@ -109,9 +107,6 @@ class Tuning:
         if attn_split and (not attn_split.isdigit() or not 1 <= int(attn_split) <= 64):
             raise ValueError(f"CERA_WEB_ATTN_SPLIT={attn_split}: a number of key ranges from 1 to 64")
         pair = choice("I8_PAIR", ("0", "1"), "0 or 1")
-        small = get("SMALL_PASS")
-        if small and (not small.isdigit() or int(small) > 64):
-            raise ValueError(f"CERA_WEB_SMALL_PASS={small}: tokens from 0 (off) to 64")
         return cls(
             int8=int8, i8_prefill=i8_prefill, aligned=aligned != "0", tile=tile,
             matvec=_overrides("CERA_WEB_MATVEC", get("MATVEC"), MATVEC, "rpt=N, wg=N, sg=0|1, lanes=N"),
@@ -125,7 +120,7 @@ class Tuning:
             attn_tiled=choice("ATTN_TILED", ("0", "1", "32", "64"), "0 (attention.wgsl), 1 (also on software "
                               "adapters), 32 or 64 (that kernel), or unset"),
             prefill_attn_split=number("PREFILL_ATTN_SPLIT", ("1", "2", "4", "8"), "1, 2, 4 or 8"),
-            argmax_one=get("ARGMAX_PARTS") == "1", small_pass=int(small) if small else 16)
+            argmax_one=get("ARGMAX_PARTS") == "1")
 
     def matvec_config(self) -> dict:
         cfg = {**MATVEC, **dict(self.matvec)}
@@ -893,11 +888,7 @@ def choose_product(fmt, rows: int, cols: int, tokens: int, adapter: Adapter, tun
        per row range matmul_i8 with matmul_i8_tile's tile, matmul_i8_kgroups' K groups and, where matmul_i8_split
        says so, K in parts added by sum_parts.
     3. Else per row range: GPU prefill passes with cols a multiple of 32: matmul_tiled (tiled_tile); one-token passes
-       and the LM head where int8_enabled and matvec_q8_shape fits: matvec_q8; the rest matmul.wgsl (matvec_shape).
-    Small passes (2..tuning.small_pass tokens on a GPU: speculative decoding's verify pass) skip 2 and the tile of 3:
-    matmul.wgsl reads the weights once for 8 tokens with the norm fused, in one dispatch a product, where the 8-bit
-    GEMM adds a quantization pass and tiles sized for hundreds of tokens (H200, session 16: a 16-token verify of
-    Qwen2.5-1.5B's shape took 12 ms through the prefill kernels, 5.3 decode steps)."""
+       and the LM head where int8_enabled and matvec_q8_shape fits: matvec_q8; the rest matmul.wgsl (matvec_shape)."""
     parts = list(parts) if parts is not None else [(0, rows)]
     ystride = ystride or rows
     int8 = int8_enabled(adapter, tuning)
@@ -908,8 +899,7 @@ def choose_product(fmt, rows: int, cols: int, tokens: int, adapter: Adapter, tun
                             what="norm"))
         x, gain, norm = "normed", "ones", False
     row = formats.FORMATS.get(fmt)
-    small = 1 < tokens <= tuning.small_pass and not adapter.is_cpu
-    if (tokens > 1 and not small and not last_only and not logits and i8_prefill_enabled(adapter, tuning)
+    if (tokens > 1 and not last_only and not logits and i8_prefill_enabled(adapter, tuning)
             and formats.reader(fmt, "matmul_i8", aligned) is not None and cols % row.block_elems == 0):
         out.append(Dispatch("quantize_rows", (cols,), {"norm": norm, "eps": float(eps), "wg": tuning.quantize_wg},
                             (tokens, 1, 1), (x, "xq", "step", gain), what="quantize"))
@@ -934,7 +924,7 @@ def choose_product(fmt, rows: int, cols: int, tokens: int, adapter: Adapter, tun
     for i, (r0, n) in enumerate(parts):
         common = dict(norm=norm, eps=float(eps), ystride=ystride, yoff=yoff + r0, aligned=aligned, accum=accum,
                       glu=glu, gelu=gelu)
-        if tokens > 1 and not small and not last_only and cols % 32 == 0 and not adapter.is_cpu:
+        if tokens > 1 and not last_only and cols % 32 == 0 and not adapter.is_cpu:
             tile = tiled_tile(n, cols, tokens, tuning)
             out.append(Dispatch("matmul_tiled", (fmt, cols, n), {**common, "tile": tile},
                                 tiled_groups(n, tokens, tile), buffers, i))

@@ -92,22 +92,13 @@ def test_bindings_and_the_normalised_input():
 
 
 def test_tokens_thresholds():
-    """One token a pass (or the LM head's last token) takes the matrix-vector kernels; small passes (2..16 tokens on
-    a GPU: the verify pass) matmul.wgsl, 8 tokens a read of the weights, the norm fused; 17 or more the GEMMs, the LM
-    head's whole-chunk logits never on 8-bit activations. CERA_WEB_SMALL_PASS moves the bound (0: none)."""
+    """One token a pass (or the LM head's last token) takes the matrix-vector kernels, two or more the GEMMs; the
+    LM head's whole-chunk logits never take 8-bit activations."""
     assert names(G.Q4_1, 2048, 512, 1) == ["matvec_q8"]
-    assert picks(G.Q4_1, 2048, 512, 2, norm=True) == [("matmul", {"lanes": 32, "tokens": 2, "rpt": 1, "wg": 64,
-                                                                  "sg": True}, (1024, 1, 1))]
-    assert picks(G.Q4_1, 2048, 512, 16)[0][1]["tokens"] == 8
-    assert names(G.Q4_1, 2048, 512, 16, logits=True) == ["matmul"]
-    assert names(G.Q4_1, 2048, 512, 17) == ["quantize_rows", "matmul_i8"]
-    assert names(G.Q4_1, 2048, 512, 17, logits=True) == ["matmul_tiled"]
-    assert names(G.Q4_1, 2048, 512, 17, last_only=True) == ["matvec_q8"]
-    assert names(G.Q4_1, 2048, 512, 2, tuning=kernels.Tuning(small_pass=0)) == ["quantize_rows", "matmul_i8"]
-    assert names(G.Q4_1, 2048, 512, 8, tuning=kernels.Tuning(small_pass=8)) == ["matmul"]
-    assert names(G.Q4_1, 2048, 512, 9, tuning=kernels.Tuning(small_pass=8)) == ["quantize_rows", "matmul_i8"]
-    assert names(G.Q4_1, 1536, 576, 16, CPU) == ["matmul"]       # CPU adapters: matmul.wgsl at any count
-    no_i8 = kernels.Tuning(i8_prefill="0", small_pass=0)
+    assert names(G.Q4_1, 2048, 512, 2) == ["quantize_rows", "matmul_i8"]
+    assert names(G.Q4_1, 2048, 512, 2, logits=True) == ["matmul_tiled"]
+    assert names(G.Q4_1, 2048, 512, 2, last_only=True) == ["matvec_q8"]
+    no_i8 = kernels.Tuning(i8_prefill="0")
     assert names(G.Q4_1, 2048, 512, 2, tuning=no_i8) == ["matmul_tiled"]
     assert names(G.Q4_1, 2048, 512, 1, tuning=kernels.Tuning(int8="0")) == ["matmul"]
     # matmul.wgsl's tokens a pass: up to 8 on GPUs
@@ -119,10 +110,10 @@ def test_tokens_thresholds():
 
 def test_k_alignment_thresholds():
     """The float32 tiles need K a multiple of 32; the int8 GEMM K a multiple of the type's block (Q4_K: 256)."""
-    assert names(G.F16, 1024, 1024, 32) == ["matmul_tiled"]
-    assert names(G.F16, 1024, 1024 + 16, 32) == ["matmul"]
-    assert names(G.Q4_K, 1024, 768, 32) == ["quantize_rows", "matmul_i8"]
-    assert names(G.Q4_K, 1024, 768 + 32, 32) == ["matmul_tiled"]
+    assert names(G.F16, 1024, 1024, 16) == ["matmul_tiled"]
+    assert names(G.F16, 1024, 1024 + 16, 16) == ["matmul"]
+    assert names(G.Q4_K, 1024, 768, 16) == ["quantize_rows", "matmul_i8"]
+    assert names(G.Q4_K, 1024, 768 + 32, 16) == ["matmul_tiled"]
     assert names(G.Q4_K, 1024, 768, 1) == ["matvec_q8"]
     assert names(G.Q4_K, 1024, 768 + 32, 1) == ["matmul"]                         # nor matvec_q8 for decode
 
@@ -217,15 +208,14 @@ def test_tuning_reads_every_switch_by_its_name():
            "CERA_WEB_MATVEC": "lanes=16,sg=0", "CERA_WEB_MATVEC8": "lanes=8,wg=128", "CERA_WEB_QUANTIZE_WG": "64",
            "CERA_WEB_I8_KB": "4", "CERA_WEB_I8_TR": "64", "CERA_WEB_I8_PAIR": "0", "CERA_WEB_I8_KG": "4",
            "CERA_WEB_I8_SPLIT": "8", "CERA_WEB_ATTN_SPLIT": "3", "CERA_WEB_ATTN_TILED": "32",
-           "CERA_WEB_PREFILL_ATTN_SPLIT": "2", "CERA_WEB_ARGMAX_PARTS": "1", "CERA_WEB_SMALL_PASS": "4"}
+           "CERA_WEB_PREFILL_ATTN_SPLIT": "2", "CERA_WEB_ARGMAX_PARTS": "1"}
     assert kernels.Tuning.from_env(env) == kernels.Tuning(
         int8="1", i8_prefill="0", aligned=False, tile=(64, 32, 2), matvec=(("lanes", 16), ("sg", 0)),
         matvec8=(("lanes", 8), ("wg", 128)), quantize_wg=64, i8_kb=4, i8_tr=64, i8_pair=False, i8_kg=4, i8_split=8,
-        attn_split=3, attn_tiled="32", prefill_attn_split=2, argmax_one=True, small_pass=4)
+        attn_split=3, attn_tiled="32", prefill_attn_split=2, argmax_one=True)
     assert kernels.Tuning.from_env({}) == kernels.Tuning()
     assert kernels.Tuning().quantize_wg == kernels.QUANTIZE_WG and kernels.Tuning().i8_kb == kernels.I8_KB
     for name, bad in [("INT8", "yes"), ("TILE", "16,16,1"), ("MATVEC", "rows=2"), ("I8_SPLIT", "3"),
-                      ("ATTN_SPLIT", "65"), ("ATTN_TILED", "2"), ("I8_TR", "48"), ("QUANTIZE_WG", "32"),
-                      ("SMALL_PASS", "65"), ("SMALL_PASS", "-1")]:
+                      ("ATTN_SPLIT", "65"), ("ATTN_TILED", "2"), ("I8_TR", "48"), ("QUANTIZE_WG", "32")]:
         with pytest.raises(ValueError, match=f"CERA_WEB_{name}"):
             kernels.Tuning.from_env({f"CERA_WEB_{name}": bad})
