@@ -475,14 +475,14 @@ def estimate(spec, costs: dict, backend: str, bench: dict | None, chunk: int = 5
             ops = bench.get("int8_ops") or bench["fma_flops"]
             prefill = costs["flops"] / (ops * GPU_GEMM_EFFICIENCY) + \
                 costs["dispatches"] * bench["dispatch_s"] * GPU_PREFILL_CHAIN / min(chunk, 128)
-    return {"decode_tok_s": round(1 / decode, 2), "prefill_tok_s": round(1 / prefill, 2)}
+    return {"decode_tok_s": float(f"{1 / decode:.3g}"), "prefill_tok_s": float(f"{1 / prefill:.3g}")}
 
 
 # Calibration (BENCHMARKS.md "Preflight estimates"): measured / micro-benchmark-only prediction, per path.
 CPU_DECODE_FACTOR = 1.2
 CPU_PREFILL_FACTOR = 0.85
 SOFT_DECODE_FACTOR = 1.0
-SOFT_PREFILL_FACTOR = 1.0
+SOFT_PREFILL_FACTOR = 0.85
 GPU_CHAIN_FACTOR = 1.0         # GPUs: not yet calibrated on the H200 (docs/bench/scripts/h200_page_gpu.sh measures it)
 GPU_GEMM_EFFICIENCY = 0.2
 GPU_PREFILL_CHAIN = 7.5        # a 128-token prefill pass's fixed cost in dependent-dispatch times (H200: ~7 ms a pass)
