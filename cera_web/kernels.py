@@ -180,6 +180,31 @@ def _expand(text: str, where: str, seen: set) -> str:
     return INCLUDE.sub(one, text)
 
 
+# A kernel whose text has jinja2 line statements (a line "//% for i in range(RT)") is a template, rendered with the
+# kernel's constants (and C = "xyzw") so that loops over a thread's few rows or keys are written out as separate
+# variables: WGSL arrays indexed in loops were not kept in registers on the H200 (attention_tiled.wgsl, session 16).
+TEMPLATE_LINE = re.compile(r"^[ \t]*//%", re.M)
+
+
+@lru_cache(maxsize=None)
+def _template(kernel: str, text: str):
+    """The compiled template and the names it reads."""
+    import jinja2
+    import jinja2.meta
+    env = jinja2.Environment(line_statement_prefix="//%", keep_trailing_newline=True, undefined=jinja2.StrictUndefined,
+                             autoescape=False)
+    return env.from_string(text), jinja2.meta.find_undeclared_variables(env.parse(text))
+
+
+def _render(kernel: str, text: str, consts: dict) -> str:
+    template, names = _template(kernel, text)
+    missing = sorted(names - set(consts) - {"C"})
+    if missing:
+        raise ValueError(f"shaders/{kernel}.wgsl is a template that reads {', '.join(missing)}: pass "
+                         f"{'it' if len(missing) == 1 else 'them'} to kernels.build")
+    return template.render(C="xyzw", **consts)
+
+
 def _const(name, value) -> str:
     if isinstance(value, bool):
         return f"const {name}: bool = {'true' if value else 'false'};"
@@ -205,6 +230,8 @@ def build(kernel: str, *, fmt=None, aligned=False, **consts) -> str:
     parts += [_const(k, v) for k, v in consts.items()]
     parts.append(_read("common.wgsl"))
     body = _expand(_read(kernel + ".wgsl"), kernel + ".wgsl", {kernel + ".wgsl"})
+    if TEMPLATE_LINE.search(body):
+        body = _render(kernel, body, consts)
     parts.append(body)   # WGSL declarations are order independent at module scope
     if "gate_act(" in body:
         parts.append(_read("gate_act.wgsl"))
@@ -692,32 +719,29 @@ def attention_groups(heads: int, kv_heads: int, head_dim: int, T: int) -> tuple[
     return (kv_heads, -(-T * (heads // kv_heads) // rows), 1)
 
 
-ATTENTION_TILED_MEMORY = 16 * (32 * 16 + 32 * 17 + 32 * 16) + 4 * (32 * 33 + 32 * 8)   # bytes (30,336)
+ATTENTION_TILED_MEMORY = 16 * (32 * 16 * 3)   # bytes of attention_tiled.wgsl's workgroup memory, 32 rows of 64 (24 KiB)
+ATTENTION_TILED_SG_MEMORY = 32768              # and with subgroups: 64 rows of 64, or 32 rows of 128
 
 
 def attention_tiled_fits(head_dim: int, wg_memory: int, cpu: bool = False, tuning: Tuning | None = None) -> bool:
     """Whether attention_tiled.wgsl serves this head size on a device with wg_memory bytes of workgroup memory
-    (heads of 64; it needs 30 KiB, which WebGPU devices give when asked: the page and the native device ask for the
-    adapter's limit), on GPUs (cpu: a software adapter keeps attention.wgsl). CERA_WEB_ATTN_TILED=0 keeps
-    attention.wgsl (benchmarks); =1 takes the tiled kernel on software adapters too (tests)."""
+    without subgroups (heads of 64 in 32 rows: 24 KiB), on GPUs (cpu: a software adapter keeps attention.wgsl).
+    CERA_WEB_ATTN_TILED=0 keeps attention.wgsl (benchmarks); =1 takes the tiled kernel on software adapters too
+    (tests)."""
     return attention_tiled_rows(head_dim, wg_memory, cpu, tuning=tuning) > 0
-
-
-ATTENTION_TILED64_MEMORY = 32768   # bytes of attention_tiled64.wgsl's workgroup memory
 
 
 def attention_tiled_rows(head_dim: int, wg_memory: int, cpu: bool = False, subgroup_size: int | None = None,
                          tuning: Tuning | None = None) -> int:
-    """Query rows a workgroup of the prefill attention kernel for heads of head_dim on this device, which names the
-    kernel: for heads of 64, 64 (attention_tiled64.wgsl: GPUs with subgroups of 8 or more and 32 KiB of workgroup
-    memory) or 32 (attention_tiled.wgsl: 30 KiB, no subgroups needed); for heads of 128, 32
-    (attention_tiled_h128.wgsl: subgroups of 8+, 32 KiB); else 0 (attention.wgsl: other head sizes, smaller devices,
-    software adapters). CERA_WEB_ATTN_TILED=0 keeps attention.wgsl, =1 takes the tiled kernels on software adapters
-    too (tests), =32 or =64 forces the kernel of that many rows where it fits, on any adapter (tests, benchmarks)."""
+    """Query rows a workgroup of attention_tiled.wgsl for heads of head_dim on this device (0: attention.wgsl): for
+    heads of 64, 64 on GPUs with subgroups of 8 or more and 32 KiB of workgroup memory, else 32 (24 KiB, no
+    subgroups); for heads of 128, 32 (subgroups of 8+, 32 KiB); 0 for other head sizes, smaller devices, software
+    adapters. CERA_WEB_ATTN_TILED=0 keeps attention.wgsl, =1 takes the tiled kernel on software adapters too (tests),
+    =32 or =64 forces that many rows where they fit, on any adapter (tests, benchmarks)."""
     flag = _tuning(tuning).attn_tiled
     if head_dim not in (64, 128) or flag == "0" or (cpu and not flag):
         return 0
-    shuffles = wg_memory >= ATTENTION_TILED64_MEMORY and subgroup_size is not None and subgroup_size >= 8
+    shuffles = wg_memory >= ATTENTION_TILED_SG_MEMORY and subgroup_size is not None and subgroup_size >= 8
     if head_dim == 128:
         return 32 if shuffles and flag != "64" else 0
     if shuffles and flag != "32":
@@ -725,23 +749,23 @@ def attention_tiled_rows(head_dim: int, wg_memory: int, cpu: bool = False, subgr
     return 32 if wg_memory >= ATTENTION_TILED_MEMORY and flag != "64" else 0
 
 
-# (head size, rows a workgroup) -> the tiled prefill attention kernel (attention_tiled_rows picks the rows)
-ATTENTION_TILED_KERNELS = {(64, 32): "attention_tiled", (64, 64): "attention_tiled64", (128, 32): "attention_tiled_h128"}
+# (head size, rows a workgroup) -> (keys a tile, subgroup shuffles) of attention_tiled.wgsl's three tile shapes
+ATTENTION_TILES = {(64, 32): (32, False), (64, 64): (32, True), (128, 32): (16, True)}
 
 
 def attention_tiled(heads: int, kv_heads: int, head_dim: int, scale: float, window: int = 0, kv16: bool = False,
                     split: int = 1, tmax: int = 0, rows: int = 32) -> str:
-    """See attention_tiled.wgsl (heads of 64, rows 32: 32 x 32 register-tiled score blocks), attention_tiled64.wgsl
-    (heads of 64, rows 64: 64 x 32 blocks, subgroup row maxima) and attention_tiled_h128.wgsl (heads of 128, rows
-    32: 32 x 16 blocks, subgroup row maxima): attention.wgsl's result; with split > 1 they write parts for
-    attention_combine (passes of up to tmax tokens)."""
-    kernel = ATTENTION_TILED_KERNELS.get((head_dim, rows))
-    if kernel is None or heads % kv_heads or split < 1 or (split > 1 and tmax < 1):
+    """See attention_tiled.wgsl: attention.wgsl's result in register tiles of `rows` query rows (attention_tiled_rows
+    picks them) by 32 keys (16 for heads of 128); with split > 1 it writes parts for attention_combine (passes of up
+    to tmax tokens)."""
+    tile = ATTENTION_TILES.get((head_dim, rows))
+    if tile is None or heads % kv_heads or split < 1 or (split > 1 and tmax < 1):
         raise ValueError(f"attention_tiled: heads of 64 in 32 or 64 rows, or of 128 in 32 (got {head_dim}, {rows}), "
                          f"{heads} heads on {kv_heads} KV heads, split {split} (>= 1; a split needs tmax)")
-    extra = {"SG": True} if kernel != "attention_tiled" else {}
-    return build(kernel, HEADS=heads, KV_HEADS=kv_heads, HD=head_dim, SCALE=float(scale), WINDOW=window, KV16=kv16,
-                 SPLIT=split, TMAX=max(tmax, 1), **extra)
+    keys, sg = tile
+    return build("attention_tiled", HEADS=heads, KV_HEADS=kv_heads, HD=head_dim, BR=rows, BC=keys, SG=sg,
+                 RT=rows // 16, KT=keys // 8, OT=head_dim // 32, SCALE=float(scale), WINDOW=window, KV16=kv16,
+                 SPLIT=split, TMAX=max(tmax, 1))
 
 
 def attention_tiled_groups(heads: int, kv_heads: int, T: int, split: int = 1, rows: int = 32) -> tuple[int, int, int]:

@@ -135,9 +135,10 @@ def test_upload_progress_counts_every_byte_once(smollm2_gguf):
 @pytest.mark.parametrize("tiled", ["1", "0"], ids=["h128", "plain"])
 def test_prefill_attention_heads_of_128_matches_numpy(tmp_path, monkeypatch, tiled):
     """A Qwen2-shaped model with heads of 128 (hidden 256, 2 query heads on 1 KV head, random Q8_0 weights) on the
-    GPU, its prefill attention attention_tiled_h128.wgsl (forced here on lavapipe; 2 key splits where the engine's
-    rule gives them) or attention.wgsl: prompt logits over chunks of 24 tokens (later chunks read the earlier ones'
-    keys; 48 query rows a chunk: one full 32-row block and a partial one) equal the numpy reference model's."""
+    GPU, its prefill attention attention_tiled.wgsl in 32 rows (forced here on lavapipe; 2 key splits where the
+    engine's rule gives them) or attention.wgsl: prompt logits over chunks of 24 tokens (later chunks read the
+    earlier ones' keys; 48 query rows a chunk: one full 32-row block and a partial one) equal the numpy reference
+    model's."""
     from cera_web import kernels
     from cera_web.tools.bench import synthetic_llama
     from cera_web.engine import Engine
@@ -162,7 +163,7 @@ def test_prefill_attention_heads_of_128_matches_numpy(tmp_path, monkeypatch, til
 
 @pytest.mark.parametrize("rows", ["32", "64"])
 def test_split_tiled_prefill_attention_matches_transformers(smollm2_gguf, monkeypatch, rows):
-    """The GPU's prefill attention (attention_tiled.wgsl or attention_tiled64.wgsl, forced here on lavapipe) with
+    """The GPU's prefill attention (attention_tiled.wgsl in 32 or 64 rows, forced here on lavapipe) with
     its key tiles split over 4 workgroups a row block and merged by attention_combine.wgsl: prefill logits still
     within LOGIT_TOL of transformers, over several chunks (later chunks attend to earlier ones' keys)."""
     from cera_web import kernels

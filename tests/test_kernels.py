@@ -295,8 +295,8 @@ def test_attention(dev, H, KV, D, pos0, T, T_max):
 @pytest.mark.parametrize("split", [1, 3], ids=["whole", "split3"])
 @pytest.mark.parametrize("D,rows", [(64, 32), (64, 64), (128, 32)])
 def test_attention_tiled(dev, H, KV, pos0, T, T_max, W, split, D, rows):
-    """attention_tiled.wgsl (heads of 64, rows 32), attention_tiled64.wgsl (64, rows 64) and attention_tiled_h128.wgsl
-    (heads of 128; these two use subgroup shuffles: lavapipe's subgroups are 8 wide, the least they take) equal
+    """attention_tiled.wgsl's three tile shapes: heads of 64 in 32 rows (no subgroups), 64 in 64 rows and 128 in 32
+    rows (these two use subgroup shuffles: lavapipe's subgroups are 8 wide, the least they take) equal
     attention in float64 numpy (and so attention.wgsl) on every edge of their tiles; split: the key tiles shared by
     3 workgroups a row block (some with none), merged by attention_combine.wgsl."""
     if (D, rows) != (64, 32):
@@ -323,10 +323,26 @@ def test_attention_tiled(dev, H, KV, pos0, T, T_max, W, split, D, rows):
     np.testing.assert_allclose(read(dev, O, q.size).reshape(q.shape), want, rtol=1e-4, atol=1e-4)
 
 
+def test_attention_tiled_reduces_the_same_with_and_without_subgroups(dev):
+    """attention_tiled.wgsl reduces a row's maximum and sum of weights across its 8 threads with subgroup shuffles
+    (64 rows) or through workgroup memory (32 rows) in the same butterfly order: the same bits, over several tiles."""
+    H, KV, D, pos0, T = 6, 2, 64, 70, 40
+    rng = np.random.default_rng(5)
+    q = (rng.standard_normal((T, H, D)) * 2).astype(np.float32)
+    k, v = (rng.standard_normal((pos0 + T, KV, D)).astype(np.float32) for _ in "kv")
+    outs = []
+    for rows in (32, 64):
+        O = upload(dev, np.zeros_like(q))
+        run(dev, kernels.attention_tiled(H, KV, D, 0.125, rows=rows), [upload(dev, a) for a in (q, k, v)]
+            + [O, step_buffer(dev, T, pos0)], kernels.attention_tiled_groups(H, KV, T, 1, rows))
+        outs.append(read(dev, O, q.size).view(np.uint32))
+    assert np.array_equal(outs[0], outs[1])
+
+
 def test_attention_tiled_selection(monkeypatch):
-    """The tiled kernel serves heads of 64 where the device gives its 30 KiB of workgroup memory (WebGPU's default
+    """The tiled kernel serves heads of 64 where the device gives its 24 KiB of workgroup memory (WebGPU's default
     16 KiB does not: attention.wgsl then), and CERA_WEB_ATTN_TILED=0 switches it off."""
-    assert kernels.ATTENTION_TILED_MEMORY == 30336
+    assert kernels.ATTENTION_TILED_MEMORY == 24576
     assert kernels.attention_tiled_fits(64, 32768) and not kernels.attention_tiled_fits(64, 16384)
     assert not kernels.attention_tiled_fits(128, 49152) and not kernels.attention_tiled_fits(256, 49152)
     # the 64-row kernel where subgroups have 8+ invocations and 32 KiB are there; else the 32-row one; none on
@@ -335,8 +351,10 @@ def test_attention_tiled_selection(monkeypatch):
     assert kernels.attention_tiled_rows(64, 32768, False, 4) == 32
     assert kernels.attention_tiled_rows(64, 32768, False, None) == 32
     assert kernels.attention_tiled_rows(64, 32767, False, 32) == 32
-    assert kernels.attention_tiled_rows(64, 30335, False, 32) == 0
-    assert kernels.attention_tiled_rows(128, 32768, False, 32) == 32      # heads of 128: attention_tiled_h128
+    assert kernels.attention_tiled_rows(64, 24576, False, 4) == 32      # 24 KiB: the 32-row shape's memory
+    assert kernels.attention_tiled_rows(64, 24575, False, 32) == 0
+    assert kernels.attention_tiled_rows(128, 32768, False, 32) == 32      # heads of 128: 32 rows with subgroups
+    assert kernels.attention_tiled_rows(128, 32767, False, 32) == 0
     assert kernels.attention_tiled_rows(128, 32768, False, 4) == 0
     assert kernels.attention_tiled_rows(256, 65536, False, 32) == 0
     assert kernels.attention_tiled_rows(64, 32768, True, 8) == 0
@@ -443,7 +461,7 @@ def test_early_submit_keeps_order_and_copies(dev):
 
 def test_bench_kernels_times_prefill_attention(dev):
     """bench_kernels --attention: the prefill attention a GPU would run (lavapipe's subgroups and memory take the
-    64-row tiled kernel for heads of 64, attention_tiled_h128.wgsl for 128, attention.wgsl for 96) per head layout
+    64-row tiled kernel for heads of 64, the 32-row one for 128, attention.wgsl for 96) per head layout
     and split, GFLOP/s from the causal key count (T tokens after pos0: 4 * head size * heads * sum of keys)."""
     import asyncio
 
@@ -452,10 +470,10 @@ def test_bench_kernels_times_prefill_attention(dev):
                                         attention=[(4, 2)], attention_pos0=3, splits=[1, 2]))
     rows = out["attention"]
     assert [(r["heads"], r["kv_heads"], r["T"], r["pos0"], r["split"]) for r in rows] == [(4, 2, 8, 3, 1), (4, 2, 8, 3, 2)]
-    assert [r["kernel"] for r in rows] == ["attention_tiled64"] * 2
+    assert [(r["kernel"], r["rows"]) for r in rows] == [("attention_tiled", 64)] * 2
     flop = 4 * 64 * 4 * sum(3 + t + 1 for t in range(8))
     assert all(r["us"] > 0 and abs(r["gflops"] - flop / r["us"] / 1e3) <= 0.05 + 1e-3 * r["gflops"] for r in rows)
-    for D, kernel, split in ((128, "attention_tiled_h128", kernels.attention_prefill_split(4, 2, 8, 32)),
+    for D, kernel, split in ((128, "attention_tiled", kernels.attention_prefill_split(4, 2, 8, 32)),
                              (96, "attention", 1)):
         out = asyncio.run(bench_kernels.run([], [], device=dev, repeats=1, target_ms=1, rotate_mib=1, gemm_tokens=8,
                                             attention=[(4, 2)], head_dim=D))

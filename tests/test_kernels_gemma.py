@@ -246,7 +246,7 @@ def test_attention_over_a_half_cache(dev16, H, KV, D, pos0, T, W):
 @pytest.mark.parametrize("W", [0, 16])
 @pytest.mark.parametrize("D,rows", [(64, 32), (64, 64), (128, 32)])
 def test_tiled_attention_over_a_half_cache(dev16, W, D, rows):
-    """attention_tiled.wgsl, attention_tiled64.wgsl (rows 64) and attention_tiled_h128.wgsl (heads of 128) with KV16:
+    """attention_tiled.wgsl's three tile shapes (heads of 64 in 32 and 64 rows, of 128 in 32) with KV16:
     the f32 kernel's result on the same f16-exact keys and values."""
     dev, H, KV, pos0, T = dev16, 9, 3, 37, 21
     ctx = pos0 + T + 2
@@ -302,8 +302,7 @@ def test_decode_attention_over_a_half_cache(dev16, QH, KVH, D, pos, W):
 
 @pytest.mark.browser
 def test_tiled_attention_runs_in_chromium(page, server_url):
-    """Chromium's WGSL compiler (Tint) accepts attention_tiled.wgsl, attention_tiled64.wgsl and
-    attention_tiled_h128.wgsl (f32 and, where the adapter has shader-f16, f16 caches; with and without a window;
+    """Chromium's WGSL compiler (Tint) accepts attention_tiled.wgsl's three tile shapes (f32 and, where the adapter has shader-f16, f16 caches; with and without a window;
     split, and attention_combine.wgsl) with the adapter's workgroup memory and subgroups, and the kernels for heads
     of 64 run there equal numpy (the page itself keeps attention.wgsl on SwiftShader, a CPU adapter; real GPUs take
     these)."""
@@ -372,7 +371,7 @@ def test_tiled_attention_runs_in_chromium(page, server_url):
            [[0, list(kernels.attention_tiled_groups(H, KV, T)), 0],
             [6, list(kernels.attention_tiled_groups(H, KV, T, rows=64)), 8]], q.size])
     assert result["errors"] == [], result["errors"][:3]
-    assert result["subgroups"] and result["memory"] >= kernels.ATTENTION_TILED64_MEMORY
+    assert result["subgroups"] and result["memory"] >= kernels.ATTENTION_TILED_SG_MEMORY
     assert result["compiled"] == (17 if result["f16"] else 11)
     # the 64-row kernel runs where subgroups have 8 invocations or more (SwiftShader's have 4: there the engine
     # picks the 32-row kernel, as checked here, and this run leaves it out)

@@ -58,3 +58,16 @@ def test_the_argmax_tree_exists_once():
                kernels.build("sample", V=49152, RING=64, PROBE=False), kernels.build("logprobs", V=49152, TOPN=20)]
     for text in sources:
         assert text.count("fn argmax_tree(tid: u32)") == 1 and "argmax_tree(tid);" in text
+
+
+def test_kernel_templates_render_their_loops_with_the_constants():
+    """A kernel with jinja2 line statements (attention_tiled.wgsl) is rendered with its constants: each shape's
+    loops over a thread's rows and output vectors are written out (no template syntax left, one accumulator
+    variable a row and output vector), and a template name the constants lack is an error, not empty text."""
+    for head_dim, rows, accumulators in ((64, 64, 4 * 2), (64, 32, 2 * 2), (128, 32, 2 * 4)):
+        text = kernels.attention_tiled(9, 3, head_dim, 0.125, rows=rows)
+        assert not kernels.TEMPLATE_LINE.search(text) and "{{" not in text.split("@group", 1)[1]
+        assert len(set(re.findall(r"var (a\d_\d) = ", text))) == accumulators
+    with pytest.raises(Exception, match="RT"):
+        kernels.build("attention_tiled", HEADS=9, KV_HEADS=3, HD=64, BR=64, BC=32, SG=True, KT=4, OT=2,
+                      SCALE=0.1, WINDOW=0, KV16=False, SPLIT=1, TMAX=1)

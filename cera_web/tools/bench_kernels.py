@@ -31,8 +31,8 @@ in the aligned layout and the file's where the type has both; the GEMM alone, th
 and both together; CERA_WEB_I8_KB=N sets its K step).
 
 --attention HEADS:KV times the prefill attention (heads of --head-dim, default 64: the kernel the engine picks,
-attention_tiled64.wgsl or attention_tiled.wgsl for 64, CERA_WEB_ATTN_TILED=32|64 forcing one,
-attention_tiled_h128.wgsl for 128, attention.wgsl for other sizes) of a --gemm TOKENS pass after --pos0 cached tokens, with the engine's key split or each of --splits
+attention_tiled.wgsl in 64 or 32 rows for 64, CERA_WEB_ATTN_TILED=32|64 forcing one,
+in 32 rows for 128, attention.wgsl for other sizes) of a --gemm TOKENS pass after --pos0 cached tokens, with the engine's key split or each of --splits
 (GFLOP/s = 4 * head size * heads * keys summed over the pass's tokens / time).
 """
 from __future__ import annotations
@@ -279,8 +279,8 @@ class Bench:
 
     async def attention(self, heads: int, kv_heads: int, T: int, pos0: int = 0, split: int | None = None,
                         head_dim: int = 64) -> dict:
-        """Prefill attention, the kernel the engine picks for heads of head_dim on a GPU (attention_tiled64.wgsl or
-        attention_tiled.wgsl for 64, attention_tiled_h128.wgsl for 128; split > 1: the parts merged by
+        """Prefill attention, the kernel the engine picks for heads of head_dim on a GPU (attention_tiled.wgsl in
+        64 or 32 rows for 64, in 32 for 128; split > 1: the parts merged by
         attention_combine.wgsl, timed together; attention.wgsl for other sizes) of a T-token pass after pos0 cached
         tokens: GFLOP/s = 4 * head_dim * heads * (keys summed over the pass's tokens) / time."""
         dev, D = self.dev, head_dim
@@ -318,7 +318,7 @@ class Bench:
         per, n = await self.per_dispatch(lambda n: one * n)
         flop = 4 * D * heads * sum(pos0 + t + 1 for t in range(T))
         return {"heads": heads, "kv_heads": kv_heads, "head_dim": D, "T": T, "pos0": pos0,
-                "kernel": kernels.ATTENTION_TILED_KERNELS[D, rows] if rows else "attention", "split": split,
+                "kernel": "attention_tiled" if rows else "attention", "rows": rows, "split": split,
                 "dispatches": n,
                 "us": round(per * 1e6, 3), "gflops": round(flop / per / 1e9, 1)}
 
