@@ -22,9 +22,9 @@ from .source import FileSource
 
 BACKENDS = ("auto", "webgpu", "cpu")
 
-# The CPU path keeps a model's weights as float32 arrays (cera_web.reference; in Pyodide: the wasm heap, which tops
-# out near 4 GiB): "auto" takes it only for models whose float32 weights stay under this (SmolLM2-135M: 0.54 GB; a
-# 0.5B model: 2 GB, left on the adapter).
+# The CPU path keeps a model's weights packed in its WebAssembly kernels' memory where they multiply that type, as
+# float32 arrays otherwise (cpu_weight_bytes): "auto" takes it on a software adapter for models whose weights there
+# stay under this (SmolLM2-135M Q4_1: 96 MB, Qwen2.5-Coder-0.5B Q4_K_M: 485 MB; as float32 0.54 and 2.5 GB).
 CPU_WEIGHT_BYTES = 1 << 30
 
 
@@ -94,13 +94,22 @@ class LoadPlan:
         return self.backend == "cpu"
 
 
+def cpu_weight_bytes(gguf) -> int:
+    """Bytes the CPU path holds a model's weights in: the types its WebAssembly kernels multiply stay packed (as in
+    the file; F16 is widened), the rest are float32 (preflight.cpu_kernel_types)."""
+    from .preflight import cpu_kernel_types
+    packed = cpu_kernel_types() - {"F16"}
+    return sum(t.nbytes if t.type.name in packed else 4 * t.n_elements for t in gguf.tensors.values())
+
+
 def choose_backend(backend: str, device, gguf) -> str:
     """"cpu" or "webgpu" for a load: what was asked, except that "auto" takes the CPU path where the adapter is a
     software fallback (SwiftShader, or any adapter that says it is a CPU: on a 2-core box its WebGPU decodes SmolLM2
-    ~20x slower than numpy in Pyodide) and the model's float32 weights fit CPU_WEIGHT_BYTES."""
+    ~60x slower than the CPU path, Qwen2.5-Coder-0.5B ~50x) and the CPU path holds the weights in CPU_WEIGHT_BYTES
+    (cpu_weight_bytes: packed where its kernels run)."""
     if backend == "cpu" or device is None:
         return "cpu"
-    if backend == "auto" and device.is_cpu and 4 * sum(t.n_elements for t in gguf.tensors.values()) <= CPU_WEIGHT_BYTES:
+    if backend == "auto" and device.is_cpu and cpu_weight_bytes(gguf) <= CPU_WEIGHT_BYTES:
         return "cpu"
     return "webgpu"
 

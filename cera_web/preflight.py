@@ -13,8 +13,9 @@ Memory (bytes):
   K and one V buffer of context × kv_heads × head_dim elements of 4 (f32) or 2 (f16) bytes), and scratch: the
   activation buffers of a prefill chunk (hidden, Q/K/V, FFN and the normed input, float32), the logits of the
   sampler and of a verify pass (16 rows), the attention parts of split prefill attention; see scratch_bytes.
-- The CPU path (numpy in Pyodide: the weights unpacked to float32, loading.CPU_WEIGHT_BYTES decides who gets it) holds
-  4 bytes a parameter and its KV cache in the wasm heap, whose usable size is HEAP_BYTES.
+- The CPU path (numpy in Pyodide; loading.choose_backend decides who gets it) holds the weights its WebAssembly
+  kernels multiply packed, the rest as float32 (loading.cpu_weight_bytes), and its KV cache; HEAP_BYTES is the
+  usable size of a wasm heap.
 
 Fit, in order: the device's buffer limits (models.memory.fit_report: the largest tensor piece and one layer's K/V
 buffer must fit one binding), then the total, which WebGPU does not report: where a probe allocation was made

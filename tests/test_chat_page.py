@@ -432,16 +432,19 @@ def test_glue_chat_turns_equal_a_chat_session_and_bad_settings_are_input_errors(
 
 
 def test_choose_backend_takes_the_cpu_only_for_a_fallback_adapter_and_a_model_that_fits():
-    """'auto' runs on the CPU where the adapter is a software fallback and the model's float32 weights fit
-    CPU_WEIGHT_BYTES (the bound itself included, one more element not); 'webgpu' and 'cpu' are taken as asked."""
+    """'auto' runs on the CPU where the adapter is a software fallback and the CPU path holds the model's weights in
+    CPU_WEIGHT_BYTES (the bound itself included, one more element not): packed where its kernels multiply the type
+    (a Q4_K model of 3 GiB as float32 takes it), float32 otherwise; 'webgpu' and 'cpu' are taken as asked."""
     from types import SimpleNamespace
 
+    from cera_web.preflight import cpu_kernel_types
     from cera_web.webapp import CPU_WEIGHT_BYTES, choose_backend
 
-    def model(elements):
+    def model(elements, kind="F32", per_element=4.0):
         half = elements // 2
-        return SimpleNamespace(tensors={"a": SimpleNamespace(n_elements=half),
-                                        "b": SimpleNamespace(n_elements=elements - half)})
+        return SimpleNamespace(tensors={k: SimpleNamespace(n_elements=n, nbytes=int(n * per_element),
+                                                           type=SimpleNamespace(name=kind))
+                                        for k, n in (("a", half), ("b", elements - half))})
 
     fallback, gpu = SimpleNamespace(is_cpu=True), SimpleNamespace(is_cpu=False)
     fits, too_big = model(CPU_WEIGHT_BYTES // 4), model(CPU_WEIGHT_BYTES // 4 + 1)
@@ -451,3 +454,7 @@ def test_choose_backend_takes_the_cpu_only_for_a_fallback_adapter_and_a_model_th
     assert choose_backend("webgpu", fallback, fits) == "webgpu"
     assert choose_backend("cpu", gpu, too_big) == "cpu"
     assert choose_backend("auto", None, too_big) == "cpu"     # no device made (backend 'cpu' in prepare)
+    assert "Q4_K" in cpu_kernel_types()     # the set-up builds the CPU kernels
+    packed = model(3 * CPU_WEIGHT_BYTES // 4, "Q4_K", 144 / 256)
+    assert choose_backend("auto", fallback, packed) == "cpu"
+    assert choose_backend("auto", fallback, model(3 * CPU_WEIGHT_BYTES // 4, "Q2_K", 84 / 256)) == "webgpu"
