@@ -202,7 +202,7 @@ def test_with_keeping_off_nothing_is_written(cache_page):
     page.get_by_role("button", name="New chat").click()
     _turn(ui, "hello")
     assert _kept(ui)
-    page.locator("#drawer summary").click()
+    page.locator("#drawer > summary").click()
     keep = page.get_by_label("Keep each chat's prompt cache in this browser")
     expect(keep).to_be_checked()
     keep.uncheck()

@@ -449,7 +449,7 @@ def test_conversations_are_kept_edited_and_continued(browser, server_url):
         menu.select_option(label="hello · 6 messages")
         expect(turns).to_have_count(6)
         # loading a model keeps the conversation shown
-        page.locator("#drawer summary").click()
+        page.locator("#drawer > summary").click()
         page.get_by_label("Model URL").fill("/fake/qwen3.gguf")
         page.get_by_role("button", name="Load", exact=True).click()
         ui.wait(r"^Ready$")
@@ -546,7 +546,7 @@ def test_a_served_draft_model_speeds_up_the_loaded_one(browser, server_url):
     try:
         page = ui.page
         ui.wait()
-        page.locator("#drawer summary").click()
+        page.locator("#drawer > summary").click()
         box = page.get_by_label("Speed up with", exact=False)
         expect(box).to_be_visible()
         box.check()
@@ -557,7 +557,7 @@ def test_a_served_draft_model_speeds_up_the_loaded_one(browser, server_url):
         for use in (True, False):
             if not use:
                 if page.locator("#drawer").get_attribute("open") is None:
-                    page.locator("#drawer summary").click()
+                    page.locator("#drawer > summary").click()
                 box.uncheck()
                 expect(ui.status).to_have_text("Ready")
                 assert ui.received("draft")[-1]["name"] is None
@@ -576,7 +576,7 @@ def test_errors_show_next_to_their_cause_without_class_names(browser, server_url
         # a file that is not a model, picked: the error is at the top, by the model controls
         bad = tmp_path / "notes.gguf"
         bad.write_bytes(b"These are notes, not a model.\n" * 10)
-        page.locator("#drawer summary").click()
+        page.locator("#drawer > summary").click()
         page.get_by_label("Model file").set_input_files(str(bad))
         alert = page.locator("#load-error")
         expect(alert).to_have_attribute("data-kind", "GGUFFormatError", timeout=LOAD_MS)
@@ -633,7 +633,7 @@ def test_layout_fits_the_viewport(browser, server_url, tmp_path, width, height, 
         expect(entry).to_have_attribute("title", DEFAULT_FILE)
         _screenshot(page, f"page-{width}x{height}-{scheme}.png", tmp_path)
         # with the settings panel and the model drawer open, still no sideways scrolling
-        page.locator("#drawer summary").click()
+        page.locator("#drawer > summary").click()
         assert ui.page_width() == [width, width, width]
         _screenshot(page, f"page-{width}x{height}-{scheme}-open.png", tmp_path)
         dark = page.evaluate("getComputedStyle(document.documentElement).backgroundColor")
