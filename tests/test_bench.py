@@ -70,6 +70,21 @@ def test_bench_run_reports_every_repeat(tmp_path, dev):
     assert out["prompt_tokens"] == 20 and all(v > 0 for v in out["prefill_tok_s_runs"])
 
 
+def test_chat_ttft_reports_the_first_and_warm_runs(tmp_path, dev):
+    """bench.chat_ttft: the first message after the load, then warm ones, each through the chat template."""
+    from cera_web.engine import Engine
+    path = bench.synthetic_llama(tmp_path / "m.gguf", "smollm2-135m", "q4_1", layers=2, vocab=512)
+
+    async def go():
+        eng = await Engine.load(str(path), device=dev, context_size=256, chunk=16)
+        return await bench.chat_ttft(eng, repeats=2, max_tokens=2), eng.encode_chat(
+            [{"role": "user", "content": bench.CHAT_MESSAGES[0]}])
+    out, ids = asyncio.run(go())
+    assert len(out["chat_ttft_ms_runs"]) == 3 and out["chat_ttft_ms"] == out["chat_ttft_ms_runs"][0]
+    assert out["chat_ttft_warm_ms"] == min(out["chat_ttft_ms_runs"][1:]) and out["chat_ttft_ms"] > 0
+    assert out["chat_prompt_tokens"] == len(ids) and out["chat_template"] == "chatml"
+
+
 def test_pacer_sizes_reads_to_the_target_time():
     p = ReadPacer(target_ms=30, first=4, most=128)
     assert p.next(8) == 8                      # a fixed setting is used as it is

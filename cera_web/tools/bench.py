@@ -9,7 +9,9 @@ benchmark (tests/bench_browser.py) reports the same fields from the real page, w
 from __future__ import annotations
 
 import platform
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -84,6 +86,41 @@ async def run(engine, prompt_tokens: int = 512, decode_tokens: int = 128, steps_
         "decode_tok_s_runs": [r[1] for r in runs],
         **(await estimate(engine, len(ids), decode_after) if with_estimate else {}),
     }
+
+
+# bench.chat_ttft's one-line user messages, one a run (each a new conversation)
+CHAT_MESSAGES = ("What is the capital of France?", "Name three primary colours.", "How many legs does a spider have?",
+                 "Suggest a name for a grey cat.")
+
+
+async def chat_ttft(engine, repeats: int = 3, max_tokens: int = 8) -> dict:
+    """Time to first token of a one-line chat message, as the page's chat sends it (ChatSession.send: the model's
+    chat template, no system message, prefill, then the first token): from the call to the first token's callback.
+    Each run is a new conversation with its own message, after another prompt has overwritten the KV cache (nothing
+    reused). The first run is the first work after the load (call this before anything else, as the page's first
+    message after its load), the others are warm. Fields: chat_ttft_ms (the first run), chat_ttft_warm_ms (the best
+    of the others), chat_ttft_ms_runs, chat_prompt_tokens (the first message's), chat_template ("file", or "chatml"
+    where the file has none and the engine falls back to ChatML)."""
+    from ..session import ChatSession
+    other = prompt_ids(engine.tokenizer, 48)
+    runs, tokens = [], None
+    for i in range(max(repeats, 1) + 1):
+        message = CHAT_MESSAGES[i % len(CHAT_MESSAGES)]
+        if i:       # the first run follows the load; later ones follow another prompt, so no prefix is cached
+            await engine.generate(other, max_tokens=1, stop_at_eos=False, reuse_cache=False)
+        chat = ChatSession(engine)
+        ids = chat.prepare(message, max_tokens=max_tokens)[1]
+        tokens = tokens or len(ids)
+        first = []
+        t0 = time.perf_counter()
+        await chat.send(message, max_tokens=max_tokens,
+                        on_token=lambda *a: first or first.append(time.perf_counter()))
+        runs.append(round((first[0] - t0) * 1000, 2) if first else None)
+    warm = [r for r in runs[1:] if r is not None]
+    has_template = bool(engine.gguf.metadata.get("tokenizer.chat_template"))
+    return {"chat_message": CHAT_MESSAGES[0], "chat_prompt_tokens": tokens, "chat_template": "file" if has_template
+            else "chatml", "chat_ttft_ms": runs[0], "chat_ttft_warm_ms": min(warm) if warm else None,
+            "chat_ttft_ms_runs": runs}
 
 
 async def estimate(engine, prompt_tokens: int, decode_after: int) -> dict:
@@ -300,6 +337,10 @@ SHAPES = {
                          rope_theta=100000.0),
     "llama-3.2-1b": dict(arch="llama", layers=16, hidden=2048, heads=32, kv_heads=8, ffn=8192, vocab=128256,
                          rope_theta=500000.0),
+    # Llama 3.1 8B's shape, tied here (the real one unties its head: ~0.3 GB more); ~4.6 GB as q4_k_m, past wasm32's
+    # 4 GiB (the page's test of loading past it: tests/test_page_large.py)
+    "llama-3.1-8b": dict(arch="llama", layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=128256,
+                         rope_theta=500000.0),
     "qwen2.5-1.5b": dict(arch="qwen2", layers=28, hidden=1536, heads=12, kv_heads=2, ffn=8960, vocab=151936,
                          rope_theta=1000000.0),
     "qwen2.5-0.5b": dict(arch="qwen2", layers=24, hidden=896, heads=14, kv_heads=2, ffn=4864, vocab=151936,
@@ -423,6 +464,22 @@ def synthetic_llama(path, shape: str = "smollm2-135m", quant: str = "q4_1", *, s
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+    return path
+
+
+def synthetic_path(shape: str, quant: str) -> Path:
+    """The synthetic file of this shape and quantization, written on first use into <temp>/cera_web_synthetic and
+    kept between runs (the same name and seed always give the same file): a large shape takes a while to write."""
+    if shape not in SHAPES or quant not in QUANTS:
+        raise CeraError(f"--synthetic takes one of {', '.join(SHAPES)} and --quant one of {', '.join(QUANTS)}; "
+                        f"got {shape!r} and {quant!r}")
+    folder = Path(tempfile.gettempdir()) / "cera_web_synthetic"
+    folder.mkdir(exist_ok=True)
+    path = folder / f"v2-{shape}-{quant}.gguf"
+    if not path.exists():
+        part = path.with_suffix(".part")
+        synthetic_llama(part, shape, quant)
+        part.rename(path)
     return path
 
 

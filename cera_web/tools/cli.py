@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import json
 import sys
+import time
 from pathlib import Path
 
 from ..errors import CeraError
@@ -74,20 +75,13 @@ async def _bench(args):
     from ..engine import Engine
     path = args.model
     if args.synthetic:
-        import tempfile
-        if args.synthetic not in bench.SHAPES or args.quant not in bench.QUANTS:
-            raise CeraError(f"--synthetic takes one of {', '.join(bench.SHAPES)} and --quant one of "
-                            f"{', '.join(bench.QUANTS)}; got {args.synthetic!r} and {args.quant!r}")
-        # kept between runs (the same name and seed always give the same file): a 1.5B model takes a while to write
-        folder = Path(tempfile.gettempdir()) / "cera_web_synthetic"
-        folder.mkdir(exist_ok=True)
-        path = folder / f"v2-{args.synthetic}-{args.quant}.gguf"
-        if not path.exists():
-            part = path.with_suffix(".part")
-            bench.synthetic_llama(part, args.synthetic, args.quant)
-            part.rename(path)
+        path = bench.synthetic_path(args.synthetic, args.quant)
+    t0 = time.perf_counter()
     engine = await Engine.load(_model_path(path), context_size=args.context, chunk=args.chunk, kv_cache=args.kv_cache,
                                device="cpu" if args.cpu else None)
+    load_ms = round((time.perf_counter() - t0) * 1000, 1)     # from the file: parse, upload, pipelines
+    # the chat message first: its first run is the first work after the load, as the page's first message
+    chat = await bench.chat_ttft(engine, max(args.repeats, 2)) if args.chat else {}
     if args.draft:
         await engine.load_draft(args.draft, chunk=args.chunk, kv_cache=args.kv_cache)
     if args.draft or args.lookup:
@@ -103,6 +97,7 @@ async def _bench(args):
                             **bench.synthetic_info(path)}
     if args.profile:
         out["profile"] = await bench.profile(engine, args.prompt_tokens)
+    out.update(load_ms=load_ms, context_size=engine.context_size, **chat)
     print(json.dumps(out))
 
 
@@ -246,6 +241,9 @@ def main(argv=None) -> int:
                    help="prompt tokens before the decode run (default 16, as llama-bench's tg; e.g. 1536 to decode "
                         "late in a long conversation)")
     b.add_argument("--repeats", type=int, default=1)
+    b.add_argument("--chat", action="store_true",
+                   help="also the time to first token of a one-line chat message, right after the load and warm "
+                        "(bench.chat_ttft: chat_ttft_ms, chat_ttft_warm_ms, ...)")
     b.add_argument("--profile", action="store_true", help="also time each kind of dispatch alone")
     b.add_argument("--prompt-cache", action="store_true",
                    help="instead: time to first token of --prompt-tokens seen before plus 16 new, recomputed vs "
