@@ -214,6 +214,10 @@ worker.onmessage = (event) => {
       ui.status.textContent = msg.text;
       break;
     case 'progress':
+      if (state.loadTimes && state.loading) {
+        const ms = performance.now() - state.loadTimes.t0;
+        (state.loadTimes.stages[msg.stage] ||= [ms, ms])[1] = ms;
+      }
       showProgress(msg.stage, msg.done, msg.total);
       break;
     case 'notice':
@@ -233,6 +237,10 @@ worker.onmessage = (event) => {
       }
       break;
     case 'ready': {
+      if (state.loadTimes) {
+        state.loadTimes.ready_ms = performance.now() - state.loadTimes.t0;
+        state.loadTimes.origin = msg.origin;
+      }
       const first = !state.modelLoaded;
       state.modelLoaded = true;
       state.loading = false;
@@ -336,6 +344,7 @@ worker.onmessage = (event) => {
         hideProgress(false);
       }
       if (msg.during === 'load' || state.loading) {
+        if (state.loadTimes) state.loadTimes.error = msg.message || msg.kind || 'error';
         state.loading = false;
         hideProgress(false);
         ui.status.textContent = state.modelLoaded
@@ -436,6 +445,9 @@ const absolute = (url) => new URL(url, location.href).href;
 const fileName = (url) => new URL(url, location.href).pathname.split('/').pop() || url;
 
 function loadModel(url) {
+  // timings of this load, for tests/bench_browser.py --app: ms from this request to each progress stage's first and
+  // last message, and to 'ready' (origin: 'download' or 'cache', as the worker says)
+  state.loadTimes = {url, t0: performance.now(), stages: {}, ready_ms: null, origin: null, error: null};
   startLoading(fileName(url));
   state.loadingUrl = absolute(url);
   state.loadingFile = null;
