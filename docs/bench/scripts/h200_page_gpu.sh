@@ -3,14 +3,30 @@
 # what the page and the native engine measure (issue 30 item 3). One script for what sessions 13 and 15 ran as
 # h200_s13_page.sh / h200_s15_page.sh (merged in session 16; the old runs' settings are below), parametrized:
 #   PG_MODELS   files of .assets/models carried in the pack (default: SmolLM2-135M-Instruct.Q4_1.gguf); the page,
-#               page512 and native steps run the first, the estimate step every one plus a synthetic 1B
+#               page512 and native steps run the first; estimate, long and chat every one (estimate and synth also
+#               the PG_SYNTH shapes)
 #   PG_PROBE    "one" (default: the flag set that gave the NVIDIA adapter in sessions 13 and 15, all sets if it
 #               fails) or "all" (every flag set, as session 13)
 #   PG_STEPS    the steps of `run`, in order (default "probe estimate"): probe, page (128 prompt / 128 decode
 #               tokens), page512 (512 / 128), native (`python -m cera_web bench`, 512/128 and 128/128, 3 repeats),
-#               wllama (needs .pgb/wllama-*.tgz), estimate (below)
-#   PG_UNTIL    a step that would start after this many seconds is skipped (default 540)
-#   PG_SYNTH    the synthetic shape of the estimate step (default llama-3.2-1b, Q4_K_M; "" for none)
+#               wllama (needs .pgb/wllama-*.tgz), estimate (below), and for issue 26's remaining measures (session
+#               17), each over every PG_MODELS file:
+#                 long   decode after 3,584 tokens: page and native, --prompt-tokens 3584 --decode-after 3584
+#                        --decode-tokens 128 --context 4096 (native 2 repeats)             -> long.jsonl
+#                 chat   the real page (bench_browser.py --app): load from a download, reload from OPFS, then
+#                        one-line chat messages (Send to first token); native `bench --chat` -> app.jsonl, chat.jsonl
+#                 synth  makes the PG_SYNTH shapes (Q4_K_M), serves them from .assets/models, and runs on each the
+#                        page and native at 512/128 (decode after 16) and the long case, and the real page's
+#                        download / OPFS loads (no chat: no template; estimate has their 128/64) -> synth.jsonl,
+#                        app.jsonl
+#               The estimate step now runs the synthetic files first, then PG_MODELS; PG_ESTIMATE=models or synth
+#               runs only those (default all). To merge two calls' estimates into one predicted.json:
+#                 cat OUT1/estimate.jsonl OUT2/estimate.jsonl > e.jsonl && python3 h200_page_gpu.py predicted e.jsonl
+#   PG_UNTIL    a step (or a model's part of one) that would start after this many seconds is skipped (default 540)
+#   PG_DEADLINE every command's timeout is cut so that it ends by this many seconds after the start (default 570):
+#               with PG_UNTIL it keeps a call under the device's 600 s
+#   PG_SYNTH    the synthetic shapes of the synth and estimate steps (default "llama-3.2-1b qwen2.5-1.5b", Q4_K_M;
+#               "" for none); made once per machine start (kept in /tmp/cera_web_synthetic while it is warm)
 # Session 13 (SmolLM2, docs/bench/h200-s13-page*): PG_PROBE=all PG_STEPS="probe page native wllama page512".
 # Session 15 (Gemma 3 270M / Qwen 0.5B, docs/bench/h200-s15-page*): PG_MODELS=<the one file>
 #   PG_STEPS="probe page page512 native page page512 native page page512 native page page512" PG_UNTIL=330.
@@ -19,8 +35,8 @@
 # native bench (128/64, 3 repeats) both print the preflight's estimate ("estimate": cera_web/preflight.py, from the
 # micro-benchmark of the same device and the model's bytes and operations a token) beside what they measured; then
 # `h200_page_gpu.py predicted` writes $OUT/predicted.json: per model and engine, predicted and measured decode and
-# prefill tok/s, their ratio and whether it is within ±35%. The synthetic 1B is made there (bench --synthetic) and
-# served to the page from .assets/models.
+# prefill tok/s, their ratio and whether it is within ±35%. The PG_SYNTH shapes are made there
+# (bench.synthetic_path) and served to the page from .assets/models.
 #
 # Here, once, in the repository root (all outputs git-ignored):
 #   PG_MODELS="SmolLM2-135M-Instruct.Q4_1.gguf gemma-3-270m-Q4_K_M.gguf qwen2.5-coder-0.5b-instruct-Q4_K_M.gguf" \
@@ -32,7 +48,27 @@
 #   call N: carry [".pg/pg.tar.xz.LAST", ".gl", ".whl", ".pgb", ".xv"]
 #           command: PG_MODELS="<the same list>" bash docs/bench/scripts/h200_page_gpu.sh run N
 # Writes to $OUT: env.txt, xvfb.log, probe.json, page.jsonl, native.jsonl, wllama.jsonl, estimate.jsonl,
-# predicted.json, chromium.log and log.txt.
+# predicted.json, long.jsonl, app.jsonl, chat.jsonl, synth.jsonl, chromium.log and log.txt. Each line of the new
+# .jsonl files is a bench's JSON with "engine" (page / native), "file" and "args" added (h200_page_gpu.py tag).
+#
+# Session 17's run (issue 26's remaining measures; the lead's plan, about 9 minutes of run time in two calls).
+# After committing the code to measure, pack from that commit (src.tar.xz is `git archive HEAD`: the code measured):
+#   PG_MODELS="SmolLM2-135M-Instruct.Q4_1.gguf gemma-3-270m-Q4_K_M.gguf qwen2.5-coder-0.5b-instruct-Q4_K_M.gguf" \
+#     PG_NO_WLLAMA=1 sh docs/bench/scripts/pack_chromium.sh 53 ;  sh docs/bench/scripts/pack_xvfb.sh
+# (only the code changed since a pack: `sh docs/bench/scripts/pack_chromium.sh src` remakes .pgb/src.tar.xz alone)
+#   calls 1..N-1 (one a piece): carry [".pg/pg.tar.xz.0K"]  command: bash docs/bench/scripts/h200_page_gpu.sh stash
+#   call N, run 1 (expected about 275 s: unpack ~35, probe ~20 with the two f16 flag sets, long ~60, chat ~95,
+#     estimate ~65 over the three real files):
+#     carry [".pg/pg.tar.xz.LAST", ".gl", ".whl", ".pgb", ".xv"]   timeout_s 300
+#     command: PG_MODELS="SmolLM2-135M-Instruct.Q4_1.gguf gemma-3-270m-Q4_K_M.gguf qwen2.5-coder-0.5b-instruct-Q4_K_M.gguf" PG_STEPS="probe long chat estimate" PG_ESTIMATE=models PG_UNTIL=250 PG_DEADLINE=280 bash docs/bench/scripts/h200_page_gpu.sh run N
+#   call N+1, run 2, right after (the pieces and the unpacked browser stay while the machine is warm; expected about
+#     280 s: unpack and probe ~10, making both synthetic files ~50, synth ~95 a file, estimate ~45 over the two):
+#     carry [".gl", ".whl", ".pgb", ".xv"]   timeout_s 300
+#     command: PG_MODELS="<the same three>" PG_PROBE_F16=0 PG_STEPS="probe estimate synth" PG_ESTIMATE=synth PG_UNTIL=250 PG_DEADLINE=280 bash docs/bench/scripts/h200_page_gpu.sh run N
+#   (at most 560 s of run time in all; what would start past PG_UNTIL is skipped and said so in log.txt, so each
+#   call's order is its priority; with more device time left, raise PG_UNTIL / PG_DEADLINE. predicted.json of call 2
+#   covers both synthetic shapes, call 1's the real files: merge them as said under PG_ESTIMATE)
+# If the machine was given back between the two calls, the pieces are gone: stash them again first.
 set -u
 OUT=${OUT:-/tmp/pg_out}
 mkdir -p $OUT /opt/pgparts
@@ -50,11 +86,15 @@ STEPS=${PG_STEPS:-probe estimate}
 UNTIL=${PG_UNTIL:-540}
 MODELS=${PG_MODELS:-SmolLM2-135M-Instruct.Q4_1.gguf}
 FIRST=${MODELS%% *}
-SYNTH=${PG_SYNTH-llama-3.2-1b}
+SYNTH=${PG_SYNTH-llama-3.2-1b qwen2.5-1.5b}
+DEADLINE=${PG_DEADLINE:-570}
 test $(ls /opt/pgparts/pg.* | wc -l) -ge $N || { echo "missing pieces: have $(ls /opt/pgparts/pg.* | wc -l) of $N"; exit 1; }
 exec > >(tee $OUT/log.txt) 2>&1
 T0=$(date +%s)
 t() { echo "== t=$(( $(date +%s) - T0 ))s $*"; }
+late() { [ $(( $(date +%s) - T0 )) -gt $UNTIL ] && { t "$* skipped (past PG_UNTIL=$UNTIL s)"; return 0; }; return 1; }
+tl() {      # a command's timeout: $1 seconds, or less so that it ends by PG_DEADLINE
+  local r=$(( DEADLINE - ($(date +%s) - T0) )); [ $1 -lt $r ] && r=$1; [ $r -lt 1 ] && r=1; echo $r; }
 set -x
 R=$PWD
 if [ ! -f /opt/pgx/.unpacked ]; then
@@ -116,6 +156,30 @@ S=docs/bench/scripts/h200_page_gpu.py
 M=$PWD/.assets/models/$FIRST
 for m in $MODELS; do echo "model: $(sha256sum .assets/models/$m) (check against assets.json)" | tee -a $OUT/env.txt; done
 P=3
+LONG="--prompt-tokens 3584 --decode-after 3584 --decode-tokens 128 --context 4096"
+SFILES=""   # the synthetic files made (make_synth), in .assets/models
+make_synth() {     # once a call: the PG_SYNTH shapes (Q4_K_M), written once a machine start, served from .assets/models
+  [ -n "$SFILES" ] && return
+  for sh in $SYNTH; do
+    late "making $sh" && continue
+    f=$(timeout $(tl 200) python3 -c "from cera_web.tools.bench import synthetic_path as p; print(p('$sh', 'q4_k_m'))") \
+      && { ln -f $f .assets/models/ 2>/dev/null || cp $f .assets/models/; } && SFILES="$SFILES $(basename $f)"
+    t "made $sh: $(ls -la .assets/models/v2-$sh-q4_k_m.gguf 2>&1)"
+  done
+}
+bench_page() {     # OUTFILE FILE LIMIT_S ARGS...: tests/bench_browser.py in the chosen browser, one tagged line
+  local o=$1 m=$2 lim=$3; shift 3
+  [ -f /tmp/pg_flags.json ] || { echo "page $m: no GPU adapter chosen, skipped"; return; }
+  late "page $m $*" && return
+  timeout $(tl $lim) python3 $S page --model /models/$m "$@" > /tmp/pe.json; echo "page $m [$*] rc=$?"
+  python3 $S tag page $m "$*" < /tmp/pe.json >> $OUT/$o; tail -n1 $OUT/$o | cut -c1-700
+}
+bench_native() {   # OUTFILE FILE LIMIT_S ARGS...: python -m cera_web bench on the same file, one tagged line
+  local o=$1 m=$2 lim=$3; shift 3
+  late "native $m $*" && return
+  timeout $(tl $lim) python3 -m cera_web bench --model .assets/models/$m "$@" > /tmp/pe.json; echo "native $m [$*] rc=$?"
+  python3 $S tag native $m "$*" < /tmp/pe.json >> $OUT/$o; tail -n1 $OUT/$o | cut -c1-700
+}
 set +x
 for step in $STEPS; do
   [ $(( $(date +%s) - T0 )) -gt $UNTIL ] && { t "$step skipped (past PG_UNTIL=$UNTIL s)"; continue; }
@@ -136,26 +200,39 @@ for step in $STEPS; do
       for a in "--prompt 512 --decode 128" "--prompt 128 --decode 128"; do
         timeout 240 python3 $S wllama $M /opt/pgx/wl/package $a --repeats 3 >> $OUT/wllama.jsonl; echo "wllama [$a] rc=$?"
       done ;;
-    estimate)
-      list=$MODELS
-      if [ -n "$SYNTH" ]; then     # made by the native bench (its cache folder), then served to the page too
-        timeout 300 python3 -m cera_web bench --synthetic $SYNTH --quant q4_k_m --prompt-tokens 16 --decode-tokens 4 \
-          > /dev/null && cp /tmp/cera_web_synthetic/v2-$SYNTH-q4_k_m.gguf .assets/models/ && list="$list v2-$SYNTH-q4_k_m.gguf"
-      fi
-      for m in $list; do
-        [ $(( $(date +%s) - T0 )) -gt $UNTIL ] && { t "estimate $m skipped (past PG_UNTIL=$UNTIL s)"; continue; }
-        if [ -f /tmp/pg_flags.json ]; then
-          timeout 240 python3 $S page --model /models/$m --prompt-tokens 128 --decode-tokens 64 > /tmp/pe.json
-          echo "page $m rc=$?"; python3 $S tag page $m < /tmp/pe.json >> $OUT/estimate.jsonl
-        fi
-        timeout 200 python3 -m cera_web bench --model .assets/models/$m --prompt-tokens 128 --decode-tokens 64 \
-          --repeats 3 > /tmp/pe.json; echo "native $m rc=$?"; python3 $S tag native $m < /tmp/pe.json >> $OUT/estimate.jsonl
+    estimate)     # the real files and the synthetic shapes (made by bench.synthetic_path, served to the page too)
+      files=$MODELS
+      case ${PG_ESTIMATE:-all} in synth) make_synth; files=$SFILES ;; all) make_synth; files="$SFILES $MODELS" ;; esac
+      for m in $files; do      # the synthetic ones first: past PG_UNTIL the last real file goes
+        t "estimate $m"
+        bench_page estimate.jsonl $m 150 --prompt-tokens 128 --decode-tokens 64
+        bench_native estimate.jsonl $m 120 --prompt-tokens 128 --decode-tokens 64 --repeats 3
       done
       python3 $S predicted $OUT/estimate.jsonl > $OUT/predicted.json; cat $OUT/predicted.json ;;
+    long)         # decode after 3,584 tokens, page and native
+      for m in $MODELS; do
+        bench_page long.jsonl $m 150 $LONG
+        bench_native long.jsonl $m 120 $LONG --repeats 2
+      done ;;
+    chat)         # the real page: download, OPFS and chat; native: chat TTFT and load from the file
+      for m in $MODELS; do
+        bench_page app.jsonl $m 150 --app --backend webgpu
+        bench_native chat.jsonl $m 120 --chat --prompt-tokens 16 --decode-tokens 8 --repeats 2
+      done ;;
+    synth)        # the synthetic 1B / 1.5B in the page and natively: 512 and 128 prompts, long, OPFS loads
+      make_synth
+      for m in $SFILES; do
+        t "synth $m"
+        bench_page synth.jsonl $m 150 --prompt-tokens 512 --decode-tokens 128
+        bench_native synth.jsonl $m 120 --prompt-tokens 512 --decode-tokens 128 --repeats 3
+        bench_page synth.jsonl $m 150 $LONG
+        bench_native synth.jsonl $m 120 $LONG --repeats 2
+        bench_page app.jsonl $m 200 --app --backend webgpu
+      done ;;
   esac
 done
 t end
-cut -c1-400 $OUT/page.jsonl $OUT/native.jsonl 2>/dev/null
+cut -c1-400 $OUT/page.jsonl $OUT/native.jsonl $OUT/long.jsonl $OUT/app.jsonl $OUT/chat.jsonl $OUT/synth.jsonl 2>/dev/null
 s=$(stat -c %s $OUT/chromium.log 2>/dev/null || echo 0)
 [ "$s" -gt 8000000 ] && { tail -c 8000000 $OUT/chromium.log > /tmp/cl && mv /tmp/cl $OUT/chromium.log; }
 exit 0

@@ -4,6 +4,7 @@
 # (python3 serve.py --no-fetch is not enough: run `python3 -m cera_web.assets` once). Run it in the repository root:
 #
 #   sh docs/bench/scripts/pack_chromium.sh [PIECE_MIB]      # default 52
+#   sh docs/bench/scripts/pack_chromium.sh src              # only .pgb/src.tar.xz, from HEAD (the code changed)
 #   PG_MODELS="gemma-3-270m-Q4_K_M.gguf" PG_NO_WLLAMA=1 sh docs/bench/scripts/pack_chromium.sh 53    # session 15
 #
 # Writes (all git-ignored through .git/info/exclude):
@@ -23,10 +24,18 @@ set -e
 PIECE=${1:-52}
 ROOT=$PWD
 test -f cera_web/__init__.py || { echo "run in the repository root"; exit 1; }
+S=/tmp/pg_stage
+pack_src() {   # the code to measure: HEAD, not the working tree (uncommitted edits would travel with the checkout)
+  rm -rf $S/src && mkdir -p $S/src .pgb && git archive HEAD cera_web shaders web tests serve.py assets.json \
+    pyproject.toml docs/bench/scripts | tar -x -C $S/src && git rev-parse HEAD > $S/src/COMMIT
+  (cd $S/src && tar -cf - .) | xz -6 -T1 > .pgb/src.tar.xz
+}
+if [ "$PIECE" = src ]; then    # `pack_chromium.sh src`: .pgb/src.tar.xz alone, from HEAD (the rest of a pack kept)
+  pack_src; ls -la .pgb; cat $S/src/COMMIT; exit 0
+fi
 EXC=.git/info/exclude
 mkdir -p .git/info
 for d in /.gl/ /.whl/ /.pg/ /.pgb/; do grep -qx "$d" $EXC 2>/dev/null || echo "$d" >> $EXC; done
-S=/tmp/pg_stage
 rm -rf $S .pg .pgb; mkdir -p $S/deb $S/pg/pg/chromium $S/pg/pg/lib $S/pg/pg/fonts $S/pg/pg/site .pg .pgb .gl .whl
 
 # Debian package lists of our own, so apt-get download works whatever this machine's sources say.
@@ -78,8 +87,5 @@ for m in ${PG_MODELS:-SmolLM2-135M-Instruct.Q4_1.gguf}; do cp -a .assets/models/
 
 (cd $S/pg && tar -cf - pg .assets) | nice xz -6 -T1 | split -b ${PIECE}M -d - .pg/pg.tar.xz.
 [ -n "${PG_NO_WLLAMA:-}" ] || (cd .pgb && npm pack -q @wllama/wllama@3.13.0 >/dev/null)    # PG_NO_WLLAMA=1: none
-# The code to measure: HEAD, not the working tree (uncommitted edits would travel with the checkout otherwise).
-rm -rf $S/src && mkdir -p $S/src && git archive HEAD cera_web shaders web tests serve.py assets.json pyproject.toml \
-  docs/bench/scripts | tar -x -C $S/src && git rev-parse HEAD > $S/src/COMMIT
-(cd $S/src && tar -cf - .) | xz -6 -T1 > .pgb/src.tar.xz
+pack_src
 ls -la .pg .pgb .gl .whl
