@@ -30,6 +30,11 @@ class GPUMemoryError(CeraError):
     """The GPU could not allocate a buffer the model needs (out of memory, or over a device limit)."""
 
 
+class DownloadError(CeraError):
+    """The model's bytes could not be read from where they are (a server that stopped answering, or answers Range
+    requests no more)."""
+
+
 class InputError(CeraError):
     """Bad input from the caller (e.g. an empty prompt)."""
 

@@ -26,6 +26,7 @@ BACKENDS = ("auto", "webgpu", "cpu")
 # float32 arrays otherwise (cpu_weight_bytes): "auto" takes it on a software adapter for models whose weights there
 # stay under this (SmolLM2-135M Q4_1: 96 MB, Qwen2.5-Coder-0.5B Q4_K_M: 485 MB; as float32 0.54 and 2.5 GB).
 CPU_WEIGHT_BYTES = 1 << 30
+IN_BROWSER = sys.platform == "emscripten"      # wasm32 (Pyodide): one memory of at most 4 GiB (check_wasm_heap)
 
 
 @dataclass
@@ -112,6 +113,17 @@ def choose_backend(backend: str, device, gguf) -> str:
     if backend == "auto" and device.is_cpu and cpu_weight_bytes(gguf) <= CPU_WEIGHT_BYTES:
         return "cpu"
     return "webgpu"
+
+
+def check_wasm_heap(gguf) -> None:
+    """In the browser (wasm32: one memory of at most 4 GiB), refuse a CPU load whose weights cannot fit it, before
+    anything is read: a model past 4 GB runs only on the GPU there. Natively there is no such bound."""
+    from .preflight import HEAP_BYTES
+    need = cpu_weight_bytes(gguf)
+    if IN_BROWSER and need > HEAP_BYTES:
+        raise UnsupportedModelError(
+            f"this model's weights take {need / 1e9:.2f} GB on the CPU path, more than the {HEAP_BYTES / 1e9:.1f} GB "
+            f"the browser's WebAssembly memory holds: load it on the GPU (backend 'webgpu' or 'auto')")
 
 
 def read_header(source) -> GGUFFile:
@@ -202,5 +214,6 @@ async def _choose_device(device, backend: str, cpu_fallback: bool, gguf):
     if choose_backend(backend, device, gguf) == "cpu":
         if device is not None:          # made for a GPU load (the page's prepare, or here) but not used
             device.destroy()
+        check_wasm_heap(gguf)
         return "cpu", CPUDevice(), False
     return "webgpu", device, made

@@ -159,7 +159,7 @@ async def open_model(url: str | None = None, *, output=None, cache: bool = True,
     from pyodide.ffi import JsException, create_proxy, to_js
 
     from .gpu import get_device
-    from .gpu.browser import ArrayBufferSource, BlobSource
+    from .gpu.browser import ArrayBufferSource, BlobSource, RangeSource
 
     view = _View(output)
     url = _absolute(url or DEFAULT_MODEL_URL)
@@ -193,8 +193,11 @@ async def open_model(url: str | None = None, *, output=None, cache: bool = True,
     view.note(str(got.note))
     if got.blob is not None and hasattr(js, "FileReaderSync"):
         source = BlobSource(got.blob, str(got.name))
-    else:   # the main thread cannot read a Blob synchronously: take its bytes into (JS) memory
-        buffer = got.buffer if got.buffer is not None else await got.blob.arrayBuffer()
+    elif getattr(got, "url", None) is not None and hasattr(js, "FileReaderSync"):    # not cached: Range reads
+        source = RangeSource(got.url, int(got.size), str(got.name))
+    else:   # the main thread cannot read synchronously: take the bytes into (JS) memory
+        buffer = (got.buffer if got.buffer is not None else await got.blob.arrayBuffer() if got.blob is not None
+                  else await (await js.fetch(got.url)).arrayBuffer())
         source = ArrayBufferSource(buffer, str(got.name))
     try:
         engine, _fit = await _load_engine(source, device, view.progress, context_size=context_size,

@@ -18,8 +18,9 @@ from .errors import InputError
 # page -> worker: kind: (fields, handled by, what it asks). Handled by "worker": worker.js itself (queued), "worker at
 # once": worker.js as it arrives, "python": webapp.handle, queued (a webapp function of the same fields).
 REQUESTS = {
-    "load": ("url? file? limits? backend?", "worker",
-             "load the model at url (browser cache, else downloaded and kept) or a picked/dropped File; limits: "
+    "load": ("url? file? limits? backend? cache?", "worker",
+             "load the model at url (browser cache, else downloaded and kept; cache false, or no room to keep it: "
+             "read from its server by Range requests as it uploads) or a picked/dropped File; limits: "
              "device limits to lower {kebab-case name: bytes}; backend: 'auto' (default), 'webgpu' or 'cpu' "
              "(webapp.choose_backend). A failed load keeps the model loaded before"),
     "load-draft": ("url?", "worker",

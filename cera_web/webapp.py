@@ -285,6 +285,13 @@ async def load_blob(blob, name: str, origin: str = "file") -> bool:
     return await _load_from(BlobSource, blob, name, origin)
 
 
+async def load_url(url: str, size: int, name: str, origin: str = "server") -> bool:
+    """Load a model from a server that answers Range requests, read a slice at a time (in a worker): what the page
+    does when it cannot cache a model. Returns whether it succeeded."""
+    from .gpu.browser import RangeSource
+    return await _load_from(lambda data, name: RangeSource(data, size, name), url, name, origin)
+
+
 async def _load_from(source_class, data, name: str, origin: str) -> bool:
     try:
         source = source_class(data, name)
@@ -354,7 +361,8 @@ async def load_source(source, origin: str | None = None) -> bool:
 
 
 async def load_draft(data, name: str | None) -> bool:
-    """Load a JS Blob/File (or an ArrayBuffer) as the loaded model's draft model for speculative decoding (engine
+    """Load a JS Blob/File (or an ArrayBuffer, or {url, size}: a server's file read by Range requests) as the loaded
+    model's draft model for speculative decoding (engine
     .load_draft: same tokenizer, the same device); data None: drop the draft model. Posts 'draft' or an 'error'
     (the model loaded stays as it was). A model loaded later starts without one."""
     try:
@@ -366,8 +374,9 @@ async def load_draft(data, name: str | None) -> bool:
                 engine.draft.close()
                 engine.draft = None
         else:
-            from .gpu.browser import ArrayBufferSource, BlobSource
-            source = (ArrayBufferSource if hasattr(data, "byteLength") else BlobSource)(data, name)
+            from .gpu.browser import ArrayBufferSource, BlobSource, RangeSource
+            source = (ArrayBufferSource(data, name) if hasattr(data, "byteLength")
+                      else RangeSource(data.url, data.size, name) if hasattr(data, "url") else BlobSource(data, name))
             await engine.load_draft(source)
     except Exception as exc:
         _report(exc, "load-draft")

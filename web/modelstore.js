@@ -4,8 +4,8 @@
 // A classic script that defines one global, `CeraModelStore`. Load it with importScripts('/web/modelstore.js') in a
 // classic worker (web/worker.js), or with `await import('/web/modelstore.js')` in a module worker or page (PyScript's
 // workers; the import runs it for its side effect). It works on the main thread too, except that reading a cached
-// file for upload then needs the whole file in memory (the engine's BlobSource reads with FileReaderSync, which only
-// workers have).
+// file (or a server's file by Range requests) for upload then needs the whole file in memory (the engine's BlobSource
+// and RangeSource read synchronously, which only workers can).
 //
 // Layout, in OPFS directory `cera_web-models/`:
 //   <id>.gguf   the model bytes (id: the first 32 hex digits of SHA-256 of the absolute URL)
@@ -16,10 +16,14 @@
 //
 // API (all async):
 //   CeraModelStore.open(url, {onProgress, onStatus, checkHeader, cache})
-//        -> {blob, buffer, name, size, fromCache, cached, note}
-//      Returns the model's bytes as a Blob (a File in OPFS: on disk, not in memory) when it is cached, else as an
-//      ArrayBuffer (downloaded into memory; the fallback when OPFS is unavailable, full, or cache is false).
-//      onProgress(stage, done, total): stage 'download' or 'verify' (bytes; total 0 when unknown).
+//        -> {blob, url, buffer, name, size, fromCache, cached, note}
+//      Returns the model's bytes as a Blob (a File in OPFS: on disk, not in memory) when it is cached. When it cannot
+//      be (no OPFS, storage full, or cache is false) and the server answers Range requests, it returns the absolute
+//      `url` instead, to be read a part at a time (cera_web.gpu.browser.RangeSource): no whole file in memory, so
+//      models past 4 GB load too. Only from a server without Range requests is a model downloaded into one
+//      ArrayBuffer (`buffer`), and only up to MEMORY_MOST bytes.
+//      onProgress(stage, done, total): stage 'download' or 'verify' (bytes; total 0 when unknown). Hashing streams:
+//      the sidecar's SHA-256 is taken per CHUNK as the bytes arrive, and checked per CHUNK read back.
 //      onStatus(text): a human-readable note (cache hit, corrupted entry, not cached because ...).
 //      checkHeader(prefix: Uint8Array, total): called as the first bytes arrive; returns 0 when it has seen enough,
 //      or the number of bytes it needs (it is called again once they are there); throws to refuse the model, which
@@ -35,6 +39,7 @@
   const CHUNK = 8 << 20;              // bytes per hash, and the most a download holds in memory at once when caching
   const PROGRESS_MS = 100;            // at most one progress call per interval (plus the first and the last)
   const HEADER_FIRST = 1 << 20;       // bytes to show checkHeader first
+  const MEMORY_MOST = 2 ** 31;        // the largest download held in one ArrayBuffer (a server without Range requests)
 
   class StoreError extends Error {
     constructor(kind, message) { super(message); this.kind = kind; }
@@ -119,7 +124,7 @@
     return '';
   }
 
-  // Where downloaded bytes go: an OPFS file (cache) or one ArrayBuffer in memory.
+  // Where downloaded bytes go: an OPFS file (cache) or, from a server without Range requests, one ArrayBuffer.
   class MemorySink {
     constructor(total) {
       this.parts = [];
@@ -127,6 +132,12 @@
       this.size = 0;
     }
     static allocate(n) {
+      if (n > MEMORY_MOST) {
+        throw new StoreError('DownloadError',
+          `The model file is ${(n / 1e9).toFixed(2)} GB and could not be kept in the browser's storage, and its ` +
+          `server does not answer Range requests, so it would have to be held in memory whole (at most ` +
+          `${(MEMORY_MOST / 1e9).toFixed(2)} GB). Free some disk space for the cache, or serve it with Range support.`);
+      }
       try {
         return new Uint8Array(n);
       } catch (e) {   // RangeError: the browser would not give this much memory to one buffer
@@ -137,6 +148,7 @@
       }
     }
     async write(bytes) {
+      if (this.size + bytes.length > MEMORY_MOST) MemorySink.allocate(this.size + bytes.length);   // throws
       if (this.buf && this.size + bytes.length > this.buf.length) {   // more than announced: keep chunks instead
         this.parts.push(this.buf.subarray(0, this.size));
         this.buf = null;
@@ -268,6 +280,39 @@
     return done;
   }
 
+  // Bytes start..end-1 of url by one Range request (the whole answer checked: status 206 and its length).
+  async function rangeBytes(url, start, end) {
+    let resp;
+    try {
+      resp = await fetch(url, {headers: {Range: `bytes=${start}-${end - 1}`}, cache: 'no-store'});
+    } catch (e) {
+      throw new StoreError('DownloadError', `Could not read ${url}: ${e.message}.`);
+    }
+    const bytes = resp.status === 206 ? new Uint8Array(await resp.arrayBuffer()) : null;
+    if (!bytes || bytes.length !== end - start) {
+      if (!bytes && resp.body) resp.body.cancel().catch(() => {});
+      throw new StoreError('DownloadError', `The server did not answer a Range request for bytes ${start}-${end - 1} ` +
+        `of ${url} (HTTP ${resp.status}).`);
+    }
+    return bytes;
+  }
+
+  // Show checkHeader the first bytes of a file read by Range requests, as many as it asks for.
+  async function checkRanged(url, total, checkHeader) {
+    let head = new Uint8Array(0);
+    let need = Math.min(HEADER_FIRST, total);
+    for (;;) {
+      const more = await rangeBytes(url, head.length, need);
+      const grown = new Uint8Array(need);
+      grown.set(head);
+      grown.set(more, head.length);
+      head = grown;
+      need = Math.min(checkHeader(head, total), total);   // throws to refuse the model
+      if (!need) return;
+      if (need <= head.length) throw new StoreError('CacheError', `checkHeader asked for ${need} bytes it has`);
+    }
+  }
+
   async function open(url, {onProgress = null, onStatus = null, checkHeader = null, cache = true} = {}) {
     url = absolute(url);
     const name = nameOf(url);
@@ -306,7 +351,19 @@
         why = `the browser refused to store it (${e.message})`;
       }
     }
-    if (!sink) sink = new MemorySink(total);
+    if (!sink && total && resp.headers.get('Accept-Ranges') === 'bytes') {
+      // not cached, but readable a part at a time: the engine reads it by Range requests as it uploads
+      await resp.body.cancel().catch(() => {});
+      if (checkHeader) await checkRanged(url, total, checkHeader);
+      return {url, name, size: total, fromCache: false, cached: false,
+              note: `Reading ${name} from its server a part at a time (not cached: ${why}).`};
+    }
+    try {
+      if (!sink) sink = new MemorySink(total);
+    } catch (e) {
+      await resp.body.cancel().catch(() => {});
+      throw e;
+    }
     try {
       await pump(resp, sink, total, progress, checkHeader);
       const out = await sink.finish();
@@ -318,7 +375,7 @@
       await sink.abort();
       if (e.kind) throw e;
       if (sink instanceof CacheSink && e.name === 'QuotaExceededError') {
-        note(`The browser's storage is full; downloading ${name} again into memory, without caching it.`);
+        note(`The browser's storage is full; reading ${name} from its server instead, without caching it.`);
         return open(url, {onProgress, onStatus, checkHeader, cache: false});
       }
       throw new StoreError('DownloadError', `Downloading ${url} failed: ${e.message}.`);

@@ -15,9 +15,10 @@
 // Where model bytes go: a download is streamed into the browser's origin-private file system (the cache), checked
 // as its first bytes arrive (header, architecture, the device's buffer limits: a model that cannot run is refused
 // before most of it is downloaded), and then uploaded to GPU buffers a slice at a time straight from that file
-// (cera_web.gpu.browser.BlobSource): neither the wasm heap nor the JS heap ever holds the whole model. A picked or
-// dropped file is uploaded the same way from the File. Only when the cache is unavailable (no OPFS, storage full)
-// is a download held in one ArrayBuffer in JS memory (not the wasm heap) while it is uploaded.
+// (cera_web.gpu.browser.BlobSource): neither the wasm heap nor the JS heap ever holds the whole model, so models past
+// 4 GB load too. A picked or dropped file is uploaded the same way from the File. When the cache is unavailable (no
+// OPFS, storage full) the model is read from its server by Range requests a slice at a time (RangeSource); only
+// from a server without Range requests is a download held in one ArrayBuffer (up to 2 GiB; modelstore.js).
 //
 // Protocol: the message kinds and their fields are declared once, in cera_web/protocol.py (REQUESTS: page → worker,
 // EVENTS: worker → page, STOP_REASONS); tests/test_protocol.py checks this file, app.js and cera.js against it. The
@@ -157,12 +158,14 @@ async function load(msg) {
     onProgress: (stage, done, total) => post({type: 'progress', stage, done, total}),
     onStatus: (text) => post({type: 'notice', text}),
     checkHeader,
+    cache: msg.cache !== false,
   });
   post({type: 'notice', text: got.note});
   status('Loading the model…');
   const origin = got.fromCache ? 'cache' : 'download';
   const ok = got.blob ? await webapp.load_blob(got.blob, got.name, origin)
-                      : await webapp.load(got.buffer, got.name, origin);
+    : got.url ? await webapp.load_url(got.url, got.size, got.name, 'server')
+      : await webapp.load(got.buffer, got.name, origin);
   if (got.cached) await postCache();   // a new entry (or a checked one) to list
   return ok;
 }
@@ -409,7 +412,7 @@ async function loadDraft(msg) {
     onStatus: (text) => post({type: 'notice', text}),
   });
   status('Loading the draft model…');
-  await webapp.load_draft(got.blob || got.buffer, got.name);
+  await webapp.load_draft(got.blob || got.buffer || {url: got.url, size: got.size}, got.name);
   if (got.cached) await postCache();
 }
 

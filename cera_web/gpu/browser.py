@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from ..errors import DeviceLostError, GPUUnavailableError
+from ..errors import DeviceLostError, DownloadError, GPUUnavailableError
 from . import Device, Plan, buffer_error
 
 # Limits requested at the adapter's maximum (the defaults: 128 MiB bindings, 16 KiB workgroup memory).
@@ -118,15 +118,28 @@ class ArrayBufferSource:
         self.buffer = None
 
 
-class BlobSource:
-    """A model file held in a JS Blob: a File from a file picker or drag-and-drop, or a file in the browser's
-    origin-private file system (the page's model cache). The bytes stay on disk (or wherever the browser keeps the
-    Blob) and are read a slice at a time, so neither the wasm heap nor the JS heap ever holds the whole file:
-    ``read`` (the header) and the device's ``copy_into`` (tensor data, in ``CHUNK``-byte slices) read synchronously
-    through ``FileReaderSync``, which exists only in workers (the page's worker, PyScript's workers). On the main
-    thread, read the Blob into an ArrayBuffer and use :class:`ArrayBufferSource` instead."""
+class SliceSource:
+    """A model file read a slice at a time into JS ArrayBuffers (``array_buffer``), so that neither the wasm heap nor
+    the JS heap ever holds the whole file: ``read`` serves the header, the device's ``copy_into`` uploads tensor data
+    in ``CHUNK``-byte slices (each written to the GPU at once). Both read synchronously, which only workers can."""
 
     CHUNK = 16 << 20     # bytes per slice read for upload: the most JS memory a copy holds at once
+
+    def array_buffer(self, offset: int, n: int):
+        """A JS ArrayBuffer with bytes [offset, offset + n) (shorter at the end of the file)."""
+        raise NotImplementedError
+
+    def read(self, offset: int, n: int) -> bytes:
+        from js import Uint8Array
+        n = max(0, min(n, self.size - offset))
+        return Uint8Array.new(self.array_buffer(offset, n)).to_bytes() if n else b""
+
+
+class BlobSource(SliceSource):
+    """A model file held in a JS Blob: a File from a file picker or drag-and-drop, or a file in the browser's
+    origin-private file system (the page's model cache). The bytes stay on disk (or wherever the browser keeps the
+    Blob) and are read through ``FileReaderSync``, which exists only in workers (the page's worker, PyScript's
+    workers). On the main thread, read the Blob into an ArrayBuffer and use :class:`ArrayBufferSource` instead."""
 
     def __init__(self, blob, name: str = "model.gguf"):
         import js
@@ -139,16 +152,44 @@ class BlobSource:
         self._reader = js.FileReaderSync.new()
 
     def array_buffer(self, offset: int, n: int):
-        """A JS ArrayBuffer with bytes [offset, offset + n) (shorter at the end of the file)."""
         return self._reader.readAsArrayBuffer(self.blob.slice(offset, offset + n))
-
-    def read(self, offset: int, n: int) -> bytes:
-        from js import Uint8Array
-        n = max(0, min(n, self.size - offset))
-        return Uint8Array.new(self.array_buffer(offset, n)).to_bytes() if n else b""
 
     def close(self):
         self.blob = None
+
+
+class RangeSource(SliceSource):
+    """A model file on a server that answers HTTP Range requests (the page's model store returns its URL when it
+    cannot cache it), read a slice at a time by synchronous requests: a file of any size loads without being held
+    anywhere whole. Synchronous requests for bytes exist only in workers."""
+
+    def __init__(self, url: str, size: int, name: str = "model.gguf"):
+        import js
+        if not hasattr(js, "FileReaderSync"):      # a worker's global scope (as BlobSource)
+            raise TypeError("RangeSource reads synchronously, which only workers can; on the main thread fetch the "
+                            "file into an ArrayBuffer and use ArrayBufferSource")
+        self.url = str(url)
+        self.name = name
+        self.size = int(size)
+
+    def array_buffer(self, offset: int, n: int):
+        import js
+        end = min(offset + n, self.size)
+        xhr = js.XMLHttpRequest.new()
+        xhr.open("GET", self.url, False)
+        xhr.responseType = "arraybuffer"
+        xhr.setRequestHeader("Range", f"bytes={offset}-{end - 1}")
+        try:
+            xhr.send()
+        except Exception as e:
+            raise DownloadError(f"reading bytes {offset}-{end - 1} of {self.url} failed: {e}") from None
+        if xhr.status != 206 or int(xhr.response.byteLength) != end - offset:
+            raise DownloadError(f"the server did not answer a Range request for bytes {offset}-{end - 1} of "
+                                f"{self.url} (HTTP {xhr.status}); reload the page to download the model again")
+        return xhr.response
+
+    def close(self):
+        pass
 
 
 class BrowserDevice(Device):
@@ -258,8 +299,8 @@ class BrowserDevice(Device):
         if isinstance(source, ArrayBufferSource) and offset % 4 == 0 and offset + size <= source.size:
             self.calls += 1
             self.device.queue.writeBuffer(buf, at, source.buffer, offset, size)   # JS → GPU, no wasm heap
-        elif isinstance(source, BlobSource):
-            # slice by slice, Blob → JS ArrayBuffer → GPU: the wasm heap is not involved and at most one slice is
+        elif isinstance(source, SliceSource):
+            # slice by slice, Blob or Range request → JS ArrayBuffer → GPU: the wasm heap is not involved and at most one slice is
             # held in JS memory (writeBuffer copies it at once)
             from js import Uint8Array
             for start in range(0, size, source.CHUNK):
