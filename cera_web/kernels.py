@@ -651,15 +651,16 @@ def rope_store(q_heads: int, kv_heads: int, head_dim: int, neox: bool, qk_norm: 
 
 
 def attention_decode(q_heads: int, kv_heads: int, head_dim: int, neox: bool, scale: float, qk_norm: bool = False,
-                     eps: float = 1e-6, window: int = 0, kv16: bool = False, split: int = 1) -> str:
+                     eps: float = 1e-6, window: int = 0, kv16: bool = False, split: int = 1, mode: str = "step") -> str:
     """See attention_decode.wgsl. Keys are scored 1024 a pass (fewer passes, fewer barriers: 677 -> 701 tok/s on the
     H200, docs/bench/h200-s2-keys*.json), 256 for heads over 256 wide, which keeps workgroup memory under 16 KiB.
     kv16: the KV cache holds f16. split > 1: up to that many key ranges of at least ATTENTION_RANGE keys, partial
-    results for matvec_q8's XSPLIT (dispatch (QH, split, 1))."""
+    results for matvec_q8's XSPLIT. mode: "step" (a decode step: store and attend, dispatch (QH, split, 1)), or for a
+    pass of T tokens "store" (dispatch (KVH, 1, T)) then "attend" (dispatch (QH, split, T))."""
     keys = 1024 if head_dim <= 256 else 256
     return build("attention_decode", QH=q_heads, KVH=kv_heads, HD=head_dim, NEOX=neox,
                  QK_NORM=qk_norm, EPS=float(eps), SCALE=float(scale), KEYS=keys, WINDOW=window, KV16=kv16,
-                 SPLIT=split, RANGE=ATTENTION_RANGE)
+                 SPLIT=split, RANGE=ATTENTION_RANGE, MODE=("step", "store", "attend").index(mode))
 
 
 ATTENTION_RANGE = 256      # the fewest keys a range of a split decode attention takes
@@ -896,13 +897,14 @@ class Dispatch:
 def choose_product(fmt, rows: int, cols: int, tokens: int, adapter: Adapter, tuning: Tuning, *, parts=None,
                    aligned: bool = False, norm: bool = False, eps: float = 0.0, glu: bool = False, gelu: bool = False,
                    accum: bool = False, last_only: bool = False, logits: bool = False, ystride: int | None = None,
-                   yoff: int = 0, xsplit: tuple = (1, 32)) -> list[Dispatch]:
+                   yoff: int = 0, xsplit: tuple = (1, 32), each: bool = False) -> list[Dispatch]:
     """The dispatches of y (+)= W · x for W of ``rows`` x ``cols`` of type fmt and passes of up to ``tokens`` tokens on
     ``adapter``, in order. parts: the weight's row ranges [(first row, rows)], one buffer each (a weight too big for
     one binding, GPUModel.pieces; default one); aligned: the weight is in the aligned layout; norm: x is
     RMS-normalised (eps) with a gain first; glu / gelu / accum / last_only / ystride / yoff: see matmul.wgsl; logits:
     the LM head (its logits are read back, so never on 8-bit activations in prefill); xsplit: x holds a split decode
-    attention's partial results (matvec_q8 only).
+    attention's partial results (matvec_q8 only); each: every token is computed as a one-token pass computes it
+    (speculative decoding's verify passes: their logits are a decode step's).
 
     The choice, in order:
     1. CPU adapters without the int8 kernels normalise x in a pass of its own (rmsnorm.wgsl): the norm fused into
@@ -912,7 +914,8 @@ def choose_product(fmt, rows: int, cols: int, tokens: int, adapter: Adapter, tun
        per row range matmul_i8 with matmul_i8_tile's tile, matmul_i8_kgroups' K groups and, where matmul_i8_split
        says so, K in parts added by sum_parts.
     3. Else per row range: GPU prefill passes with cols a multiple of 32: matmul_tiled (tiled_tile); one-token passes
-       and the LM head where int8_enabled and matvec_q8_shape fits: matvec_q8; the rest matmul.wgsl (matvec_shape)."""
+       and the LM head where int8_enabled and matvec_q8_shape fits: matvec_q8; the rest matmul.wgsl (matvec_shape).
+    With each, passes of several tokens take matvec_q8 wherever a one-token pass would (1 and 2 then do not apply)."""
     parts = list(parts) if parts is not None else [(0, rows)]
     ystride = ystride or rows
     int8 = int8_enabled(adapter, tuning)
@@ -923,7 +926,13 @@ def choose_product(fmt, rows: int, cols: int, tokens: int, adapter: Adapter, tun
                             what="norm"))
         x, gain, norm = "normed", "ones", False
     row = formats.FORMATS.get(fmt)
-    if (tokens > 1 and not last_only and not logits and i8_prefill_enabled(adapter, tuning)
+    one = tokens == 1 or last_only
+    q8 = [matvec_q8_shape(fmt, cols, adapter.is_cpu, adapter.subgroup_size, adapter.wg_memory, n, aligned, tuning)
+          if int8 and (one or each) else None for _, n in parts]
+    each = each and all(q8)
+    if not (one or each):
+        q8 = [None] * len(parts)
+    if (tokens > 1 and not last_only and not logits and not each and i8_prefill_enabled(adapter, tuning)
             and formats.reader(fmt, "matmul_i8", aligned) is not None and cols % row.block_elems == 0):
         out.append(Dispatch("quantize_rows", (cols,), {"norm": norm, "eps": float(eps), "wg": tuning.quantize_wg},
                             (tokens, 1, 1), (x, "xq", "step", gain), what="quantize"))
@@ -948,13 +957,12 @@ def choose_product(fmt, rows: int, cols: int, tokens: int, adapter: Adapter, tun
     for i, (r0, n) in enumerate(parts):
         common = dict(norm=norm, eps=float(eps), ystride=ystride, yoff=yoff + r0, aligned=aligned, accum=accum,
                       glu=glu, gelu=gelu)
-        if tokens > 1 and not last_only and cols % 32 == 0 and not adapter.is_cpu:
+        if tokens > 1 and not last_only and not each and cols % 32 == 0 and not adapter.is_cpu:
             tile = tiled_tile(n, cols, tokens, tuning)
             out.append(Dispatch("matmul_tiled", (fmt, cols, n), {**common, "tile": tile},
                                 tiled_groups(n, tokens, tile), buffers, i))
             continue
-        shape = matvec_q8_shape(fmt, cols, adapter.is_cpu, adapter.subgroup_size, adapter.wg_memory, n, aligned,
-                                tuning) if int8 and (tokens == 1 or last_only) else None
+        shape = q8[i]
         if shape is not None:
             out.append(Dispatch("matvec_q8", (fmt, cols, n), {**common, **shape, "last_only": last_only,
                                                               "xsplit": tuple(xsplit)},

@@ -1,33 +1,41 @@
-// Decode attention with the Q/K/V post-processing fused in (one token; replaces rope_store + attention when
-// decoding). For query head h, with g = h / (QH / KVH) its key/value head and p = step.pos0 the token's position:
-//   q = rope(norm?(QKV[q head h] + B)),  k = rope(norm?(QKV[k head g] + B)),  v = QKV[v head g] + B
-//   out[h] = sum_j softmax_j(SCALE * q · key_j) * value_j over lo <= j <= p, where key_j, value_j come from the
+// Decode attention with the Q/K/V post-processing fused in (replaces rope_store + attention when decoding, and in
+// speculative decoding's verify passes). For query head h, with g = h / (QH / KVH) its key/value head, token t of the
+// pass (t < step.n_tokens) and p = step.pos0 + t its position:
+//   q = rope(norm?(QKV[t, q head h] + B)),  k = rope(norm?(QKV[t, k head g] + B)),  v = QKV[t, v head g] + B
+//   out[t, h] = sum_j softmax_j(SCALE * q · key_j) * value_j over lo <= j <= p, where key_j, value_j come from the
 //   cache for j < p and are k, v themselves for j = p; lo = 0, or p + 1 - WINDOW for a sliding-window layer
 //   (WINDOW > 0: the last WINDOW positions).
-// The first query head of each group also stores k and v into the cache row p for later steps. Other workgroups of
-// this dispatch never read row p from the cache, so there is no race. RoPE and the norm are as in rope_store.wgsl.
+// MODE 0 (a decode step, one token): the first query head of each group also stores k and v into the cache row p
+// for later steps; other workgroups of this dispatch never read row p from the cache, so there is no race.
+// MODE 1 and 2 (a pass of several tokens, each computed exactly as a decode step at its position computes it): MODE 1
+// only stores every token's k and v (one workgroup per key/value head and token), then MODE 2, the next dispatch,
+// only attends, reading the rows of the tokens before t from the cache as a later decode step would.
+// RoPE and the norm are as in rope_store.wgsl.
 // Split (SPLIT > 1, flash-decoding): the keys lo..p are cut into ranges of max(RANGE, ceil(keys / SPLIT)) keys, one
 // workgroup each (workgroups past the last range return at once), so that at long contexts up to QH * SPLIT
 // workgroups share the keys instead of QH (a head's keys read by one SM otherwise). Workgroup (h, s) writes its
 // range's unnormalised sum acc_s = sum_j e^(score_j - m_s) value_j and (m_s, l_s, ranges used), its maximum score
 // and sum of e^(score_j - m_s); the next product combines the ranges as it loads its input (matvec_q8.wgsl, XSPLIT):
-//   out[h] = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s,   M = max_s m_s.
+//   out[t, h] = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s,   M = max_s m_s.
 // Short contexts use one range (the combine is then acc_0 / l_0).
 //
 // Constants: QH, KVH, HD (a multiple of 4, <= 1024), NEOX, QK_NORM, EPS, SCALE, KEYS, WINDOW (0: global), SPLIT,
-//   RANGE;
+//   RANGE, MODE;
 //   KVT, the cache's element type (f32, or f16 with the shader-f16 feature: stored rounded, read as f32).
 // Bindings:
-//   0 QKV: array<f32>    [1, (QH + 2 KVH) * HD] the fused projection's output for this token
+//   0 QKV: array<f32>    [n_tokens, (QH + 2 KVH) * HD] the fused projection's output
 //   1 B: array<f32>      [(QH + 2 KVH) * HD] bias (zeros when none)
 //   2 NG: array<f32>     [2 * HD] q-norm gain then k-norm gain (read only with QK_NORM)
 //   3 FREQ: array<f32>   [HD / 2]
 //   4 Kc: array<vec4<KVT>>  [context, KVH * HD / 4]
 //   5 Vc: array<vec4<KVT>>  [context, KVH * HD / 4]
-//   6 O: array<vec4<f32>>   [1, QH * HD / 4]; with SPLIT > 1 [SPLIT, QH * HD / 4] sums then [SPLIT, QH] (m, l, used, 0)
-//   7 step: uniform Step (n_tokens must be 1)
+//   6 O: array<vec4<f32>>   [n_tokens, QH * HD / 4]; with SPLIT > 1 per token [SPLIT, QH * HD / 4] sums then
+//                           [SPLIT, QH] (m, l, used, 0) (not written in MODE 1)
+//   7 step: uniform Step (n_tokens 1 in MODE 0)
 // The score and value phases are organised as in attention.wgsl (256 threads; key groups for the values).
-// Dispatch: (QH, SPLIT, 1): one workgroup of 256 threads per query head and key range.
+// Dispatch: MODE 0 (QH, SPLIT, 1); MODE 1 (KVH, 1, T); MODE 2 (QH, SPLIT, T), T the tokens the pass was recorded
+// for (workgroups of tokens past step.n_tokens return at once); one workgroup of 256 threads per query head (key/value
+// head in MODE 1), key range and token.
 @group(0) @binding(0) var<storage, read> QKV: array<f32>;
 @group(0) @binding(1) var<storage, read> B: array<f32>;
 @group(0) @binding(2) var<storage, read> NG: array<f32>;
@@ -54,18 +62,19 @@ fn v4(i: u32) -> vec4<f32> { return vec4<f32>(v[4u * i], v[4u * i + 1u], v[4u * 
 
 // Load query head h and its key/value head g of QKV (+ bias) into q, k, v; optionally RMS-normalise q and k (gains
 // NG[0 ..] and NG[HD ..]); rotate q and k by the position. Two phases, two barriers (each costs on the critical path).
-fn prepare(tid: u32, h: u32, g: u32) {
+fn prepare(tid: u32, t: u32, h: u32, g: u32) {
+    let row = t * (QH + 2u * KVH) * HD;    // token t's row of QKV
     let qo = h * HD;
     let ko = (QH + g) * HD;
     let vo = (QH + KVH + g) * HD;
     var ssq = 0.0;
     var ssk = 0.0;
     for (var d = tid; d < HD; d += WG) {
-        let xq = QKV[qo + d] + B[qo + d];
-        let xk = QKV[ko + d] + B[ko + d];
+        let xq = QKV[row + qo + d] + B[qo + d];
+        let xk = QKV[row + ko + d] + B[ko + d];
         q[d] = xq;
         k[d] = xk;
-        v[d] = QKV[vo + d] + B[vo + d];
+        v[d] = QKV[row + vo + d] + B[vo + d];
         ssq += xq * xq;
         ssk += xk * xk;
     }
@@ -76,7 +85,7 @@ fn prepare(tid: u32, h: u32, g: u32) {
         sq = 1.0 / sqrt(reduce(tid, ssq, false) / f32(HD) + EPS);
         sk = 1.0 / sqrt(reduce(tid, ssk, false) / f32(HD) + EPS);
     }
-    let pos = f32(step.pos0);
+    let pos = f32(step.pos0 + t);
     for (var i = tid; i < HD / 2u; i += WG) {
         var i0 = 2u * i;
         var i1 = i0 + 1u;
@@ -107,14 +116,21 @@ fn prepare(tid: u32, h: u32, g: u32) {
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
-    let h = wid.x;
+    let t = wid.z;
+    if (t >= step.n_tokens) {
+        return;
+    }
+    var h = wid.x;
+    if (MODE == 1u) {
+        h = wid.x * (QH / KVH);           // the first query head of key/value head wid.x
+    }
     let g = h / (QH / KVH);
-    let pos = step.pos0;
+    let pos = step.pos0 + t;
     let n = pos + 1u;
     var lo = select(0u, n - WINDOW, WINDOW > 0u && n > WINDOW);
     var hi = n;
     var used = 1u;
-    if (SPLIT > 1u) {                     // this workgroup's range of keys
+    if (SPLIT > 1u && MODE != 1u) {       // this workgroup's range of keys
         let per = max(RANGE, (n - lo + SPLIT - 1u) / SPLIT);
         used = (n - lo + per - 1u) / per;
         if (wid.y >= used) {
@@ -123,13 +139,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         lo += wid.y * per;
         hi = min(n, lo + per);
     }
-    prepare(tid, h, g);
+    prepare(tid, t, h, g);
     let kv_stride = KVH * D4;
-    if (h % (QH / KVH) == 0u && wid.y == 0u) {     // one workgroup per group stores this position's k and v
+    if (MODE != 2u && h % (QH / KVH) == 0u && wid.y == 0u) {     // one workgroup per group stores this position's k, v
         for (var d = tid; d < D4; d += WG) {
             Kc[pos * kv_stride + g * D4 + d] = vec4<KVT>(k4(d));
             Vc[pos * kv_stride + g * D4 + d] = vec4<KVT>(v4(d));
         }
+    }
+    if (MODE == 1u) {
+        return;
     }
     let lane = tid % D4;
     let grp = tid / D4;
@@ -179,12 +198,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         for (var i = 0u; i < VG; i++) {
             sum += part[i * D4 + tid];
         }
+        let o = select(t * QH * D4, t * SPLIT * (QH * D4 + QH), SPLIT > 1u);     // token t's results
         if (SPLIT == 1u) {
-            O[h * D4 + tid] = sum / l;
+            O[o + h * D4 + tid] = sum / l;
         } else {
-            O[wid.y * QH * D4 + h * D4 + tid] = sum;
+            O[o + wid.y * QH * D4 + h * D4 + tid] = sum;
             if (tid == 0u) {
-                O[SPLIT * QH * D4 + wid.y * QH + h] = vec4<f32>(m, l, f32(used), 0.0);
+                O[o + SPLIT * QH * D4 + wid.y * QH + h] = vec4<f32>(m, l, f32(used), 0.0);
             }
         }
     }

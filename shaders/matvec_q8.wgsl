@@ -1,4 +1,5 @@
-// Matrix-vector product with 8-bit activations, for passes of one token (decode) and the LM head (LAST_ONLY):
+// Matrix-vector product with 8-bit activations, for passes of one token (decode), the LM head (LAST_ONLY) and
+// speculative decoding's verify passes (a few tokens, each computed exactly as a one-token pass computes it):
 //   Y[t, YOFF + n] (+)= sum_k W[n, k] * q8(xin[t])[k]     with xin = X (NORM false) or X * G (NORM true, the
 //                                                          RMSNorm's 1/rms applied to the result)
 //   GLU: Y[t, YOFF + n] = act(a) * b, a and b the products of rows n and N + n (gate and up rows stacked)
@@ -17,7 +18,7 @@
 //   SG         reduce a row's lanes with subgroup shuffles (only where every subgroup has at least LANES
 //              invocations, numbered in local_invocation_index order; see matmul.wgsl)
 //   PARTIAL    WG without SG (the lanes' workgroup-memory reduction), 1 with SG
-//   XSPLIT     1, or the SPLIT of a split decode attention whose partial results X holds (one token): input k, of
+//   XSPLIT     1, or the SPLIT of a split decode attention whose partial results X holds: input k of token t, of
 //              head h = k / XHD (XHD a multiple of 32), is sum_s e^(m_s - M) acc_s[k] / sum_s e^(m_s - M) l_s over
 //              the ranges s the attention used (range 0 says how many), M = max_s m_s, combined as each block is
 //              loaded (attention_decode.wgsl says why)
@@ -26,8 +27,8 @@
 // Bindings:
 //   0 W: array<WORD>             packed weights, N rows (2N with GLU); WORD is u32, or vec4<u32> for formats whose
 //                                blocks are 16-byte aligned (Q4_K: one 16-byte load an item)
-//   1 X: array<vec4<f32>>        [n_tokens, K]; with XSPLIT > 1 [XSPLIT, K] sums then [XSPLIT, K / XHD]
-//                                (m, l, ranges used, -)
+//   1 X: array<vec4<f32>>        [n_tokens, K]; with XSPLIT > 1 per token [XSPLIT, K] sums then
+//                                [XSPLIT, K / XHD] (m, l, ranges used, -)
 //   2 Y: array<f32>              [n_tokens, YSTRIDE]  ([1, YSTRIDE] with LAST_ONLY)
 //   3 step: uniform Step
 //   4 G: array<vec4<f32>>        [K] the norm's gain (read only with NORM; bind any buffer otherwise)
@@ -66,19 +67,20 @@ fn load_block(t: u32, j: u32) -> array<vec4<f32>, 8> {
         return x8(t * K4 + j * 8u, 1.0);
     }
     const HEADS: u32 = K / XHD;
-    let ml = XSPLIT * K4 + j * 32u / XHD;     // (m, l, ranges used) of range s and this block's head: X[ml + s * HEADS]
+    let o = t * XSPLIT * (K4 + HEADS);        // token t's partial results
+    let ml = o + XSPLIT * K4 + j * 32u / XHD; // (m, l, ranges used) of range s and this block's head: X[ml + s * HEADS]
     let first = X[ml];
     let used = min(u32(first.z), XSPLIT);
     var mx = first.x;
     for (var s = 1u; s < used; s++) { mx = max(mx, X[ml + s * HEADS].x); }
     var w = exp(first.x - mx);
     var l = w * first.y;
-    var v = x8(j * 8u, w);                    // range 0 (always used)
+    var v = x8(o + j * 8u, w);                // range 0 (always used)
     for (var s = 1u; s < used; s++) {
         let r = X[ml + s * HEADS];
         w = exp(r.x - mx);
         l += w * r.y;
-        v = add8(v, x8(s * K4 + j * 8u, w));
+        v = add8(v, x8(o + s * K4 + j * 8u, w));
     }
     return array<vec4<f32>, 8>(v[0] / l, v[1] / l, v[2] / l, v[3] / l, v[4] / l, v[5] / l, v[6] / l, v[7] / l);
 }

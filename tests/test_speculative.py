@@ -5,6 +5,7 @@ the same engine, token for token, on the CPU model and on the GPU (lavapipe in C
 import asyncio
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from cera_web.engine import Engine
@@ -132,6 +133,57 @@ def test_sampled_output_is_the_same_draws(pair, arch):
     look, base = run(both(eng, PROMPT * 2, "lookup", temperature=0.5, seed=5, max_tokens=24, ignore_eos=True,
                           frequency_penalty=0.5))
     assert look.tokens == base.tokens
+
+
+async def decode_and_verify_logits(eng, ids, p0):
+    """(the logits of decode steps fed ids[p0:] one at a time after a prefill of ids[:p0], the logits of one verify
+    pass over ids[p0:] after the same prefill), [len(ids) - p0, vocab] each."""
+    m, V, n = eng.model, eng.model.spec.vocab, len(ids) - p0
+
+    def prefill():
+        for a in range(0, p0, m.chunk):
+            m.prefill(ids[a:min(a + m.chunk, p0)], a, with_head=False)
+    prefill()
+    steps = []
+    for p in range(p0, len(ids)):
+        m.dev.write_buffer(m.tokens, np.asarray([ids[p]], np.uint32))
+        m.decode(p, 0)
+        steps.append(np.frombuffer(await m.dev.read(m.logits, 0, 4 * V), np.float32))
+    prefill()
+    m.verify(ids[p0:], p0)
+    return np.stack(steps), np.frombuffer(await m.dev.read(m.verify_logits, 0, 4 * V * n), np.float32).reshape(n, V)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ["qwen2", "gemma3", "lfm2", "split"])
+def test_a_verify_pass_gives_each_token_the_logits_of_a_decode_step(case, monkeypatch, tmp_path):
+    """With decode products on 8-bit activations (matvec_q8: GPUs; forced here on lavapipe) a verify pass of 16 tokens
+    runs the decode kernels on every token (matvec_q8 over the pass's tokens, the decode attention storing the pass's
+    cache rows and then attending), so each row's logits are the decode step's bit for bit and a verified token is
+    the one plain decoding draws, near-ties included. Cases: Q/K/V biases (qwen2), sliding windows and post-norms
+    (gemma3), conv layers (lfm2), and a split decode attention (heads 32 wide, 2 key ranges at context 512) checked
+    at positions 300..315, where each row combines both ranges."""
+    monkeypatch.setenv("CERA_WEB_INT8", "1")
+    if case == "split":
+        from cera_web.tools.bench import synthetic_llama
+        path = synthetic_llama(tmp_path / "m.gguf", "llama-3.2-1b", "q4_k_m", layers=2, hidden=256, heads=8,
+                               kv_heads=2, ffn=512, vocab=512)
+        context, p0 = 512, 300
+    else:
+        path, context, p0 = SMALL / f"{case}-f32.gguf", 128, 40
+    ids = [(7 * i * i + 3 * i + 5) % 250 + 1 for i in range(p0 + 16)]
+
+    async def go():
+        eng = await Engine.load(path, cpu_fallback=False, context_size=context)
+        try:
+            assert eng.model.int8 and eng.model.by_steps(16)
+            assert max(getattr(op, "split", 1) for op, _ in eng.model.blocks) == (2 if case == "split" else 1)
+            return await decode_and_verify_logits(eng, ids, p0)
+        finally:
+            eng.close()
+    steps, verified = run(go())
+    assert np.isfinite(steps).all()
+    np.testing.assert_array_equal(verified, steps)
 
 
 def test_logprobs_are_not_speculated(pair):

@@ -6,7 +6,8 @@ then logits = Wout · norm(x) for the last token (Wout = the embedding table whe
 
 - AttentionBlock: Q/K/V in one projection (the norm fused in), optional Q/K/V biases and per-head Q/K RMSNorm, RoPE
   (interleaved pairs, or NEOX halves: spec.rope_neox) into the layer's KV cache, grouped-query attention, Wo with
-  the residual add fused in. When decoding, RoPE, the cache store and attention are one dispatch (5 a layer).
+  the residual add fused in. When decoding, RoPE, the cache store and attention are one dispatch (5 a layer); a
+  verify pass (speculative decoding) runs the same kernels over its tokens (Transformer.by_steps).
 - ConvBlock (LFM2): B | C | x' = Win · norm(x); y = C ⊙ conv(B ⊙ x') (causal depthwise, spec.l_cache taps, a rolling
   state of the last l_cache - 1 values of B ⊙ x' per layer: shaders/conv1d.wgsl); x += Wout · y.
 - FFNBlock: x += Wdown · (silu(Wgate · norm(x)) * Wup · norm(x)), gate and up in one pass when they share a type;
@@ -20,6 +21,7 @@ cache, conv state). A model with conv layers has a running state: a pass at posi
 after each decode step of a read is kept so a stop inside a read can be rewound (keep_state).
 """
 from __future__ import annotations
+from functools import partial
 
 import numpy as np
 
@@ -67,32 +69,36 @@ class AttentionBlock:
                 m.linear(rec, T, name, m.x, m.qkv, gain=self.gain, ystride=self.qkv_dim, yoff=col)
                 col += m.shape(name)[0]
         H, KV, D = self.heads, self.kv_heads, s.head_dim
-        if T == 1:   # decoding: RoPE, the cache store and attention in one dispatch
-            att = m.att if self.split == 1 else m.att_parts
-            rec.add(kernels.attention_decode(H, KV, D, s.rope_neox, s.query_scale, s.qk_norm, s.eps, self.window,
-                                             m.kv16, self.split),
-                    [m.qkv, self.bias, self.qk_gain, self.freq, self.k_cache, self.v_cache, att, m.step],
-                    (H, self.split, 1), "attention")
+        if m.by_steps(T):
+            # decode steps (RoPE, the cache store and attention in one dispatch) and verify passes (every token as a
+            # decode step at its position computes it: the pass's cache rows stored first, then attention)
+            attention = partial(kernels.attention_decode, H, KV, D, s.rope_neox, s.query_scale, s.qk_norm, s.eps,
+                                self.window, m.kv16, self.split)
+            buffers = [m.qkv, self.bias, self.qk_gain, self.freq, self.k_cache, self.v_cache]
+            att = m.att if self.split == 1 else m.att_parts if T == 1 else m.verify_parts()
+            if T == 1:
+                rec.add(attention(), buffers + [att, m.step], (H, self.split, 1), "attention")
+            else:
+                rec.add(attention(mode="store"), buffers + [att, m.step], (KV, 1, T), "attention store")
+                rec.add(attention(mode="attend"), buffers + [att, m.step], (H, self.split, T), "attention")
             m.residual(rec, T, p + "attn_output.weight", att, self.post_gain, xsplit=(self.split, D))
             return
+        rec.add(kernels.rope_store(H, KV, D, s.rope_neox, s.qk_norm, s.eps, m.kv16),
+                [m.qkv, self.bias, self.qk_gain, self.freq, m.q, self.k_cache, self.v_cache, m.step],
+                (H + 2 * KV, T, 1), "rope")
+        rows = kernels.attention_tiled_rows(D, m.wg_memory, m.dev.is_cpu, m.dev.subgroup_size, m.tuning)
+        if rows:                                                                  # register tiles on GPUs
+            split = kernels.attention_prefill_split(H, KV, T, rows, m.tuning)
+            out = m.att if split == 1 else m.prefill_parts(split * T * H * (D + 4) * 4)
+            rec.add(kernels.attention_tiled(H, KV, D, s.query_scale, self.window, m.kv16, split, T, rows),
+                    [m.q, self.k_cache, self.v_cache, out, m.step],
+                    kernels.attention_tiled_groups(H, KV, T, split, rows), "attention")
+            if split > 1:
+                rec.add(kernels.attention_combine(H, D, split, T), [out, m.att, m.step],
+                        kernels.attention_combine_groups(H, D, T), "attention")
         else:
-            rec.add(kernels.rope_store(H, KV, D, s.rope_neox, s.qk_norm, s.eps, m.kv16),
-                    [m.qkv, self.bias, self.qk_gain, self.freq, m.q, self.k_cache, self.v_cache, m.step],
-                    (H + 2 * KV, T, 1), "rope")
-            rows = kernels.attention_tiled_rows(D, m.wg_memory, m.dev.is_cpu, m.dev.subgroup_size, m.tuning)
-            if rows:                                                                  # register tiles on GPUs
-                split = kernels.attention_prefill_split(H, KV, T, rows, m.tuning) if T > 1 else 1
-                out = m.att if split == 1 else m.prefill_parts(split * T * H * (D + 4) * 4)
-                rec.add(kernels.attention_tiled(H, KV, D, s.query_scale, self.window, m.kv16, split, T, rows),
-                        [m.q, self.k_cache, self.v_cache, out, m.step],
-                        kernels.attention_tiled_groups(H, KV, T, split, rows), "attention")
-                if split > 1:
-                    rec.add(kernels.attention_combine(H, D, split, T), [out, m.att, m.step],
-                            kernels.attention_combine_groups(H, D, T), "attention")
-            else:
-                buffers = [m.q, self.k_cache, self.v_cache, m.att, m.step]
-                rec.add(kernels.attention(H, KV, D, s.query_scale, self.window, m.kv16), buffers,
-                        kernels.attention_groups(H, KV, D, T), "attention")
+            rec.add(kernels.attention(H, KV, D, s.query_scale, self.window, m.kv16),
+                    [m.q, self.k_cache, self.v_cache, m.att, m.step], kernels.attention_groups(H, KV, D, T), "attention")
         m.residual(rec, T, p + "attn_output.weight", m.att, self.post_gain)
 
 
@@ -180,7 +186,7 @@ class Transformer(GPUModel):
             self.conv_out = buf(4 * T * s.hidden, label="conv out")      # [T, hidden] C * conv(B * x)
         self._norms, self._freqs, self._scratch, self._plan_all_logits, self._normed = {}, {}, None, None, {}
         self.verify_rows = min(self.VERIFY_ROWS, T)     # tokens a verify pass takes (Model.verify)
-        self._plan_verify = None
+        self._plan_verify = self._verify_parts = None
         self._prefill_parts, self._parts_made = None, []
         self._argmax_pairs = None     # the two-stage argmax's (value, index) per slice, made on first use
         self.int8 = kernels.int8_enabled(self.adapter, self.tuning)   # decode products on 8-bit activations
@@ -258,7 +264,7 @@ class Transformer(GPUModel):
         # a weight too big for one binding is split into row ranges: one dispatch each, writing its rows' outputs
         pieces = [(weight, 0, n)] if weight is not None else self.pieces(name)
         plan = kernels.choose_product(self.gguf.tensor(name).type, n, k, T, self.adapter, self.tuning,
-                                      parts=[(r0, rows_here) for _, r0, rows_here in pieces],
+                                      parts=[(r0, rows_here) for _, r0, rows_here in pieces], each=self.by_steps(T),
                                       aligned=self.aligned(name), norm=gain is not None, eps=self.spec.eps,
                                       logits=name == self.spec.lm_head if logits is None else logits, **kw)
         roles = {"x": x, "y": y, "step": self.step, "gain": gain or self.ones, "ones": self.ones, "xq": self.xq}
@@ -274,6 +280,18 @@ class Transformer(GPUModel):
             if d.scratch:      # K parts: the buffer its sum_parts (the next dispatch) reads
                 roles["sums"] = self.prefill_parts(d.scratch)
             rec.add(d.wgsl(), [roles[r] for r in d.buffers], d.groups, label)
+
+    def by_steps(self, T: int) -> bool:
+        """Whether a pass recorded for T tokens computes each token as a decode step computes it (the decode kernels,
+        their rounding): decode steps, and the verify passes of speculative decoding (T = verify_rows, below a
+        prefill chunk; Transformer.verify), so that a verified token is the one plain decoding would draw."""
+        return T == 1 or T == self.verify_rows < self.chunk
+
+    def verify_parts(self):
+        """A split decode attention's partial results for every token of a verify pass (made on first use)."""
+        if self._verify_parts is None:
+            self._verify_parts = self.dev.create_buffer(self.verify_rows * self.att_parts.size, label="verify parts")
+        return self._verify_parts
 
     def normed_buffer(self, k: int):
         """The buffer of rmsnorm(x) * gain for a pass's rows of k, for CPU adapters (kernels.choose_product: there
@@ -324,16 +342,19 @@ class Transformer(GPUModel):
 
     def verify(self, ids, pos0: int) -> None:
         """Submit a pass over ids (2 <= len(ids) <= verify_rows) at positions pos0..., drawing the token after each
-        of its tokens into log slots 0..len(ids)-1 (speculative decoding checks drafts with it). The body is a prefill
-        body recorded for verify_rows tokens; the head runs on every row with the decode head's 8-bit activations where it has them, so
-        its argmax is the decode step's but for float rounding. With a sampler_plan each row is then drawn by it in
-        turn, as a decode step at that position would draw it (its random number; the penalties' ring, which the
-        draw of row i extends before row i + 1 reads it: right whenever row i + 1's draw is used)."""
+        of its tokens into log slots 0..len(ids)-1 (speculative decoding checks drafts with it). The body is recorded
+        for verify_rows tokens with the decode kernels (by_steps): where decode products run on 8-bit activations
+        (matvec_q8), each row's logits are a decode step's bit for bit, so a kept draft is the token plain decoding
+        draws, near-ties included; elsewhere the products are the prefill ones (a rounding apart). With a sampler_plan
+        each row is then drawn by it in turn, as a decode step at that position would draw it (its random number; the
+        penalties' ring, which the draw of row i extends before row i + 1 reads it: right whenever row i + 1's draw is
+        used)."""
         V, n = self.spec.vocab, len(ids)
         if self._plan_verify is None:       # recorded on first use: only speculative decoding needs it
             T = self.verify_rows
-            # a body of its own, sized for T tokens: the prefill plan's dispatches are sized for a whole chunk
-            # (on the H200 a 2..16-token pass through it took 24.7 ms at the 1.5B shape, 11 decode steps)
+            # a body of its own, of the decode kernels over T tokens (by_steps): the prefill plan's dispatches are
+            # sized for a whole chunk (on the H200 a 2..16-token pass through it took 24.7 ms at the 1.5B shape, 11
+            # decode steps; a body of prefill kernels recorded for 16 tokens 16 ms, session 16)
             self._verify_body = self.record_body(T) if T < self.chunk else self.plan_prefill
             self.verify_logits = self.dev.create_buffer(4 * T * V, label="verify logits")
             rec = Recorder(self.dev)
