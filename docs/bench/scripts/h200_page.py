@@ -26,7 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 CHROMIUM = os.environ.get("CHROMIUM", "/opt/pgx/chromium")
-FLAGS_FILE = Path("/tmp/pg_flags.json")
+FLAGS_FILE = Path(os.environ.get("PG_FLAGS_FILE", "/tmp/pg_flags.json"))   # PG_FLAGS_FILE: another set (wllama: f16)
 
 # In order of preference. The base (tests/conftest.py's CHROMIUM_ARGS: --enable-unsafe-webgpu --no-sandbox, no
 # network) is always there; these are added after it.
@@ -197,7 +197,7 @@ async function main() {
   status('loading');
   const t0 = performance.now();
   const blob = await (await fetch('/model.gguf')).blob();
-  await w.loadModel([blob], {n_gpu_layers: 999, n_ctx: 2048, n_batch: 512, n_ubatch: 512});
+  await w.loadModel([blob], {n_gpu_layers: 999, n_ctx: cfg.n_ctx, n_batch: 512, n_ubatch: 512});
   const loadMs = performance.now() - t0;
   const webgpu = w.isSupportWebGPU();
   const comp = (p, n) => w.createCompletion({prompt: p, max_tokens: n, temperature: 0, ignore_eos: true,
@@ -221,7 +221,7 @@ async function main() {
   const best = runs.reduce((x, y) => (y.decode_tok_s > x.decode_tok_s ? y : x));
   document.getElementById('result').textContent = JSON.stringify({
     engine: 'wllama ' + cfg.wllama_version + ' (llama.cpp wasm, WebGPU backend, n_gpu_layers 999)',
-    prompt_tokens: cfg.prompt, decode_tokens: cfg.decode, decode_after: cfg.decode_after,
+    prompt_tokens: cfg.prompt, decode_tokens: cfg.decode, decode_after: cfg.decode_after, n_ctx: cfg.n_ctx,
     load_ms: +loadMs.toFixed(1), webgpu_supported: webgpu, multi_thread: self.crossOriginIsolated, ...best,
     prefill_tok_s_runs: runs.map((r) => r.prefill_tok_s), decode_tok_s_runs: runs.map((r) => r.decode_tok_s),
     runs, log_lines: logs.length, log: logs.filter((s) => !/ - kv /.test(s) && /gpu|offload|backend|device|adapter|ggml|load_tensors|layers|buffer|error|warn/i.test(s)).slice(0, 80)});
@@ -261,6 +261,7 @@ def wllama(argv):
     (folder / "ids.json").write_text(json.dumps({"warm": tok.decode(ids[:8]), "text_prompt": tok.decode(ids[:a.prompt]),
                                                  "text_decode": tok.decode(ids[:a.decode_after]), "prompt": a.prompt, "decode": a.decode,
                                                  "decode_after": a.decode_after, "repeats": a.repeats,
+                                                 "n_ctx": -(-max(2048, a.prompt + a.decode, a.decode_after + a.decode) // 256) * 256,
                                                  "wllama_version": version}))
     from playwright.sync_api import sync_playwright
     server, url = _serve(folder)

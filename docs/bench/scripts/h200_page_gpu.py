@@ -86,6 +86,9 @@ F16_PROBE_JS = PROBE_JS.replace("""    const d = await a.requestDevice();
       const m = d.createShaderModule({code: 'enable f16;\\n@compute @workgroup_size(1) fn main() { var x: f16 = 1.5h; }'});
       out.f16_module_messages = (await m.getCompilationInfo()).messages.map((x) => x.type + ': ' + x.message);
     }""")
+# The first f16 set that gives an NVIDIA device with shader-f16 and compiles the f16 module: the flags of the wllama
+# step (llama.cpp's WebGPU backend requires shader-f16), not of the page's measurements (PG_FLAGS_FILE selects it).
+F16_FLAGS_FILE = Path("/tmp/pg_flags_f16.json")
 assert COMPAT_PROBE_JS != PROBE_JS != h200_page.PROBE_JS != F16_PROBE_JS
 
 
@@ -106,6 +109,8 @@ def probe(outdir):
     results = {"display": os.environ.get("DISPLAY"), "chromium": CHROMIUM}
     chosen = None
     FLAGS_FILE.unlink(missing_ok=True)
+    if os.environ.get("PG_PROBE_F16", "1") == "1":
+        F16_FLAGS_FILE.unlink(missing_ok=True)
     with sync_playwright() as pw:
         for (name, headless, extra), js in [(s, PROBE_JS) for s in FLAG_SETS] + \
                                            [(s, COMPAT_PROBE_JS) for s in COMPAT_SETS] + \
@@ -136,6 +141,10 @@ def probe(outdir):
             info = (row.get("adapter") or {}).get("info")
             print(name, "headless" if headless else "headed", json.dumps(info), row.get("error", "")[:300],
                   "shader-f16" in ((row.get("adapter") or {}).get("features") or []), flush=True)
+            ad = row.get("adapter") or {}
+            if js is F16_PROBE_JS and _good(row) and ad.get("device_f16") and not F16_FLAGS_FILE.exists() and \
+                    not any(m.startswith("error") for m in ad.get("f16_module_messages") or []):
+                F16_FLAGS_FILE.write_text(json.dumps({"name": name, "headless": headless, "args": base + extra}))
             if chosen is None and not row["recorded_only"] and _good(row):
                 chosen = name
                 FLAGS_FILE.write_text(json.dumps({"name": name, "headless": headless, "args": base + extra}))

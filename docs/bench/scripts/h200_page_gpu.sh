@@ -9,7 +9,8 @@
 #               fails) or "all" (every flag set, as session 13)
 #   PG_STEPS    the steps of `run`, in order (default "probe estimate"): probe, page (128 prompt / 128 decode
 #               tokens), page512 (512 / 128), native (`python -m cera_web bench`, 512/128 and 128/128, 3 repeats),
-#               wllama (needs .pgb/wllama-*.tgz), estimate (below), and for issue 26's remaining measures (session
+#               wllama (needs .pgb/wllama-*.tgz; PG_WLLAMA files, default PG_MODELS and the synthetic files made
+#               this call; with the probe's f16 flag set when it gave shader-f16), estimate (below), and for issue 26's remaining measures (session
 #               17), each over every PG_MODELS file:
 #                 long   decode after 3,584 tokens: page and native, --prompt-tokens 3584 --decode-after 3584
 #                        --decode-tokens 128 --context 4096 (native 2 repeats)             -> long.jsonl
@@ -194,11 +195,18 @@ for step in $STEPS; do
       for a in "--prompt-tokens 512 --decode-tokens 128" "--prompt-tokens 128 --decode-tokens 128"; do
         timeout 120 python3 -m cera_web bench --model $M $a --repeats 3 >> $OUT/native.jsonl; echo "native [$a] rc=$?"
       done ;;
-    wllama)
+    wllama)       # every PG_MODELS file (and the synthetic ones made this start): 512/128 and decode after 3,584,
+      # with the probe's f16 flag set where it gave shader-f16 (llama.cpp's WebGPU needs it), else the chosen set
       [ -f /tmp/pg_flags.json ] || { echo "wllama: no GPU adapter chosen, skipped"; continue; }
       mkdir -p /opt/pgx/wl && tar -xzf $R/.pgb/wllama-*.tgz -C /opt/pgx/wl
-      for a in "--prompt 512 --decode 128" "--prompt 128 --decode 128"; do
-        timeout 240 python3 $S wllama $M /opt/pgx/wl/package $a --repeats 3 >> $OUT/wllama.jsonl; echo "wllama [$a] rc=$?"
+      F=/tmp/pg_flags.json; [ -f /tmp/pg_flags_f16.json ] && F=/tmp/pg_flags_f16.json; echo "wllama flags: $(cat $F)"
+      for m in ${PG_WLLAMA-$MODELS $SFILES}; do      # PG_WLLAMA: other files of .assets/models
+        for a in "--prompt 512 --decode 128 --decode-after 16" "--prompt 512 --decode 128 --decode-after 3584"; do
+          late "wllama $m $a" && continue
+          PG_FLAGS_FILE=$F timeout $(tl 150) python3 $S wllama .assets/models/$m /opt/pgx/wl/package $a --repeats 2 \
+            > /tmp/pe.json; echo "wllama $m [$a] rc=$?"
+          python3 $S tag wllama $m "$a" < /tmp/pe.json >> $OUT/wllama.jsonl; tail -n1 $OUT/wllama.jsonl | cut -c1-700
+        done
       done ;;
     estimate)     # the real files and the synthetic shapes (made by bench.synthetic_path, served to the page too)
       files=$MODELS
