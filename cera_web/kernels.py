@@ -915,7 +915,9 @@ def choose_product(fmt, rows: int, cols: int, tokens: int, adapter: Adapter, tun
        says so, K in parts added by sum_parts.
     3. Else per row range: GPU prefill passes with cols a multiple of 32: matmul_tiled (tiled_tile); one-token passes
        and the LM head where int8_enabled and matvec_q8_shape fits: matvec_q8; the rest matmul.wgsl (matvec_shape).
-    With each, passes of several tokens take matvec_q8 wherever a one-token pass would (1 and 2 then do not apply)."""
+    With each, a pass of several tokens takes the dispatches of a one-token pass (matvec_q8, or matmul.wgsl in its
+    one-token shape), which loop over the pass's tokens: each token's sums are a decode step's (2 and the tiles then
+    do not apply)."""
     parts = list(parts) if parts is not None else [(0, rows)]
     ystride = ystride or rows
     int8 = int8_enabled(adapter, tuning)
@@ -929,9 +931,6 @@ def choose_product(fmt, rows: int, cols: int, tokens: int, adapter: Adapter, tun
     one = tokens == 1 or last_only
     q8 = [matvec_q8_shape(fmt, cols, adapter.is_cpu, adapter.subgroup_size, adapter.wg_memory, n, aligned, tuning)
           if int8 and (one or each) else None for _, n in parts]
-    each = each and all(q8)
-    if not (one or each):
-        q8 = [None] * len(parts)
     if (tokens > 1 and not last_only and not logits and not each and i8_prefill_enabled(adapter, tuning)
             and formats.reader(fmt, "matmul_i8", aligned) is not None and cols % row.block_elems == 0):
         out.append(Dispatch("quantize_rows", (cols,), {"norm": norm, "eps": float(eps), "wg": tuning.quantize_wg},
@@ -971,8 +970,8 @@ def choose_product(fmt, rows: int, cols: int, tokens: int, adapter: Adapter, tun
         if xsplit[0] > 1:
             raise RuntimeError(f"a split attention's output ({xsplit[0]} parts) needs matvec_q8, which does not apply "
                              f"to {GGMLType(fmt).name} rows of {cols} here")
-        shape = matvec_shape(cols // block_elems(fmt), 1 if last_only else tokens, adapter.is_cpu,
-                             adapter.subgroup_size, tuning)
+        shape = matvec_shape(cols // block_elems(fmt), 1 if last_only or each else tokens, adapter.is_cpu,
+                             adapter.subgroup_size, tuning)      # with each: a one-token pass's shape, looped
         out.append(Dispatch("matmul", (fmt, cols, n), {**common, **shape, "last_only": last_only},
                             spread(matmul_groups(n, shape["lanes"], shape["rpt"], shape["wg"])), buffers, i))
     return out

@@ -219,3 +219,23 @@ def test_tuning_reads_every_switch_by_its_name():
                       ("ATTN_SPLIT", "65"), ("ATTN_TILED", "2"), ("I8_TR", "48"), ("QUANTIZE_WG", "32")]:
         with pytest.raises(ValueError, match=f"CERA_WEB_{name}"):
             kernels.Tuning.from_env({f"CERA_WEB_{name}": bad})
+
+
+@pytest.mark.parametrize("adapter", [H200, WEBGPU, CPU], ids=["h200", "webgpu", "cpu"])
+@pytest.mark.parametrize("fmt", [G.F32, G.F16, G.Q4_1, G.Q4_K, G.Q5_1, G.Q6_K, G.Q8_0], ids=lambda f: G(f).name)
+def test_each_token_of_a_verify_pass_gets_the_decode_steps_dispatches(adapter, fmt):
+    """Speculative decoding's verify pass (each=True, 16 tokens) must compute every token as a decode step does, or a
+    kept draft can differ from the token plain decoding draws: the same kernels with the same constants (they loop
+    over the pass's tokens), on every adapter and format, with norms, GLU, accumulation and weights in row ranges;
+    only the LM head differs by LAST_ONLY (a decode step keeps its one row), and CPU adapters' norm pass by its grid
+    (a workgroup a token). Without each, 16 tokens take the prefill products (pinned above), which round differently
+    on GPUs."""
+    def sig(tokens, **kw):
+        return [(d.kernel, d.args, {k: v for k, v in d.kwargs.items() if k != "last_only"},
+                 d.groups if d.kernel != "rmsnorm" else None, d.buffers)
+                for d in kernels.choose_product(fmt, 1536, 576, tokens, adapter, DEFAULT, **kw)]
+    for kw in (dict(norm=True, eps=1e-5, glu=True), dict(accum=True), dict(parts=[(0, 1024), (1024, 512)])):
+        assert sig(16, each=True, **kw) == sig(1, **kw), kw
+    assert sig(16, each=True, norm=True, logits=False) == sig(1, norm=True, last_only=True)
+    if not adapter.is_cpu:
+        assert sig(16, norm=True, glu=True) != sig(1, norm=True, glu=True)
