@@ -343,16 +343,30 @@ async def gpu_microbench(dev, target_s: float = 0.1) -> dict:
                 break
         return best
 
+    async def per_unit(make, n1, n2, budget) -> float:
+        """The time one more unit of work adds: (best time of make(n2) - best of make(n1)) / (n2 - n1). GPUs: a run's
+        fixed costs (submit, readback: milliseconds in a browser, and varying) cancel, which a subtraction of an
+        empty run's best time left in the result (the page on the H200, session 17: 5x the dispatch time)."""
+        t1 = await timed(make(n1), budget / 2)
+        t2 = await timed(make(n2), budget / 2)
+        return max(t2 - t1, 1e-9) / (n2 - n1)
+
     share = target_s / 5
+    soft = dev.is_cpu
     try:
         empty = await timed([], share / 4)
         # read bandwidth: bench_read over a buffer (64 MiB on GPUs, 4 MiB on software adapters)
-        nbytes = (4 if dev.is_cpu else 64) << 20
+        nbytes = (4 if soft else 64) << 20
         data = buf(nbytes)
-        groups = 64 if dev.is_cpu else 2048
+        groups = 64 if soft else 2048
         read = dev.pipeline(kernels.build("bench_read", N4=nbytes // 16, THREADS=groups * 256), "bench_read")
-        t = await timed([(read, dev.bind(read, [data, sink]), kernels.spread(groups))] * 4, share)
-        read_bps = 4 * nbytes / max(t - empty, 1e-9)
+        rd = (read, dev.bind(read, [data, sink]), kernels.spread(groups))
+        if soft:
+            t = await timed([rd] * 4, share)
+            read_bps = 4 * nbytes / max(t - empty, 1e-9)
+        else:
+            await timed([rd] * 64, share / 2)      # a GPU idle at low clocks ramps up first (~10 ms of reads)
+            read_bps = nbytes / await per_unit(lambda n: [rd] * n, 4, 68, share)
         # the time of a dependent dispatch: a chain of one-workgroup reads in one submit
         tiny = dev.pipeline(kernels.build("bench_read", N4=16, THREADS=256), "bench_read tiny")
         bound = dev.bind(tiny, [data, sink])
@@ -360,18 +374,26 @@ async def gpu_microbench(dev, target_s: float = 0.1) -> dict:
         t = await timed([(tiny, bound, (1, 1, 1))] * n, share)
         dispatch_s = max(t - empty, 1e-9) / n
         # float32 multiply-adds, int8 dot products
-        groups = 8 if dev.is_cpu else 4096
-        iters = 64 if dev.is_cpu else 1024
+        groups = 8 if soft else 4096
+        iters = 64 if soft else 1024
         fma = dev.pipeline(f"const ITERS: u32 = {iters}u;\n" + _FMA_WGSL, "bench fma")
-        t = await timed([(fma, dev.bind(fma, [sink]), (groups, 1, 1))], share)
-        fma_flops = groups * 256 * iters * 16 / max(t - empty, 1e-9)
+        fd = (fma, dev.bind(fma, [sink]), (groups, 1, 1))
+        if soft:
+            fma_s = max(await timed([fd], share) - empty, 1e-9)
+        else:
+            fma_s = await per_unit(lambda n: [fd] * n, 1, 5, share)
+        fma_flops = groups * 256 * iters * 16 / fma_s
         int8_ops = None
         if dev.int8_dot:
             dot = dev.pipeline(f"{kernels.REQUIRES_I8}\nconst ITERS: u32 = {iters}u;\n" + _DOT_WGSL, "bench dot4")
-            t = await timed([(dot, dev.bind(dot, [sink]), (groups, 1, 1))], share)
-            int8_ops = groups * 256 * iters * 32 / max(t - empty, 1e-9)
+            dd = (dot, dev.bind(dot, [sink]), (groups, 1, 1))
+            if soft:
+                dot_s = max(await timed([dd], share) - empty, 1e-9)
+            else:
+                dot_s = await per_unit(lambda n: [dd] * n, 1, 5, share)
+            int8_ops = groups * 256 * iters * 32 / dot_s
         # the decode kernel on a Q4_K matrix (the commonest weight type of Q4_K_M files)
-        N, K = (256, 1024) if dev.is_cpu else (4096, 4096)
+        N, K = (256, 1024) if soft else (4096, 4096)
         fmt = GGMLType.Q4_K
         wbytes = N * K // 256 * 144
         w = buf(wbytes)
@@ -388,17 +410,21 @@ async def gpu_microbench(dev, target_s: float = 0.1) -> dict:
         shape["sg"] = bool(shape["sg"]) and (dev.subgroup_size or 0) >= shape["lanes"]
         mv = dev.pipeline(kernels.matmul(fmt, K, N, **shape), "bench matvec")
         grid = kernels.spread(kernels.matmul_groups(N, shape["lanes"], shape["rpt"], shape["wg"]))
-        reps = 2 if dev.is_cpu else 16
-        t = await timed([(mv, dev.bind(mv, [w, x, y, step, gain]), grid)] * reps, share)
-        matvec_bps = reps * wbytes / max(t - empty - reps * dispatch_s, t / 4)
-        if not dev.is_cpu:      # GPUs: a dependent dispatch as decode chains them, a small product (1024 x 1024)
+        md = (mv, dev.bind(mv, [w, x, y, step, gain]), grid)
+        if soft:
+            reps = 2
+            t = await timed([md] * reps, share)
+            matvec_bps = reps * wbytes / max(t - empty - reps * dispatch_s, t / 4)
+        else:
+            matvec_bps = wbytes / await per_unit(lambda n: [md] * n, 4, 68, share)
+            # a dependent dispatch as decode chains them: a small product (1024 x 1024), 256 more in the chain
             n1 = 1024
             sh1 = kernels.matvec_shape(n1 // kernels.block_elems(fmt), 1, dev.is_cpu, dev.subgroup_size)
             sh1["sg"] = bool(sh1["sg"]) and (dev.subgroup_size or 0) >= sh1["lanes"]
             small = dev.pipeline(kernels.matmul(fmt, n1, n1, **sh1), "bench matvec 1024")
             g1 = kernels.spread(kernels.matmul_groups(n1, sh1["lanes"], sh1["rpt"], sh1["wg"]))
-            t = await timed([(small, dev.bind(small, [w, x, y, step, gain]), g1)] * 64, share)
-            dispatch_s = max(t - empty, 1e-9) / 64
+            sd = (small, dev.bind(small, [w, x, y, step, gain]), g1)
+            dispatch_s = await per_unit(lambda n: [sd] * n, 16, 272, share)
     finally:
         for b in made:
             dev.release(b)

@@ -54,6 +54,7 @@ def main():
                    help="with --backend cpu: the float32 numpy products (the CPU path before its kernels)")
     p.add_argument("--context", type=int, help="KV cache positions (default: the engine's)")
     p.add_argument("--decode-after", type=int, default=16, help="the decode run's prompt length (default 16)")
+    p.add_argument("--repeats", type=int, default=1, help="runs after the load, the best reported (as the native bench)")
     p.add_argument("--chat", action="store_true", help="also the time to first token of a one-line chat message")
     p.add_argument("--app", action="store_true",
                    help="the real page instead: load from a download, then from the cache (OPFS), then chat messages")
@@ -79,6 +80,7 @@ def main():
            + (f"&model={quote(args.model)}" if args.model else "")
            + ("&backend=cpu" if args.backend == "cpu" else "") + ("&cpu_kernels=0" if args.no_cpu_kernels else "")
            + (f"&context={args.context}" if args.context else "") + f"&after={args.decode_after}"
+            + f"&repeats={args.repeats}"
            + ("&chat=1" if args.chat else ""))
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)

@@ -12,6 +12,7 @@
 #               wllama (needs .pgb/wllama-*.tgz; PG_WLLAMA files, default PG_MODELS and the synthetic files made
 #               this call; with the probe's f16 flag set when it gave shader-f16), estimate (below), and for issue 26's remaining measures (session
 #               17), each over every PG_MODELS file:
+#                 p512   prefill of 512 tokens, decode after 16: page and native, best of 3 each  -> p512.jsonl
 #                 long   decode after 3,584 tokens: page and native, --prompt-tokens 3584 --decode-after 3584
 #                        --decode-tokens 128 --context 4096 (native 2 repeats)             -> long.jsonl
 #                 chat   the real page (bench_browser.py --app): load from a download, reload from OPFS, then
@@ -32,7 +33,7 @@
 # Session 15 (Gemma 3 270M / Qwen 0.5B, docs/bench/h200-s15-page*): PG_MODELS=<the one file>
 #   PG_STEPS="probe page page512 native page page512 native page page512 native page page512" PG_UNTIL=330.
 #
-# The estimate step (issue 30): for each model, tests/bench_browser.py (the page's engine, 128/64 tokens) and the
+# The estimate step (issue 30): for each model, tests/bench_browser.py (the page's engine, 128/64 tokens, best of 3) and the
 # native bench (128/64, 3 repeats) both print the preflight's estimate ("estimate": cera_web/preflight.py, from the
 # micro-benchmark of the same device and the model's bytes and operations a token) beside what they measured; then
 # `h200_page_gpu.py predicted` writes $OUT/predicted.json: per model and engine, predicted and measured decode and
@@ -213,10 +214,15 @@ for step in $STEPS; do
       case ${PG_ESTIMATE:-all} in synth) make_synth; files=$SFILES ;; all) make_synth; files="$SFILES $MODELS" ;; esac
       for m in $files; do      # the synthetic ones first: past PG_UNTIL the last real file goes
         t "estimate $m"
-        bench_page estimate.jsonl $m 150 --prompt-tokens 128 --decode-tokens 64
+        bench_page estimate.jsonl $m 150 --prompt-tokens 128 --decode-tokens 64 --repeats 3
         bench_native estimate.jsonl $m 120 --prompt-tokens 128 --decode-tokens 64 --repeats 3
       done
       python3 $S predicted $OUT/estimate.jsonl > $OUT/predicted.json; cat $OUT/predicted.json ;;
+    p512)         # prefill of 512 tokens and decode after 16, page and native, best of 3 each
+      for m in $MODELS; do
+        bench_page p512.jsonl $m 150 --prompt-tokens 512 --decode-tokens 128 --repeats 3
+        bench_native p512.jsonl $m 120 --prompt-tokens 512 --decode-tokens 128 --repeats 3
+      done ;;
     long)         # decode after 3,584 tokens, page and native
       for m in $MODELS; do
         bench_page long.jsonl $m 150 $LONG
