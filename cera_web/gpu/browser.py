@@ -193,6 +193,8 @@ class RangeSource(SliceSource):
 
 
 class BrowserDevice(Device):
+    in_browser = True
+
     def __init__(self, adapter, device, info: str, limits: dict, features: set, is_cpu: bool = False):
         from pyodide.code import run_js
         from pyodide.ffi import create_proxy
