@@ -508,7 +508,8 @@ def estimate(spec, costs: dict, backend: str, bench: dict | None, chunk: int = 5
             chain = BROWSER_DECODE_CHAIN if bench.get("browser") else GPU_CHAIN_FACTOR
             decode = costs["dispatches"] * bench["dispatch_s"] * chain + nbytes * GPU_READ_FACTOR / bench["read_bps"]
             ops = bench.get("int8_ops") or bench["fma_flops"]
-            prefill = costs["flops"] / (ops * GPU_GEMM_EFFICIENCY) + \
+            eff = BROWSER_GEMM_EFFICIENCY if bench.get("browser") else GPU_GEMM_EFFICIENCY
+            prefill = costs["flops"] / (ops * eff) + \
                 costs["dispatches"] * bench["dispatch_s"] * GPU_PREFILL_CHAIN / min(chunk, 128)
     return {"decode_tok_s": float(f"{1 / decode:.3g}"), "prefill_tok_s": float(f"{1 / prefill:.3g}")}
 
@@ -518,13 +519,15 @@ CPU_DECODE_FACTOR = 1.2
 CPU_PREFILL_FACTOR = 0.85
 SOFT_DECODE_FACTOR = 1.0
 SOFT_PREFILL_FACTOR = 0.85
-# GPUs, fitted on the H200 (session 17, docs/bench/h200-s17-page3-estimate.jsonl: five models, page and native; the
-# fit's worst ratio 0.85-1.21 for decode, 0.89-1.09 for prefill):
-GPU_CHAIN_FACTOR = 1.0         # a decode step's dispatches cost what the micro-benchmark's chain does (native)
-BROWSER_DECODE_CHAIN = 0.55    # ... in a browser 0.55 of it: the chain's host work is counted in the micro-benchmark
-                               # (encoding before the submit), and overlapped with the GPU in decode's pipelined steps
+# GPUs, fitted on the H200 (session 17: docs/bench/h200-s17-page4-estimate.jsonl, five models in the page and
+# natively with this micro-benchmark, and the native rows of -page3-; BENCHMARKS.md "Preflight estimates"):
+GPU_CHAIN_FACTOR = 0.94        # a native decode step's dispatches cost about the micro-benchmark's dependent chain
+BROWSER_DECODE_CHAIN = 0.71    # ... in a browser 0.71 of it: there the chain's host work (encoding before the submit)
+                               # counts in the micro-benchmark, and overlaps the GPU in decode's pipelined steps
 GPU_READ_FACTOR = 1.46         # decode kernels read weights at 1 / 1.46 of the plain read kernel's bandwidth
-GPU_GEMM_EFFICIENCY = 0.41     # the prefill GEMMs reach 0.41 of the int8 dot (or multiply-add) rate
+GPU_GEMM_EFFICIENCY = 0.41     # native prefill GEMMs reach 0.41 of the int8 dot (or multiply-add) loop's rate
+BROWSER_GEMM_EFFICIENCY = 0.17 # in a browser 0.17: the same loop compiled by Tint ran twice as fast as through
+                               # wgpu's compiler on the H200, the GEMMs at the same speed
 GPU_PREFILL_CHAIN = 3.2        # a 128-token prefill pass's fixed cost in dependent-dispatch times (H200: ~3 ms a pass)
 PER_UNIT_SPAN = 0.008          # gpu_microbench: seconds of measured work a per-unit time needs (jitter: ~1 ms)
 

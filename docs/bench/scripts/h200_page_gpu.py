@@ -11,6 +11,9 @@
                                                picks the file), in the chosen browser mode and flags
     python3 h200_page_gpu.py wllama MODEL WLLAMA_DIR [h200_page.py wllama args]
                                                h200_page.py's wllama runner (every layer on WebGPU) likewise
+    python3 h200_page_gpu.py repredict ESTIMATE.jsonl [MODELS_DIR]
+                                               predicted.json's table with this checkout's estimate() from each row's
+                                               recorded micro-benchmark (no GPU: checks calibration constants)
     python3 h200_page_gpu.py tag ENGINE MODEL [ARGS] < bench.json    one line of a .jsonl: the bench's JSON (its
                                                last line) with {"engine", "file"} (and "args", the bench's
                                                arguments, where given) added
@@ -204,6 +207,33 @@ def predicted(path):
                                                          for k in ("decode_tok_s", "prefill_tok_s"))}, indent=1))
 
 
+def repredict(path, models="."):
+    """predicted() with the estimates recomputed by this checkout's cera_web.preflight.estimate from each row's
+    recorded micro-benchmark (to check new calibration constants against a run's measurements without the GPU).
+    models: the folder of the rows' files (the synthetic ones are remade by bench.synthetic_path if absent)."""
+    sys.path[:0] = [str(h200_page.ROOT)]
+    from cera_web import preflight as pf
+    from cera_web.gguf import open_gguf
+    from cera_web.models.spec import model_spec
+    from cera_web.tools.bench import synthetic_path
+    out = []
+    for line in Path(path).read_text().splitlines():
+        r = json.loads(line)
+        f = Path(models) / r["file"]
+        if not f.exists():
+            shape = r["file"].removeprefix("v2-").rsplit("-", 1)[0]
+            f = synthetic_path(shape, r["file"].rsplit("-", 1)[1].removesuffix(".gguf"))
+        g = open_gguf(str(f))
+        spec = model_spec(g)
+        after = r.get("decode_after", 16)
+        r["estimate"] = pf.estimate(spec, pf.model_costs(g, spec), "webgpu", r["microbench"], r.get("chunk", 512),
+                                    position=after + 64)
+        out.append(json.dumps(r))
+    tmp = Path("/tmp/repredicted.jsonl")
+    tmp.write_text("\n".join(out) + "\n")
+    predicted(tmp)
+
+
 if __name__ == "__main__":
     cmd, rest = sys.argv[1], sys.argv[2:]
     if cmd == "probe":
@@ -212,6 +242,8 @@ if __name__ == "__main__":
         tag(*rest)
     elif cmd == "predicted":
         predicted(rest[0])
+    elif cmd == "repredict":
+        repredict(*rest)
     elif cmd == "page":
         # The pack carries the page's assets (pyodide, pyscript, stamps), not every default asset of the commit (a
         # later one needs a pip download, and the H200 reaches no index): no check (session 15).
