@@ -169,9 +169,27 @@ class Engine:
 
     @classmethod
     async def from_plan(cls, plan: LoadPlan, on_progress=None) -> "Engine":
-        """The engine of a planned load (cera_web.loading.plan_load): its weights uploaded, its passes recorded. A
-        failed allocation (GPUMemoryError) frees what this load allocated (models.load_model)."""
-        return cls(plan, await load_model(plan, on_progress))
+        """The engine of a planned load (cera_web.loading.plan_load): its weights uploaded, its passes recorded and,
+        on a GPU, run once (warm_up). A failed allocation (GPUMemoryError) frees what this load allocated
+        (models.load_model)."""
+        engine = cls(plan, await load_model(plan, on_progress))
+        if not engine.cpu and not engine.dev.is_cpu:
+            await engine.warm_up()
+        return engine
+
+    async def warm_up(self):
+        """Run the prompt and decode passes once (a 2-token prompt with its head, a decode step, a readback) and make
+        the sampler, so that what a GPU driver does at a pipeline's first use is part of the load, not of the first
+        reply's wait (on the H200 the first chat message after a load took 0.3-0.6 s natively and 0.7 s in the page,
+        later ones 6-65 ms: session 17, BENCHMARKS.md). Nothing of it stays: its KV rows are overwritten by the next
+        prompt, which the prompt cache does not match against them (model.passes moved). Engine.from_plan calls it on
+        GPUs; software adapters skip it (there a pass costs seconds and nothing is compiled at first use)."""
+        m = self.model
+        t = self.tokenizer.bos_id if self.tokenizer.bos_id is not None else 0
+        m.prefill([t, t], 0, with_head=True)
+        m.decode(2, 1)
+        await m.read_log(2)
+        m.make_sampler()
 
     async def load_draft(self, source, **kw) -> "Engine":
         """Load a draft model for speculative decoding (cera_web.speculative) onto this engine's device and keep it

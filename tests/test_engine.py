@@ -187,3 +187,32 @@ def test_split_tiled_prefill_attention_matches_transformers(smollm2_gguf, monkey
         np.testing.assert_allclose(logits[FIXTURE["probe_ids"]], rec["probe_values"], atol=LOGIT_TOL)
     finally:
         eng.close()
+
+
+@pytest.mark.parametrize("case", ["qwen2", "lfm2"])
+def test_a_warm_up_leaves_no_trace_in_replies(case):
+    """Engine.warm_up (run by the load on GPUs, so that the drivers' first-use work is not in the first reply's wait;
+    software adapters skip it, so it is called here) changes no reply: greedy and seeded sampled tokens equal an
+    engine's that never warmed up, for a prompt that begins with the warm-up's own tokens (the prompt cache must not
+    take the rows it wrote) and for the same prompt again (cache reuse). LFM2: its conv layers' running state."""
+    from cera_web.engine import Engine
+    path = Path(__file__).parent / "fixtures" / "small" / f"{case}-f32.gguf"
+
+    async def replies(warm):
+        eng = await Engine.load(path, cpu_fallback=False, context_size=128)
+        try:
+            assert eng.model.passes == 0, "a software adapter warms nothing up at load"
+            if warm:
+                await eng.warm_up()
+                assert eng.model.passes > 0
+            t = eng.tokenizer.bos_id if eng.tokenizer.bos_id is not None else 0
+            ids = [t, t, 5, 9, 11, 7]
+            out = []
+            for kw in (dict(), dict(), dict(temperature=0.8, seed=3)):
+                out.append((await eng.generate(ids, max_tokens=8, ignore_eos=True, **kw)).tokens)
+            return out
+        finally:
+            eng.close()
+    cold, warm = run(replies(False)), run(replies(True))
+    assert warm == cold
+    assert len(cold[0]) == 8
