@@ -36,7 +36,7 @@
 
 (() => {
   const DIR = 'cera_web-models';
-  const CHUNK = 8 << 20;              // bytes per hash, and the most a download holds in memory at once when caching
+  const CHUNK = 8 << 20;              // bytes per hash; caching, a download holds this block and one READ at once
   const PROGRESS_MS = 100;            // at most one progress call per interval (plus the first and the last)
   const HEADER_FIRST = 1 << 20;       // bytes to show checkHeader first
   const MEMORY_MOST = 2 ** 31;        // the largest download held in one ArrayBuffer (a server without Range requests)
@@ -47,6 +47,11 @@
 
   const hex = (buf) => Array.from(new Uint8Array(buf), (b) => b.toString(16).padStart(2, '0')).join('');
   const sha256 = async (data) => hex(await crypto.subtle.digest('SHA-256', data));
+  const READ = 1 << 20;               // bytes per read of a download (one buffer, reused, where the browser allows)
+
+  // Free an ArrayBuffer's bytes now rather than when the garbage collector comes to it (detach it): a download or a
+  // check goes through gigabytes of them, and V8 let hundreds of MB wait. Nothing may use it afterwards.
+  const release = (buf) => { if (buf.transfer && !buf.detached) buf.transfer(0); };
   const mb = (n) => `${(n / 1e6).toFixed(1)} MB`;
 
   function absolute(url) {
@@ -116,10 +121,13 @@
     for (let i = 0; i < chunks; i++) {
       const start = i * meta.chunk;
       const data = await file.slice(start, Math.min(start + meta.chunk, meta.size)).arrayBuffer();
-      if (await sha256(data) !== meta.sha256[i]) {
-        return `bytes ${start}-${start + data.byteLength - 1} (chunk ${i + 1} of ${chunks}) do not match their SHA-256`;
+      const n = data.byteLength;
+      const sum = await sha256(data);     // digest copies its input: the chunk can go
+      release(data);
+      if (sum !== meta.sha256[i]) {
+        return `bytes ${start}-${start + n - 1} (chunk ${i + 1} of ${chunks}) do not match their SHA-256`;
       }
-      progress('verify', start + data.byteLength, meta.size, i === chunks - 1);
+      progress('verify', start + n, meta.size, i === chunks - 1);
     }
     return '';
   }
@@ -241,9 +249,28 @@
     return '';
   }
 
+  // A reader of the response body and how to read the next chunk. Where the body is a byte stream (Chromium's is) a
+  // BYOB reader fills one READ-byte buffer again and again; else the default reader, each chunk detached once the
+  // sink has copied it. Either way no chunk waits for the garbage collector.
+  function bodyReader(resp) {
+    try {
+      const reader = resp.body.getReader({mode: 'byob'});
+      let buf = new ArrayBuffer(READ);
+      return {reader, next: async () => {
+        const got = await reader.read(new Uint8Array(buf));   // buf is detached; got.value is over its bytes
+        if (got.value) buf = got.value.buffer;
+        return got;
+      }, done: () => {}};
+    } catch (e) {     // not a byte stream
+      const reader = resp.body.getReader();
+      const whole = (v) => v.byteOffset === 0 && v.byteLength === v.buffer.byteLength;   // its own buffer
+      return {reader, next: () => reader.read(), done: (value) => { if (whole(value)) release(value.buffer); }};
+    }
+  }
+
   // Stream the response into `sink`, reporting progress and showing checkHeader the first bytes.
   async function pump(resp, sink, total, progress, checkHeader) {
-    const reader = resp.body.getReader();
+    const {reader, next, done: consumed} = bodyReader(resp);
     let head = checkHeader ? new Uint8Array(0) : null;   // the first bytes, until checkHeader is satisfied
     let need = HEADER_FIRST;
     let seen = null;      // the bytes checkHeader was satisfied with
@@ -251,7 +278,7 @@
     progress('download', 0, total, true);
     try {
       for (;;) {
-        const {done: finished, value} = await reader.read();
+        const {done: finished, value} = await next();
         if (finished) break;
         if (head) {
           const grown = new Uint8Array(head.length + value.length);
@@ -259,8 +286,9 @@
           grown.set(value, head.length);
           head = grown;
         }
-        await sink.write(value);
+        await sink.write(value);          // the sink copies the bytes
         done += value.length;
+        consumed(value);
         progress('download', done, total);
         if (head && (head.length >= need || (total && head.length >= total))) {
           need = checkHeader(head, total || 0);   // throws to refuse the model
