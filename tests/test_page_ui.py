@@ -560,6 +560,7 @@ def test_a_served_draft_model_speeds_up_the_loaded_one(browser, server_url):
                     page.locator("#drawer > summary").click()
                 box.uncheck()
                 expect(ui.status).to_have_text("Ready")
+                expect(box).to_be_enabled()     # the worker's answer re-enables it (the status says Ready at once)
                 assert ui.received("draft")[-1]["name"] is None
             runs.append(ui.generate())
         _same_tokens_fewer_passes(page, *runs, 20)
