@@ -358,6 +358,12 @@ async def gpu_microbench(dev, target_s: float = 0.1) -> dict:
             t2 = await timed(make(n2), budget / 2)
         return max(t2 - t1, 1e-9) / (n2 - n1)
 
+    async def dispatch_time(d) -> float:
+        """One dispatch d's time: software adapters, a run of it less an empty run; GPUs, per_unit over 1 and 5."""
+        if soft:
+            return max(await timed([d], share) - empty, 1e-9)
+        return await per_unit(lambda n: [d] * n, 1, 5, share)
+
     share = target_s / 5
     soft = dev.is_cpu
     try:
@@ -384,21 +390,11 @@ async def gpu_microbench(dev, target_s: float = 0.1) -> dict:
         groups = 8 if soft else 4096
         iters = 64 if soft else 1024
         fma = dev.pipeline(f"const ITERS: u32 = {iters}u;\n" + _FMA_WGSL, "bench fma")
-        fd = (fma, dev.bind(fma, [sink]), (groups, 1, 1))
-        if soft:
-            fma_s = max(await timed([fd], share) - empty, 1e-9)
-        else:
-            fma_s = await per_unit(lambda n: [fd] * n, 1, 5, share)
-        fma_flops = groups * 256 * iters * 16 / fma_s
+        fma_flops = groups * 256 * iters * 16 / await dispatch_time((fma, dev.bind(fma, [sink]), (groups, 1, 1)))
         int8_ops = None
         if dev.int8_dot:
             dot = dev.pipeline(f"{kernels.REQUIRES_I8}\nconst ITERS: u32 = {iters}u;\n" + _DOT_WGSL, "bench dot4")
-            dd = (dot, dev.bind(dot, [sink]), (groups, 1, 1))
-            if soft:
-                dot_s = max(await timed([dd], share) - empty, 1e-9)
-            else:
-                dot_s = await per_unit(lambda n: [dd] * n, 1, 5, share)
-            int8_ops = groups * 256 * iters * 32 / dot_s
+            int8_ops = groups * 256 * iters * 32 / await dispatch_time((dot, dev.bind(dot, [sink]), (groups, 1, 1)))
         # the decode kernel on a Q4_K matrix (the commonest weight type of Q4_K_M files)
         N, K = (256, 1024) if soft else (4096, 4096)
         fmt = GGMLType.Q4_K
