@@ -59,6 +59,10 @@ def main():
     p.add_argument("--app", action="store_true",
                    help="the real page instead: load from a download, then from the cache (OPFS), then chat messages")
     p.add_argument("--chat-runs", type=int, default=3, help="--app: chat messages sent (default 3)")
+    p.add_argument("--check", action="store_true",
+                   help="also cera_web.tools.gemm_check on the page's device (its prefill products against numpy)")
+    p.add_argument("--env", action="append", default=[], metavar="CERA_WEB_X=VALUE",
+                   help="a kernel switch set in the page before the load (repeatable), e.g. CERA_WEB_SGMAT=0")
     p.add_argument("--timeout-s", type=float, default=3600)
     args = p.parse_args()
     import serve
@@ -81,7 +85,8 @@ def main():
            + ("&backend=cpu" if args.backend == "cpu" else "") + ("&cpu_kernels=0" if args.no_cpu_kernels else "")
            + (f"&context={args.context}" if args.context else "") + f"&after={args.decode_after}"
             + f"&repeats={args.repeats}"
-           + ("&chat=1" if args.chat else ""))
+           + ("&chat=1" if args.chat else "") + ("&check=1" if args.check else "")
+           + (f"&env={quote(','.join(args.env))}" if args.env else ""))
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         page = browser.new_page()

@@ -26,6 +26,7 @@ class Device:
     is_cpu: bool = False               # a software adapter (SwiftShader, lavapipe): kernels pick CPU-friendly shapes
     subgroup_size: int | None = None   # the smallest subgroup the adapter runs (None: no subgroups feature)
     int8_dot: bool = False             # WGSL has packed_4x8_integer_dot_product (dot4I8Packed, pack4xI8)
+    subgroup_matrix: tuple | None = None   # (M, N, K, subgroup size): f16 subgroup matrices (browser; kernels.sgmat_*)
     in_browser: bool = False           # WebGPU in a browser (BrowserDevice): its host work per step differs
 
     @property

@@ -12,6 +12,7 @@ from ..errors import DeviceLostError, DownloadError, GPUUnavailableError
 from . import Device, Plan, buffer_error
 
 # Limits requested at the adapter's maximum (the defaults: 128 MiB bindings, 16 KiB workgroup memory).
+SUBGROUP_MATRIX = "chromium-experimental-subgroup-matrix"     # Chromium's cooperative matrices (tensor cores)
 WANTED_LIMITS = ("maxBufferSize", "maxStorageBufferBindingSize", "maxComputeWorkgroupStorageSize",
                  "maxStorageBuffersPerShaderStage", "maxComputeInvocationsPerWorkgroup", "maxComputeWorkgroupSizeX")
 
@@ -249,12 +250,21 @@ class BrowserDevice(Device):
                 "enable WebGPU in the browser settings or try another browser")
         limits = {k: getattr(adapter.limits, k) for k in WANTED_LIMITS}
         features = [f for f in ("shader-f16", "subgroups", "timestamp-query") if adapter.features.has(f)]
+        info = adapter.info
+        from ..kernels import pick_subgroup_matrix
+        matrix = None        # the prefill products' tensor cores (kernels.matmul_sgmat), where Chromium offers them
+        if {"shader-f16", "subgroups"} <= set(features) and adapter.features.has(SUBGROUP_MATRIX) and info is not None:
+            configs = [{k: getattr(c, k) for k in ("componentType", "resultComponentType", "M", "N", "K")}
+                       for c in getattr(info, "subgroupMatrixConfigs", None) or []]
+            matrix = pick_subgroup_matrix(configs, getattr(info, "subgroupMinSize", None),
+                                          getattr(info, "subgroupMaxSize", None))
+            if matrix is not None:
+                features.append(SUBGROUP_MATRIX)
         try:
             device = await adapter.requestDevice(to_js(
                 {"requiredLimits": limits, "requiredFeatures": features}, dict_converter=js.Object.fromEntries))
         except Exception as e:
             raise GPUUnavailableError(f"the GPU adapter refused a device: {e}") from None
-        info = adapter.info
         desc = " ".join(str(x) for x in (info.vendor, info.architecture, info.description) if x) if info else ""
         all_limits = {_kebab(k): int(getattr(device.limits, k)) for k in WANTED_LIMITS}
         all_limits["min-storage-buffer-offset-alignment"] = int(device.limits.minStorageBufferOffsetAlignment)
@@ -267,6 +277,7 @@ class BrowserDevice(Device):
         if "subgroups" in features and info is not None:       # the smallest subgroup the adapter may run
             size = getattr(info, "subgroupMinSize", None)
             dev.subgroup_size = int(size) if isinstance(size, (int, float)) and size > 0 else None
+        dev.subgroup_matrix = matrix
         return dev
 
     def check(self):

@@ -62,7 +62,9 @@ PROBE_JS = """async () => {
     const i = a.info || {};
     out.info = {vendor: i.vendor, architecture: i.architecture, device: i.device, description: i.description,
                 subgroupMinSize: i.subgroupMinSize, subgroupMaxSize: i.subgroupMaxSize,
-                isFallbackAdapter: i.isFallbackAdapter};
+                isFallbackAdapter: i.isFallbackAdapter,
+                subgroupMatrixConfigs: [...(i.subgroupMatrixConfigs || [])].map((c) => ({
+                  componentType: c.componentType, resultComponentType: c.resultComponentType, M: c.M, N: c.N, K: c.K}))};
     out.features = [...a.features].sort();
     const l = {};
     for (const k of ['maxBufferSize', 'maxStorageBufferBindingSize', 'maxComputeWorkgroupStorageSize',

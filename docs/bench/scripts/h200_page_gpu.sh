@@ -21,6 +21,8 @@
 #                        page and native at 512/128 (decode after 16) and the long case, and the real page's
 #                        download / OPFS loads (no chat: no template; estimate has their 128/64) -> synth.jsonl,
 #                        app.jsonl
+#                 sgmat  (session 18) gemm_check in the page, then prefill 512 with the subgroup matrix kernel and
+#                        with CERA_WEB_SGMAT=0 on the synthetic files and the first PG_MODELS file -> sgmat.jsonl
 #               The estimate step now runs the synthetic files first, then PG_MODELS; PG_ESTIMATE=models or synth
 #               runs only those (default all). To merge two calls' estimates into one predicted.json:
 #                 cat OUT1/estimate.jsonl OUT2/estimate.jsonl > e.jsonl && python3 h200_page_gpu.py predicted e.jsonl
@@ -233,6 +235,14 @@ for step in $STEPS; do
         bench_page app.jsonl $m 150 --app --backend webgpu
         bench_native chat.jsonl $m 120 --chat --prompt-tokens 16 --decode-tokens 8 --repeats 2
       done ;;
+    sgmat)        # session 18: the prefill products on subgroup matrices (tensor cores, matmul_sgmat) against the
+      # int8 path (CERA_WEB_SGMAT=0) in the page, same call; first gemm_check on the page's device (kernels vs numpy)
+      make_synth
+      bench_page sgmat.jsonl $FIRST 150 --prompt-tokens 64 --decode-tokens 8 --check
+      for m in $SFILES $FIRST; do
+        bench_page sgmat.jsonl $m 150 --prompt-tokens 512 --decode-tokens 32 --repeats 3
+        bench_page sgmat.jsonl $m 150 --prompt-tokens 512 --decode-tokens 32 --repeats 3 --env CERA_WEB_SGMAT=0
+      done ;;
     synth)        # the synthetic 1B / 1.5B in the page and natively: 512 and 128 prompts, long, OPFS loads
       make_synth
       for m in $SFILES; do
@@ -246,7 +256,8 @@ for step in $STEPS; do
   esac
 done
 t end
-cut -c1-400 $OUT/page.jsonl $OUT/native.jsonl $OUT/long.jsonl $OUT/app.jsonl $OUT/chat.jsonl $OUT/synth.jsonl 2>/dev/null
+cut -c1-400 $OUT/page.jsonl $OUT/native.jsonl $OUT/long.jsonl $OUT/app.jsonl $OUT/chat.jsonl $OUT/synth.jsonl \
+  $OUT/sgmat.jsonl 2>/dev/null
 s=$(stat -c %s $OUT/chromium.log 2>/dev/null || echo 0)
 [ "$s" -gt 8000000 ] && { tail -c 8000000 $OUT/chromium.log > /tmp/cl && mv /tmp/cl $OUT/chromium.log; }
 exit 0
