@@ -236,13 +236,16 @@ for step in $STEPS; do
         bench_native chat.jsonl $m 120 --chat --prompt-tokens 16 --decode-tokens 8 --repeats 2
       done ;;
     sgmat)        # session 18: the prefill products on subgroup matrices (tensor cores, matmul_sgmat) against the
-      # int8 path (CERA_WEB_SGMAT=0) in the page, same call; first gemm_check on the page's device (kernels vs numpy)
+      # int8 path (CERA_WEB_SGMAT=0) in the page, same call; first gemm_check on the page's device (kernels vs numpy).
+      # Both with the probe's f16 flag set: the kernel needs shader-f16, which Dawn gives on NVIDIA/Vulkan only then
+      [ -f /tmp/pg_flags_f16.json ] && export PG_FLAGS_FILE=/tmp/pg_flags_f16.json; echo "sgmat flags: ${PG_FLAGS_FILE:-}"
       make_synth
       bench_page sgmat.jsonl $FIRST 150 --prompt-tokens 64 --decode-tokens 8 --check
       for m in $SFILES $FIRST; do
         bench_page sgmat.jsonl $m 150 --prompt-tokens 512 --decode-tokens 32 --repeats 3
         bench_page sgmat.jsonl $m 150 --prompt-tokens 512 --decode-tokens 32 --repeats 3 --env CERA_WEB_SGMAT=0
-      done ;;
+      done
+      unset PG_FLAGS_FILE ;;
     synth)        # the synthetic 1B / 1.5B in the page and natively: 512 and 128 prompts, long, OPFS loads
       make_synth
       for m in $SFILES; do
