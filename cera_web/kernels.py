@@ -55,7 +55,8 @@ class Tuning:
     attn_tiled    CERA_WEB_ATTN_TILED=0|1|32|64: the tiled prefill attention (attention_tiled_rows)
     prefill_attn_split  CERA_WEB_PREFILL_ATTN_SPLIT=1|2|4|8: splits of the tiled prefill attention
     argmax_one    CERA_WEB_ARGMAX_PARTS=1: one argmax workgroup for any vocabulary (argmax_parts_count)
-    sgmat         CERA_WEB_SGMAT=0: prefill products off subgroup matrices (sgmat_enabled)
+    sgmat         CERA_WEB_SGMAT=0: prefill products off subgroup matrices; =emulate: on them with the built-ins
+                  emulated, on any GPU adapter (tests; sgmat_config)
     """
     int8: str = ""
     i8_prefill: str = ""
@@ -123,7 +124,8 @@ class Tuning:
                               "adapters), 32 or 64 (that kernel), or unset"),
             prefill_attn_split=number("PREFILL_ATTN_SPLIT", ("1", "2", "4", "8"), "1, 2, 4 or 8"),
             argmax_one=get("ARGMAX_PARTS") == "1",
-            sgmat=choice("SGMAT", ("0",), "use 0 (prefill products off subgroup matrices) or leave it unset"))
+            sgmat=choice("SGMAT", ("0", "emulate"), "use 0 (prefill products off subgroup matrices), emulate "
+                         "(tests: the kernel's built-ins in plain WGSL) or leave it unset"))
 
     def matvec_config(self) -> dict:
         cfg = {**MATVEC, **dict(self.matvec)}
@@ -338,57 +340,47 @@ def matmul_tiled(fmt, K: int, N: int, *, norm=False, eps=0.0, accum=False, glu=F
                  KT=tiled_step(tile, glu))
 
 
-# --- subgroup matrices (prefill): matmul_sgmat.wgsl, where the browser's adapter offers them ---
+# --- subgroup matrices (prefill): half_rows + dequant_half + matmul_sgmat, where the browser's adapter offers them ---
 
-SGMAT_GRID = (2, 2)     # subgroups of a matmul_sgmat workgroup: tokens x rows (each 2 x 2 result matrices)
-SGMAT_KS = 32           # K a step of matmul_sgmat
+SGMAT_GRID = (2, 2)             # subgroups of a matmul_sgmat workgroup: tokens x rows
+SGMAT_SLAB_BYTES = 64 << 20     # the f16 copy of a weight's rows (dequant_half) at most: larger weights go in slabs
+HALF_WG = 128                   # threads of half_rows and dequant_half
 
 
 def sgmat_shape(config, glu: bool, grid=SGMAT_GRID) -> dict:
-    """matmul_sgmat's constants for an adapter's subgroup matrix configuration (M, N, K, subgroup size) and a
-    subgroup grid: tile tokens / rows, threads and workgroup memory bytes (ValueError where the loads do not divide
-    evenly among the threads)."""
+    """matmul_sgmat's tile for an adapter's subgroup matrix configuration (M, N, K, subgroup size) and a subgroup
+    grid: each subgroup 2 x 4 result matrices (2 x 2 with GLU, which has as many for the up rows); tile tokens / rows,
+    threads, workgroup memory bytes, outputs a thread writes (ValueError where they do not divide evenly)."""
     sm, sn, sk, sg = config
     gt, gr = grid
-    tt, tr, wg, ks = 2 * gt * sm, 2 * gr * sn, gt * gr * sg, SGMAT_KS
-    halves = 2 if glu else 1
-    if ks % sk or (halves * tr * ks // 8) % wg or (tt * ks // 4) % wg or (tt * tr) % wg or wg % tt:
+    bt, br = 2, 2 if glu else 4
+    tt, tr, wg = gt * bt * sm, gr * br * sn, gt * gr * sg
+    if (tt * tr) % wg:
         raise ValueError(f"matmul_sgmat: configuration {config} with grid {grid} does not divide its tile evenly")
-    memory = 2 * (tt + halves * tr) * (ks + 8) + 4 * (tt * tr + tt + wg)
-    return {"tokens": tt, "rows": tr, "threads": wg, "memory": memory, "w_per": halves * tr * ks // 8 // wg,
-            "x_per": tt * ks // 4 // wg, "o_per": tt * tr // wg}
+    return {"tokens": tt, "rows": tr, "threads": wg, "memory": 4 * tt * tr, "bt": bt, "br": br,
+            "o_per": tt * tr // wg}
 
 
-def pick_subgroup_matrix(configs, subgroup_min, subgroup_max) -> tuple | None:
-    """The subgroup matrix configuration matmul_sgmat uses, as (M, N, K, subgroup size), from an adapter's
-    GPUSubgroupMatrixConfigs (dicts of componentType, resultComponentType, M, N, K): f16 inputs with f32 results and
-    M, N, K of 8, 16 or 32, the largest M x N; None where there is none or the adapter's subgroups vary in size
-    (the kernel places its subgroups by a fixed size). NVIDIA's tensor cores offer 16 x 16 x 16."""
-    if not subgroup_min or subgroup_min != subgroup_max:
-        return None
-    fits = [(c["M"], c["N"], c["K"]) for c in configs
-            if c["componentType"] == "f16" and c["resultComponentType"] == "f32"
-            and all(c[d] in (8, 16, 32) for d in "MNK")]
-    fits = [f for f in fits if _shape_ok((*f, subgroup_min))]
-    return (*max(fits, key=lambda f: (f[0] * f[1], -f[2])), subgroup_min) if fits else None
+EMULATED = (16, 8, 16, 32)      # CERA_WEB_SGMAT=emulate's configuration (M != N: a swapped index fails)
 
 
-def _shape_ok(config) -> bool:
-    try:
-        sgmat_shape(config, True)
-        return True
-    except ValueError:
-        return False
+def sgmat_config(adapter, tuning: Tuning | None = None) -> tuple | None:
+    """The subgroup matrix configuration prefill products use: the adapter's (Adapter.subgroup_matrix), none with
+    CERA_WEB_SGMAT=0, EMULATED on any adapter with CERA_WEB_SGMAT=emulate (tests)."""
+    flag = _tuning(tuning).sgmat
+    if flag == "emulate":
+        return EMULATED
+    return None if flag == "0" else getattr(adapter, "subgroup_matrix", None)
 
 
 def sgmat_enabled(adapter, cols: int, glu: bool, tuning: Tuning | None = None) -> bool:
-    """Whether a prefill product over rows of ``cols`` runs on subgroup matrices (matmul_sgmat): where the device
-    has an f16 x f16 -> f32 configuration (Adapter.subgroup_matrix: Chromium's chromium-experimental-subgroup-matrix,
-    e.g. NVIDIA's tensor cores; wgpu-py and software adapters have none), cols is a multiple of SGMAT_KS and the
-    tile fits the workgroup memory and threads. CERA_WEB_SGMAT=0 switches it off (benchmarks: the int8 path
-    instead)."""
-    config = getattr(adapter, "subgroup_matrix", None)
-    if config is None or _tuning(tuning).sgmat == "0" or cols % SGMAT_KS:
+    """Whether a prefill product over rows of ``cols`` runs on subgroup matrices (half_rows, dequant_half,
+    matmul_sgmat): where the device has an f16 x f16 -> f32 configuration (Adapter.subgroup_matrix: Chromium's
+    chromium-experimental-subgroup-matrix, e.g. NVIDIA's tensor cores; wgpu-py and software adapters have none),
+    cols is a multiple of 8 and of the configuration's K, and the tile fits the workgroup memory and threads.
+    CERA_WEB_SGMAT=0 switches it off (benchmarks: the int8 path instead)."""
+    config = sgmat_config(adapter, tuning)
+    if config is None or cols % 8 or cols % config[2]:
         return False
     try:
         shape = sgmat_shape(config, glu)
@@ -397,26 +389,85 @@ def sgmat_enabled(adapter, cols: int, glu: bool, tuning: Tuning | None = None) -
     return shape["memory"] <= adapter.wg_memory and shape["threads"] <= adapter.max_threads
 
 
+def pick_subgroup_matrix(configs, subgroup_min, subgroup_max) -> tuple | None:
+    """The subgroup matrix configuration matmul_sgmat uses, as (M, N, K, subgroup size), from an adapter's
+    GPUSubgroupMatrixConfigs (dicts of componentType, resultComponentType, M, N, K): f16 inputs with f32 results and
+    M, N, K of 8, 16 or 32, the largest M x N; None where there is none or the adapter's subgroups vary in size
+    (the kernel places its subgroups by a fixed size). The H200 in Chromium 156 offers 16 x 16 x 16 among others."""
+    if not subgroup_min or subgroup_min != subgroup_max:
+        return None
+    fits = [(c["M"], c["N"], c["K"]) for c in configs
+            if c["componentType"] == "f16" and c["resultComponentType"] == "f32"
+            and all(c[d] in (8, 16, 32) for d in "MNK")]
+    return (*max(fits, key=lambda f: (f[0] * f[1], -f[2])), subgroup_min) if fits else None
+
+
+def sgmat_slabs(N: int, K: int, config, glu: bool) -> list[tuple[int, int]]:
+    """A weight's rows in slabs [(first row, rows)] whose f16 copies (gate and up rows with GLU, each rounded up to
+    the tile's rows) fit SGMAT_SLAB_BYTES; at least one tile of rows a slab."""
+    tr = sgmat_shape(config, glu)["rows"]
+    per_tile = (2 if glu else 1) * tr * K * 2
+    rows = max(1, SGMAT_SLAB_BYTES // per_tile) * tr
+    return [(r0, min(rows, N - r0)) for r0 in range(0, N, rows)]
+
+
+def half_rows(K: int, *, norm=False, eps=0.0) -> str:
+    """See half_rows.wgsl: [T, K] f32 (RMS-normalised with NORM) -> f16; dispatch (T, 1, 1)."""
+    return build("half_rows", K=K, NORM=norm, EPS=float(eps), WG=HALF_WG)
+
+
+def dequant_half(fmt, K: int, N: int, r0: int, rows: int, rows_padded: int, *, glu=False, aligned=False) -> str:
+    """See dequant_half.wgsl: rows r0 .. r0 + rows of a weight of N rows (2N stacked with GLU) -> f16, the up rows
+    from rows_padded on. Dispatch with dequant_half_groups."""
+    return build("dequant_half", fmt=fmt, aligned=aligned, **_wrows(aligned, N, glu), K=K, N=N, R0=r0, S=rows,
+                 SP=rows_padded, GLU=glu, WG=HALF_WG)
+
+
+def dequant_half_groups(K: int, rows: int, glu: bool) -> tuple[int, int, int]:
+    return spread(-(-(2 if glu else 1) * rows * K // 8 // HALF_WG))
+
+
 def sgmat_groups(N: int, T: int, config, glu: bool = False) -> tuple[int, int, int]:
     """Dispatch of matmul_sgmat: one workgroup per tile of tokens x rows."""
     shape = sgmat_shape(config, glu)
     return (-(-N // shape["rows"]), -(-T // shape["tokens"]), 1)
 
 
-def matmul_sgmat(fmt, K: int, N: int, *, config, norm=False, eps=0.0, accum=False, glu=False, gelu=False,
-                 ystride=None, yoff=0, aligned=False, emulate=False) -> str:
-    """See matmul_sgmat.wgsl: the prefill product on subgroup matrices of ``config`` (M, N, K, subgroup size;
-    Adapter.subgroup_matrix); K a multiple of SGMAT_KS and of the format's block. Dispatch with sgmat_groups.
-    emulate: plain WGSL in place of the subgroup matrix built-ins, in float32 (tests, on any adapter)."""
-    if K % SGMAT_KS:
-        raise ValueError(f"matmul_sgmat: K = {K} is not a multiple of {SGMAT_KS}")
-    shape = sgmat_shape(config, glu)
+def matmul_sgmat(K: int, N: int, *, config, accum=False, glu=False, gelu=False, ystride=None, yoff=0,
+                 emulate=False) -> str:
+    """See matmul_sgmat.wgsl: N rows (a slab) of the product on subgroup matrices of ``config`` (M, N, K, subgroup
+    size; Adapter.subgroup_matrix) from the f16 copies half_rows and dequant_half write; K a multiple of the
+    configuration's K. Dispatch with sgmat_groups. emulate: plain WGSL in place of the subgroup matrix built-ins
+    (tests, on any adapter)."""
     sm, sn, sk, sg = config
-    return build("matmul_sgmat", fmt=fmt, aligned=aligned, **_wrows(aligned, N, glu), SGMAT=not emulate, K=K, N=N,
-                 NORM=norm, EPS=float(eps), ACCUM=accum, GLU=glu, GELU=gelu,
-                 YSTRIDE=N if ystride is None else ystride, YOFF=yoff, SM=sm, SN=sn, SK=sk, SGSIZE=sg,
-                 GT=SGMAT_GRID[0], GR=SGMAT_GRID[1], KS=SGMAT_KS, W_PER=shape["w_per"], X_PER=shape["x_per"],
+    if K % sk:
+        raise ValueError(f"matmul_sgmat: K = {K} is not a multiple of the configuration's {sk}")
+    shape = sgmat_shape(config, glu)
+    return build("matmul_sgmat", SGMAT=not emulate, K=K, S=N, SP=-(-N // shape["rows"]) * shape["rows"],
+                 ACCUM=accum, GLU=glu, GELU=gelu, YSTRIDE=N if ystride is None else ystride, YOFF=yoff, SM=sm,
+                 SN=sn, SK=sk, SGSIZE=sg, GT=SGMAT_GRID[0], GR=SGMAT_GRID[1], BT=shape["bt"], BR=shape["br"],
                  O_PER=shape["o_per"], EMULATE=emulate)
+
+
+def sgmat_product(fmt, rows: int, cols: int, tokens: int, config, parts, x: str, gain: str, *, norm, eps, glu,
+                  gelu, accum, ystride, yoff, aligned, emulate=False) -> list:
+    """choose_product's dispatches on subgroup matrices: the inputs to f16 once (half_rows, scratch "xh"), then per
+    row range and slab of it the rows to f16 (dequant_half, scratch "wh") and their product (matmul_sgmat)."""
+    shape = sgmat_shape(config, glu)
+    t_pad = -(-tokens // shape["tokens"]) * shape["tokens"]
+    out = [Dispatch("half_rows", (cols,), {"norm": norm, "eps": float(eps)}, (tokens, 1, 1), (x, "xh", "step", gain),
+                    what="half", scratch=2 * t_pad * cols)]
+    for i, (r0, n) in enumerate(parts):
+        for s0, s in sgmat_slabs(n, cols, config, glu):
+            sp = -(-s // shape["rows"]) * shape["rows"]
+            out.append(Dispatch("dequant_half", (fmt, cols, n, s0, s, sp), {"glu": glu, "aligned": aligned},
+                                dequant_half_groups(cols, s, glu), ("w", "wh"), i, what="half",
+                                scratch=2 * (2 if glu else 1) * sp * cols))
+            out.append(Dispatch("matmul_sgmat", (cols, s), {"config": config, "accum": accum, "glu": glu,
+                                                            "gelu": gelu, "ystride": ystride, "yoff": yoff + r0 + s0,
+                                                            "emulate": emulate},
+                                sgmat_groups(s, tokens, config, glu), ("wh", "xh", "y", "step"), i))
+    return out
 
 
 # --- int8 activations (prefill): quantize_rows.wgsl + matmul_i8.wgsl with dot4I8Packed ---
@@ -970,7 +1021,9 @@ class Dispatch:
       normed  the pre-normalised input (CPU adapters: rmsnorm as its own pass); ones: a buffer of ones
       xq      the input quantized to 8-bit blocks (quantize_rows)
       sums    K parts of a split product (``scratch`` bytes), added into y by sum_parts
-    ``what``: "norm" and "quantize" for the passes over the input, None for the product's own dispatches."""
+      xh, wh  the f16 copies of the input and of a slab of the weight's rows (``scratch`` bytes: the one it writes)
+    ``what``: "norm", "quantize" and "half" for the passes over the input (and the weight's f16 copy), None for the
+    product's own dispatches."""
     kernel: str
     args: tuple
     kwargs: dict
@@ -1000,7 +1053,8 @@ def choose_product(fmt, rows: int, cols: int, tokens: int, adapter: Adapter, tun
     1. CPU adapters without the int8 kernels normalise x in a pass of its own (rmsnorm.wgsl): the norm fused into
        matmul.wgsl loads each input twice more, lane by lane on software adapters.
     2. Prefill passes (tokens > 1, not last_only, not the LM head) where sgmat_enabled and the type has a float32
-       reader (every GPU type): matmul_sgmat per row range, on the adapter's subgroup matrices.
+       reader (every GPU type): on the adapter's subgroup matrices (sgmat_product: half_rows, then per row range and
+       slab dequant_half and matmul_sgmat).
     3. Prefill passes (tokens > 1, not last_only, not the LM head) on 8-bit activations where i8_prefill_enabled and
        the type has a matmul_i8 reader in this layout and cols is a multiple of its block: quantize_rows once, then
        per row range matmul_i8 with matmul_i8_tile's tile, matmul_i8_kgroups' K groups and, where matmul_i8_split
@@ -1026,12 +1080,9 @@ def choose_product(fmt, rows: int, cols: int, tokens: int, adapter: Adapter, tun
     prefill = tokens > 1 and not last_only and not logits and not each
     if (prefill and sgmat_enabled(adapter, cols, glu, tuning) and formats.reader(fmt, "f32", aligned) is not None
             and cols % block_elems(fmt) == 0):
-        for i, (r0, n) in enumerate(parts):
-            out.append(Dispatch("matmul_sgmat", (fmt, cols, n),
-                                {"config": adapter.subgroup_matrix, "norm": norm, "eps": float(eps), "accum": accum,
-                                 "glu": glu, "gelu": gelu, "ystride": ystride, "yoff": yoff + r0, "aligned": aligned},
-                                sgmat_groups(n, tokens, adapter.subgroup_matrix, glu), ("w", x, "y", "step", gain), i))
-        return out
+        return out + sgmat_product(fmt, rows, cols, tokens, sgmat_config(adapter, tuning), parts, x, gain,
+                                   norm=norm, eps=eps, glu=glu, gelu=gelu, accum=accum, ystride=ystride, yoff=yoff,
+                                   aligned=aligned, emulate=_tuning(tuning).sgmat == "emulate")
     if (prefill and i8_prefill_enabled(adapter, tuning)
             and formats.reader(fmt, "matmul_i8", aligned) is not None and cols % row.block_elems == 0):
         out.append(Dispatch("quantize_rows", (cols,), {"norm": norm, "eps": float(eps), "wg": tuning.quantize_wg},

@@ -185,6 +185,7 @@ class Transformer(GPUModel):
             self.bcx = buf(4 * T * 3 * s.hidden, label="bcx")            # [T, B | C | x] in_proj output
             self.conv_out = buf(4 * T * s.hidden, label="conv out")      # [T, hidden] C * conv(B * x)
         self._norms, self._freqs, self._scratch, self._plan_all_logits, self._normed = {}, {}, None, None, {}
+        self._half = {}
         self.verify_rows = min(self.VERIFY_ROWS, T)     # tokens a verify pass takes (Model.verify)
         self._plan_verify = self._verify_parts = None
         self._prefill_parts, self._parts_made = None, []
@@ -232,6 +233,16 @@ class Transformer(GPUModel):
             self._parts_made.append(self._prefill_parts)
         return self._prefill_parts
 
+    def half_copy(self, role: str, nbytes: int):
+        """The f16 copy of a prefill product's input ("xh") or of a slab of its weight's rows ("wh", at most
+        kernels.SGMAT_SLAB_BYTES) for the products on subgroup matrices; one each, made on first use and remade
+        larger as prefill_parts is (a pass's dispatches run in order, so each product finds its copy in it)."""
+        have = self._half.get(role)
+        if have is None or have.size < nbytes:
+            self._half[role] = self.dev.create_buffer(nbytes, label=f"f16 {role}")
+            self._parts_made.append(self._half[role])
+        return self._half[role]
+
     def scratch(self):
         """Gate and up buffers for files whose gate and up weights differ in type (no stacked GLU pass)."""
         if self._scratch is None:
@@ -277,8 +288,11 @@ class Transformer(GPUModel):
                 roles["normed"] = self.normed_buffer(k)
             if d.part is not None:
                 roles["w"] = pieces[d.part][0]
-            if d.scratch:      # K parts: the buffer its sum_parts (the next dispatch) reads
+            if d.scratch and "sums" in d.buffers:      # K parts: the buffer its sum_parts (the next dispatch) reads
                 roles["sums"] = self.prefill_parts(d.scratch)
+            elif d.scratch:                             # the f16 copies of a product on subgroup matrices
+                role = "xh" if "xh" in d.buffers else "wh"
+                roles[role] = self.half_copy(role, d.scratch)
             rec.add(d.wgsl(), [roles[r] for r in d.buffers], d.groups, label)
 
     def by_steps(self, T: int) -> bool:
