@@ -57,6 +57,7 @@ class Tuning:
     argmax_one    CERA_WEB_ARGMAX_PARTS=1: one argmax workgroup for any vocabulary (argmax_parts_count)
     sgmat         CERA_WEB_SGMAT=0: prefill products off subgroup matrices; =emulate: on them with the built-ins
                   emulated, on any GPU adapter (tests; sgmat_config)
+    sgmat_block   CERA_WEB_SGMAT_BLOCK="2,4": result matrices a subgroup of matmul_sgmat, tokens x rows (sgmat_shape)
     """
     int8: str = ""
     i8_prefill: str = ""
@@ -75,6 +76,7 @@ class Tuning:
     prefill_attn_split: int | None = None
     argmax_one: bool = False
     sgmat: str = ""
+    sgmat_block: tuple | None = None
 
     @classmethod
     def from_env(cls, env=None) -> "Tuning":
@@ -125,7 +127,8 @@ class Tuning:
             prefill_attn_split=number("PREFILL_ATTN_SPLIT", ("1", "2", "4", "8"), "1, 2, 4 or 8"),
             argmax_one=get("ARGMAX_PARTS") == "1",
             sgmat=choice("SGMAT", ("0", "emulate"), "use 0 (prefill products off subgroup matrices), emulate "
-                         "(tests: the kernel's built-ins in plain WGSL) or leave it unset"))
+                         "(tests: the kernel's built-ins in plain WGSL) or leave it unset"),
+            sgmat_block=_pair("CERA_WEB_SGMAT_BLOCK", get("SGMAT_BLOCK"), (1, 2, 4)))
 
     def matvec_config(self) -> dict:
         cfg = {**MATVEC, **dict(self.matvec)}
@@ -135,6 +138,19 @@ class Tuning:
 
     def matvec8_config(self) -> dict:
         return {**MATVEC8, **dict(self.matvec8)}
+
+
+def _pair(name: str, text: str, allowed) -> tuple | None:
+    """A switch "a,b" of two numbers from allowed (None when unset)."""
+    if not text:
+        return None
+    try:
+        pair = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        pair = ()
+    if len(pair) != 2 or not set(pair) <= set(allowed):
+        raise ValueError(f"{name}={text!r}: two numbers from {allowed}, e.g. 2,4")
+    return pair
 
 
 def _overrides(name: str, text: str, defaults: dict, form: str) -> tuple:
@@ -347,18 +363,19 @@ SGMAT_SLAB_BYTES = 64 << 20     # the f16 copy of a weight's rows (dequant_half)
 HALF_WG = 128                   # threads of half_rows and dequant_half
 
 
-def sgmat_shape(config, glu: bool, grid=SGMAT_GRID) -> dict:
-    """matmul_sgmat's tile for an adapter's subgroup matrix configuration (M, N, K, subgroup size) and a subgroup
-    grid: each subgroup 2 x 4 result matrices (2 x 2 with GLU, which has as many for the up rows); tile tokens / rows,
-    threads, workgroup memory bytes, outputs a thread writes (ValueError where they do not divide evenly)."""
+SGMAT_BLOCK = {False: (2, 4), True: (2, 2)}     # result matrices a subgroup: tokens x rows (by GLU, which has as
+                                                # many more for the up rows)
+
+
+def sgmat_shape(config, glu: bool, tuning: Tuning | None = None) -> dict:
+    """matmul_sgmat's tile for an adapter's subgroup matrix configuration (M, N, K, subgroup size): SGMAT_GRID
+    subgroups of SGMAT_BLOCK result matrices (CERA_WEB_SGMAT_BLOCK="tokens,rows" sets both: benchmarks); tile tokens /
+    rows, threads and workgroup memory bytes."""
     sm, sn, sk, sg = config
-    gt, gr = grid
-    bt, br = 2, 2 if glu else 4
-    tt, tr, wg = gt * bt * sm, gr * br * sn, gt * gr * sg
-    if (tt * tr) % wg:
-        raise ValueError(f"matmul_sgmat: configuration {config} with grid {grid} does not divide its tile evenly")
-    return {"tokens": tt, "rows": tr, "threads": wg, "memory": 4 * tt * tr, "bt": bt, "br": br,
-            "o_per": tt * tr // wg}
+    gt, gr = SGMAT_GRID
+    bt, br = _tuning(tuning).sgmat_block or SGMAT_BLOCK[glu]
+    return {"tokens": gt * bt * sm, "rows": gr * br * sn, "threads": gt * gr * sg,
+            "memory": 4 * gt * gr * (2 if glu else 1) * sm * sn, "bt": bt, "br": br}
 
 
 EMULATED = (16, 8, 16, 32)      # CERA_WEB_SGMAT=emulate's configuration (M != N: a swapped index fails)
@@ -382,10 +399,7 @@ def sgmat_enabled(adapter, cols: int, glu: bool, tuning: Tuning | None = None) -
     config = sgmat_config(adapter, tuning)
     if config is None or cols % 8 or cols % config[2]:
         return False
-    try:
-        shape = sgmat_shape(config, glu)
-    except ValueError:
-        return False
+    shape = sgmat_shape(config, glu, tuning)
     return shape["memory"] <= adapter.wg_memory and shape["threads"] <= adapter.max_threads
 
 
@@ -402,10 +416,10 @@ def pick_subgroup_matrix(configs, subgroup_min, subgroup_max) -> tuple | None:
     return (*max(fits, key=lambda f: (f[0] * f[1], -f[2])), subgroup_min) if fits else None
 
 
-def sgmat_slabs(N: int, K: int, config, glu: bool) -> list[tuple[int, int]]:
+def sgmat_slabs(N: int, K: int, config, glu: bool, tuning: Tuning | None = None) -> list[tuple[int, int]]:
     """A weight's rows in slabs [(first row, rows)] whose f16 copies (gate and up rows with GLU, each rounded up to
     the tile's rows) fit SGMAT_SLAB_BYTES; at least one tile of rows a slab."""
-    tr = sgmat_shape(config, glu)["rows"]
+    tr = sgmat_shape(config, glu, tuning)["rows"]
     per_tile = (2 if glu else 1) * tr * K * 2
     rows = max(1, SGMAT_SLAB_BYTES // per_tile) * tr
     return [(r0, min(rows, N - r0)) for r0 in range(0, N, rows)]
@@ -427,46 +441,46 @@ def dequant_half_groups(K: int, rows: int, glu: bool) -> tuple[int, int, int]:
     return spread(-(-(2 if glu else 1) * rows * K // 8 // HALF_WG))
 
 
-def sgmat_groups(N: int, T: int, config, glu: bool = False) -> tuple[int, int, int]:
+def sgmat_groups(N: int, T: int, config, glu: bool = False, tuning: Tuning | None = None) -> tuple[int, int, int]:
     """Dispatch of matmul_sgmat: one workgroup per tile of tokens x rows."""
-    shape = sgmat_shape(config, glu)
+    shape = sgmat_shape(config, glu, tuning)
     return (-(-N // shape["rows"]), -(-T // shape["tokens"]), 1)
 
 
 def matmul_sgmat(K: int, N: int, *, config, accum=False, glu=False, gelu=False, ystride=None, yoff=0,
-                 emulate=False) -> str:
+                 emulate=False, block=None) -> str:
     """See matmul_sgmat.wgsl: N rows (a slab) of the product on subgroup matrices of ``config`` (M, N, K, subgroup
     size; Adapter.subgroup_matrix) from the f16 copies half_rows and dequant_half write; K a multiple of the
     configuration's K. Dispatch with sgmat_groups. emulate: plain WGSL in place of the subgroup matrix built-ins
-    (tests, on any adapter)."""
+    (tests, on any adapter); block: (tokens, rows) result matrices a subgroup (default SGMAT_BLOCK)."""
     sm, sn, sk, sg = config
     if K % sk:
         raise ValueError(f"matmul_sgmat: K = {K} is not a multiple of the configuration's {sk}")
-    shape = sgmat_shape(config, glu)
-    return build("matmul_sgmat", SGMAT=not emulate, K=K, S=N, SP=-(-N // shape["rows"]) * shape["rows"],
-                 ACCUM=accum, GLU=glu, GELU=gelu, YSTRIDE=N if ystride is None else ystride, YOFF=yoff, SM=sm,
-                 SN=sn, SK=sk, SGSIZE=sg, GT=SGMAT_GRID[0], GR=SGMAT_GRID[1], BT=shape["bt"], BR=shape["br"],
-                 O_PER=shape["o_per"], EMULATE=emulate)
+    bt, br = block or SGMAT_BLOCK[glu]
+    tr = SGMAT_GRID[1] * br * sn
+    return build("matmul_sgmat", SGMAT=not emulate, K=K, S=N, SP=-(-N // tr) * tr, ACCUM=accum, GLU=glu, GELU=gelu,
+                 YSTRIDE=N if ystride is None else ystride, YOFF=yoff, SM=sm, SN=sn, SK=sk, SGSIZE=sg,
+                 GT=SGMAT_GRID[0], GR=SGMAT_GRID[1], BT=bt, BR=br, EMULATE=emulate)
 
 
 def sgmat_product(fmt, rows: int, cols: int, tokens: int, config, parts, x: str, gain: str, *, norm, eps, glu,
-                  gelu, accum, ystride, yoff, aligned, emulate=False) -> list:
+                  gelu, accum, ystride, yoff, aligned, emulate=False, tuning: Tuning | None = None) -> list:
     """choose_product's dispatches on subgroup matrices: the inputs to f16 once (half_rows, scratch "xh"), then per
     row range and slab of it the rows to f16 (dequant_half, scratch "wh") and their product (matmul_sgmat)."""
-    shape = sgmat_shape(config, glu)
+    shape = sgmat_shape(config, glu, tuning)
     t_pad = -(-tokens // shape["tokens"]) * shape["tokens"]
     out = [Dispatch("half_rows", (cols,), {"norm": norm, "eps": float(eps)}, (tokens, 1, 1), (x, "xh", "step", gain),
                     what="half", scratch=2 * t_pad * cols)]
     for i, (r0, n) in enumerate(parts):
-        for s0, s in sgmat_slabs(n, cols, config, glu):
+        for s0, s in sgmat_slabs(n, cols, config, glu, tuning):
             sp = -(-s // shape["rows"]) * shape["rows"]
             out.append(Dispatch("dequant_half", (fmt, cols, n, s0, s, sp), {"glu": glu, "aligned": aligned},
                                 dequant_half_groups(cols, s, glu), ("w", "wh"), i, what="half",
                                 scratch=2 * (2 if glu else 1) * sp * cols))
             out.append(Dispatch("matmul_sgmat", (cols, s), {"config": config, "accum": accum, "glu": glu,
                                                             "gelu": gelu, "ystride": ystride, "yoff": yoff + r0 + s0,
-                                                            "emulate": emulate},
-                                sgmat_groups(s, tokens, config, glu), ("wh", "xh", "y", "step"), i))
+                                                            "emulate": emulate, "block": (shape["bt"], shape["br"])},
+                                sgmat_groups(s, tokens, config, glu, tuning), ("wh", "xh", "y", "step"), i))
     return out
 
 
@@ -1082,7 +1096,7 @@ def choose_product(fmt, rows: int, cols: int, tokens: int, adapter: Adapter, tun
             and cols % block_elems(fmt) == 0):
         return out + sgmat_product(fmt, rows, cols, tokens, sgmat_config(adapter, tuning), parts, x, gain,
                                    norm=norm, eps=eps, glu=glu, gelu=gelu, accum=accum, ystride=ystride, yoff=yoff,
-                                   aligned=aligned, emulate=_tuning(tuning).sgmat == "emulate")
+                                   aligned=aligned, emulate=_tuning(tuning).sgmat == "emulate", tuning=tuning)
     if (prefill and i8_prefill_enabled(adapter, tuning)
             and formats.reader(fmt, "matmul_i8", aligned) is not None and cols % row.block_elems == 0):
         out.append(Dispatch("quantize_rows", (cols,), {"norm": norm, "eps": float(eps), "wg": tuning.quantize_wg},

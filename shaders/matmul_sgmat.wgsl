@@ -7,12 +7,13 @@
 // of BT x BR result matrices (BT SM tokens x BR SN rows; GLU: as many more for the up rows), i.e. TT = GT BT SM and
 // TR = GR BR SN. It walks K in steps of SK, loading its BT left matrices (tokens x k, row-major from XH) and BR right
 // ones (k x rows: weight rows of WH read column-major) straight from the buffers (the neighbouring subgroups' loads of
-// the same rows meet in the cache), and multiply-accumulates in f32. At the end the accumulators pass through
-// workgroup memory (OUT: TT x TR f32) so that the threads write whole rows of Y.
+// the same rows meet in the cache), and multiply-accumulates in f32. At the end each subgroup passes its result
+// matrices one at a time through its own part of workgroup memory (outs: SM x SN f32, and as many for the up rows),
+// from which each of its lanes writes its share into Y.
 //
 // Constants: K (a multiple of SK), S (rows: a slab of the weight), SP (S rounded up to TR: where WH's up rows start),
 //   ACCUM, GLU, GELU, YSTRIDE, YOFF, SM, SN, SK (the subgroup matrix configuration), SGSIZE (threads a subgroup: the
-//   adapter's only subgroup size), GT, GR, BT, BR, O_PER (outputs a thread writes), EMULATE; kernels.matmul_sgmat.
+//   adapter's only subgroup size), GT, GR, BT, BR, EMULATE; kernels.matmul_sgmat.
 //   A template (kernels.build renders the //% lines with jinja2): the accumulators are separate variables. EMULATE
 //   (tests: adapters without subgroup matrices) swaps the subgroup matrix built-ins for plain WGSL reading the f16
 //   pairs as u32 (each lane of a "subgroup" computes its share of a result's elements); the rest is the same text.
@@ -37,8 +38,10 @@
 const WG: u32 = GT * GR * SGSIZE;                // threads
 const TT: u32 = GT * BT * SM;                    // tokens of the tile
 const TR: u32 = GR * BR * SN;                    // rows of the tile
+const HALVES: u32 = select(1u, 2u, GLU);         // gate (and up) rows
+const PART: u32 = HALVES * SM * SN;              // a subgroup's part of outs
 
-var<workgroup> outs: array<f32, TT * TR>;        // the tile's sums, [token][row]
+var<workgroup> outs: array<f32, GT * GR * PART>; // per subgroup: a result matrix [token][row] (GLU: then its up one)
 
 // The subgroup matrices: left (SM tokens x SK k of XH, row-major), right (SK k x SN rows: rows of WH read
 // column-major), result (SM tokens x SN rows, f32), multiply-accumulate MMA.
@@ -72,8 +75,8 @@ fn mma(a: u32, b: u32, c: Result) -> Result {
     return d;
 }
 
-fn put_out(t: u32, r: u32, c: Result) {
-    for (var e = lane; e < SM * SN; e += SGSIZE) { outs[(t + e / SN) * TR + r + e % SN] = c[e]; }
+fn put_out(at: u32, c: Result) {
+    for (var e = lane; e < SM * SN; e += SGSIZE) { outs[at + e] = c[e]; }
 }
 //% else
 alias Result = subgroup_matrix_result<f32, SN, SM>;
@@ -93,8 +96,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let sid = tid / SGSIZE;
     lane = tid % SGSIZE;
 //% else
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32,
-        @builtin(subgroup_id) sid: u32) {
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_id) sid: u32,
+        @builtin(subgroup_invocation_id) lane: u32) {
 //% endif
     let row0 = wid.x * TR;
     let tok0 = wid.y * TT;
@@ -136,44 +139,40 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 //% endif
     }
 
-    // the gate (or plain) sums, then with GLU the up sums, through outs; each thread writes O_PER outputs of the tile
-//% for v in (["c", "u"] if GLU else ["c"])
-//% if v == "u"
-//% for i in range(O_PER)
-    let g{{ i }} = outs[tid + {{ i }}u * WG];
-//% endfor
-    workgroupBarrier();
-//% endif
+    // each result matrix (with GLU: and its up one) through the subgroup's part of outs, then into Y by its lanes
 //% for i in range(BT)
 //% for j in range(BR)
+//% for v in (["c", "u"] if GLU else ["c"])
 //% if EMULATE
-    put_out(tb + {{ i }}u * SM, rb + {{ j }}u * SN, {{ v }}{{ i }}{{ j }});
+    put_out(sid * PART + {{ loop.index0 }}u * SM * SN, {{ v }}{{ i }}{{ j }});
 //% else
-    subgroupMatrixStore(&outs, (tb + {{ i }}u * SM) * TR + rb + {{ j }}u * SN, {{ v }}{{ i }}{{ j }}, false, TR);
+    subgroupMatrixStore(&outs, sid * PART + {{ loop.index0 }}u * SM * SN, {{ v }}{{ i }}{{ j }}, false, SN);
 //% endif
 //% endfor
-//% endfor
+    workgroupBarrier();
+    put_y(tok0 + tb + {{ i }}u * SM, row0 + rb + {{ j }}u * SN, sid * PART, lane, n_tokens);
     workgroupBarrier();
 //% endfor
-//% for i in range(O_PER)
-    put_y(tok0, row0, tid + {{ i }}u * WG, n_tokens, {{ ("g%d" % i) if GLU else "0.0" }});
 //% endfor
 }
 
-// Output o of the tile (token o / TR, row o % TR) into Y: the sum in outs, with GLU act(gate) times it.
-fn put_y(tok0: u32, row0: u32, o: u32, n_tokens: u32, gate: f32) {
-    let t = tok0 + o / TR;
-    let n = row0 + o % TR;
-    if (t < n_tokens && n < S) {
-        var v = outs[o];
-        if (GLU) {
-            v = gate_act(gate) * v;
-        }
-        let y = t * YSTRIDE + YOFF + n;
-        if (ACCUM) {
-            Y[y] += v;
-        } else {
-            Y[y] = v;
+// A result matrix at outs[at ..] (with GLU its up matrix after it), tokens t0 .., rows n0 ..: lane l's elements into
+// Y (with GLU act(gate) * up).
+fn put_y(t0: u32, n0: u32, at: u32, l: u32, n_tokens: u32) {
+    for (var e = l; e < SM * SN; e += SGSIZE) {
+        let t = t0 + e / SN;
+        let n = n0 + e % SN;
+        if (t < n_tokens && n < S) {
+            var v = outs[at + e];
+            if (GLU) {
+                v = gate_act(v) * outs[at + SM * SN + e];
+            }
+            let y = t * YSTRIDE + YOFF + n;
+            if (ACCUM) {
+                Y[y] += v;
+            } else {
+                Y[y] = v;
+            }
         }
     }
 }

@@ -40,7 +40,7 @@ def sgmat_case(dev, fmt, config, T, N, K, *, norm=False, glu=False, gelu=False, 
     y0 = rng.standard_normal((T, stride)).astype(np.float32)
     adapter = kernels.Adapter(is_cpu=False, subgroup_size=config[3], wg_memory=32768, max_threads=1024,
                               subgroup_matrix=config)
-    plan = kernels.choose_product(fmt, N, K, T, adapter, kernels.Tuning(), norm=norm, eps=eps, glu=glu, gelu=gelu,
+    plan = kernels.choose_product(fmt, N, K, T, adapter, kernels.Tuning.from_env(), norm=norm, eps=eps, glu=glu, gelu=gelu,
                                   accum=accum, ystride=stride, yoff=yoff)
     assert [d.kernel for d in plan][::2] == ["half_rows"] + ["matmul_sgmat"] * ((len(plan) - 1) // 2)
     roles = {"w": upload(dev, raw), "x": f32_buffer(dev, x), "y": f32_buffer(dev, y0), "step": step_buffer(dev, T),
@@ -163,20 +163,32 @@ def test_prefill_products_take_subgroup_matrices_where_the_adapter_has_them():
 
 def test_subgroup_matrices_need_the_tiles_memory_and_threads():
     """The tile's workgroup memory and threads bound the choice exactly (a byte or a thread short: off)."""
-    shape = kernels.sgmat_shape((16, 16, 16, 32), glu=False)
-    assert shape == {"tokens": 64, "rows": 128, "threads": 128, "memory": 32768, "bt": 2, "br": 4, "o_per": 64}
-    assert kernels.sgmat_shape((16, 16, 16, 32), glu=True)["rows"] == 64
+    shape = kernels.sgmat_shape((16, 16, 16, 32), glu=True)
+    assert shape == {"tokens": 64, "rows": 64, "threads": 128, "memory": 4 * 4 * 2 * 256, "bt": 2, "br": 2}
+    assert kernels.sgmat_shape((16, 16, 16, 32), glu=False)["rows"] == 128
     fits = kernels.Adapter(is_cpu=False, subgroup_size=32, wg_memory=shape["memory"], max_threads=128,
                            subgroup_matrix=(16, 16, 16, 32))
-    assert kernels.sgmat_enabled(fits, 2048, glu=False)
+    assert kernels.sgmat_enabled(fits, 2048, glu=True)
     assert not kernels.sgmat_enabled(kernels.Adapter(**{**vars(fits), "wg_memory": shape["memory"] - 1}), 2048,
-                                     glu=False)
+                                     glu=True)
     assert kernels.sgmat_enabled(kernels.Adapter(**{**vars(fits), "wg_memory": shape["memory"] - 1}), 2048,
-                                 glu=True)         # GLU's tile has half the rows
+                                 glu=False)        # without GLU a subgroup's part holds one matrix
     assert not kernels.sgmat_enabled(kernels.Adapter(**{**vars(fits), "max_threads": 127}), 2048, glu=True)
     with pytest.raises(ValueError, match="CERA_WEB_SGMAT"):
         kernels.Tuning.from_env({"CERA_WEB_SGMAT": "1"})
     assert kernels.Tuning.from_env({"CERA_WEB_SGMAT": "0"}).sgmat == "0"
+    assert kernels.Tuning.from_env({"CERA_WEB_SGMAT_BLOCK": "4,2"}).sgmat_block == (4, 2)
+    for bad in ("3,2", "4", "a,b"):
+        with pytest.raises(ValueError, match="CERA_WEB_SGMAT_BLOCK"):
+            kernels.Tuning.from_env({"CERA_WEB_SGMAT_BLOCK": bad})
+
+
+@pytest.mark.parametrize("block", [(4, 4), (1, 2)], ids=["4x4", "1x2"])
+def test_sgmat_other_blocks(dev, monkeypatch, block):
+    """Other subgroup blocks (CERA_WEB_SGMAT_BLOCK, benchmarks) give the same products: GLU and plain, edges."""
+    monkeypatch.setenv("CERA_WEB_SGMAT_BLOCK", ",".join(map(str, block)))
+    close(*sgmat_case(dev, GGMLType.Q4_K, (8, 8, 8, 32), T=70, N=69, K=256, glu=True, seed=5))
+    close(*sgmat_case(dev, GGMLType.Q8_0, (16, 8, 16, 32), T=37, N=45, K=128, accum=True, yoff=2, stride=50))
 
 
 def test_sgmat_kernel_text_uses_the_builtins():
@@ -189,6 +201,7 @@ def test_sgmat_kernel_text_uses_the_builtins():
                     "diagnostic(off, chromium.subgroup_matrix_uniformity);"]
     assert "@builtin(subgroup_id)" in src and src.count("subgroupMatrixMultiplyAccumulate(") == 8
     assert "var<storage, read> WH: array<f16>;" in src and src.count("subgroupMatrixStore(") == 8
+    assert "@builtin(subgroup_invocation_id) lane: u32" in src
 
 
 def test_gemm_check_runs_the_devices_products(dev, monkeypatch):

@@ -244,6 +244,9 @@ for step in $STEPS; do
       for m in $SFILES $FIRST; do
         bench_page sgmat.jsonl $m 150 --prompt-tokens 512 --decode-tokens 32 --repeats 3
         bench_page sgmat.jsonl $m 150 --prompt-tokens 512 --decode-tokens 32 --repeats 3 --env CERA_WEB_SGMAT=0
+        for b in ${PG_SGMAT_BLOCKS:-}; do     # other subgroup blocks (CERA_WEB_SGMAT_BLOCK), e.g. "4,2 4,4"
+          bench_page sgmat.jsonl $m 150 --prompt-tokens 512 --decode-tokens 32 --repeats 3 --env CERA_WEB_SGMAT_BLOCK=$b
+        done
       done
       unset PG_FLAGS_FILE ;;
     synth)        # the synthetic 1B / 1.5B in the page and natively: 512 and 128 prompts, long, OPFS loads
