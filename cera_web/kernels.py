@@ -58,6 +58,7 @@ class Tuning:
     sgmat         CERA_WEB_SGMAT=0: prefill products off subgroup matrices; =emulate: on them with the built-ins
                   emulated, on any GPU adapter (tests; sgmat_config)
     sgmat_block   CERA_WEB_SGMAT_BLOCK="2,4": result matrices a subgroup of matmul_sgmat, tokens x rows (sgmat_shape)
+    sgmat_grid    CERA_WEB_SGMAT_GRID="2,2": subgroups a workgroup of matmul_sgmat, tokens x rows (sgmat_shape)
     """
     int8: str = ""
     i8_prefill: str = ""
@@ -77,6 +78,7 @@ class Tuning:
     argmax_one: bool = False
     sgmat: str = ""
     sgmat_block: tuple | None = None
+    sgmat_grid: tuple | None = None
 
     @classmethod
     def from_env(cls, env=None) -> "Tuning":
@@ -128,7 +130,8 @@ class Tuning:
             argmax_one=get("ARGMAX_PARTS") == "1",
             sgmat=choice("SGMAT", ("0", "emulate"), "use 0 (prefill products off subgroup matrices), emulate "
                          "(tests: the kernel's built-ins in plain WGSL) or leave it unset"),
-            sgmat_block=_pair("CERA_WEB_SGMAT_BLOCK", get("SGMAT_BLOCK"), (1, 2, 4)))
+            sgmat_block=_pair("CERA_WEB_SGMAT_BLOCK", get("SGMAT_BLOCK"), (1, 2, 4)),
+            sgmat_grid=_pair("CERA_WEB_SGMAT_GRID", get("SGMAT_GRID"), (1, 2, 4)))
 
     def matvec_config(self) -> dict:
         cfg = {**MATVEC, **dict(self.matvec)}
@@ -369,13 +372,13 @@ SGMAT_BLOCK = {False: (2, 4), True: (2, 2)}     # result matrices a subgroup: to
 
 def sgmat_shape(config, glu: bool, tuning: Tuning | None = None) -> dict:
     """matmul_sgmat's tile for an adapter's subgroup matrix configuration (M, N, K, subgroup size): SGMAT_GRID
-    subgroups of SGMAT_BLOCK result matrices (CERA_WEB_SGMAT_BLOCK="tokens,rows" sets both: benchmarks); tile tokens /
+    subgroups of SGMAT_BLOCK result matrices (CERA_WEB_SGMAT_GRID / _BLOCK="tokens,rows": benchmarks); tile tokens /
     rows, threads and workgroup memory bytes."""
     sm, sn, sk, sg = config
-    gt, gr = SGMAT_GRID
+    gt, gr = _tuning(tuning).sgmat_grid or SGMAT_GRID
     bt, br = _tuning(tuning).sgmat_block or SGMAT_BLOCK[glu]
     return {"tokens": gt * bt * sm, "rows": gr * br * sn, "threads": gt * gr * sg,
-            "memory": 4 * gt * gr * (2 if glu else 1) * sm * sn, "bt": bt, "br": br}
+            "memory": 4 * gt * gr * (2 if glu else 1) * sm * sn, "bt": bt, "br": br, "gt": gt, "gr": gr}
 
 
 EMULATED = (16, 8, 16, 32)      # CERA_WEB_SGMAT=emulate's configuration (M != N: a swapped index fails)
@@ -448,19 +451,20 @@ def sgmat_groups(N: int, T: int, config, glu: bool = False, tuning: Tuning | Non
 
 
 def matmul_sgmat(K: int, N: int, *, config, accum=False, glu=False, gelu=False, ystride=None, yoff=0,
-                 emulate=False, block=None) -> str:
+                 emulate=False, block=None, grid=SGMAT_GRID) -> str:
     """See matmul_sgmat.wgsl: N rows (a slab) of the product on subgroup matrices of ``config`` (M, N, K, subgroup
     size; Adapter.subgroup_matrix) from the f16 copies half_rows and dequant_half write; K a multiple of the
     configuration's K. Dispatch with sgmat_groups. emulate: plain WGSL in place of the subgroup matrix built-ins
-    (tests, on any adapter); block: (tokens, rows) result matrices a subgroup (default SGMAT_BLOCK)."""
+    (tests, on any adapter); block: (tokens, rows) result matrices a subgroup (default SGMAT_BLOCK); grid: (tokens,
+    rows) subgroups a workgroup."""
     sm, sn, sk, sg = config
     if K % sk:
         raise ValueError(f"matmul_sgmat: K = {K} is not a multiple of the configuration's {sk}")
     bt, br = block or SGMAT_BLOCK[glu]
-    tr = SGMAT_GRID[1] * br * sn
+    tr = grid[1] * br * sn
     return build("matmul_sgmat", SGMAT=not emulate, K=K, S=N, SP=-(-N // tr) * tr, ACCUM=accum, GLU=glu, GELU=gelu,
                  YSTRIDE=N if ystride is None else ystride, YOFF=yoff, SM=sm, SN=sn, SK=sk, SGSIZE=sg,
-                 GT=SGMAT_GRID[0], GR=SGMAT_GRID[1], BT=bt, BR=br, EMULATE=emulate)
+                 GT=grid[0], GR=grid[1], BT=bt, BR=br, EMULATE=emulate)
 
 
 def sgmat_product(fmt, rows: int, cols: int, tokens: int, config, parts, x: str, gain: str, *, norm, eps, glu,
@@ -479,7 +483,8 @@ def sgmat_product(fmt, rows: int, cols: int, tokens: int, config, parts, x: str,
                                 scratch=2 * (2 if glu else 1) * sp * cols))
             out.append(Dispatch("matmul_sgmat", (cols, s), {"config": config, "accum": accum, "glu": glu,
                                                             "gelu": gelu, "ystride": ystride, "yoff": yoff + r0 + s0,
-                                                            "emulate": emulate, "block": (shape["bt"], shape["br"])},
+                                                            "emulate": emulate, "block": (shape["bt"], shape["br"]),
+                                                            "grid": (shape["gt"], shape["gr"])},
                                 sgmat_groups(s, tokens, config, glu, tuning), ("wh", "xh", "y", "step"), i))
     return out
 

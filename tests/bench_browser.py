@@ -86,7 +86,7 @@ def main():
            + (f"&context={args.context}" if args.context else "") + f"&after={args.decode_after}"
             + f"&repeats={args.repeats}"
            + ("&chat=1" if args.chat else "") + ("&check=1" if args.check else "")
-           + (f"&env={quote(','.join(args.env))}" if args.env else ""))
+           + (f"&env={quote(';'.join(args.env))}" if args.env else ""))
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         page = browser.new_page()

@@ -164,7 +164,8 @@ def test_prefill_products_take_subgroup_matrices_where_the_adapter_has_them():
 def test_subgroup_matrices_need_the_tiles_memory_and_threads():
     """The tile's workgroup memory and threads bound the choice exactly (a byte or a thread short: off)."""
     shape = kernels.sgmat_shape((16, 16, 16, 32), glu=True)
-    assert shape == {"tokens": 64, "rows": 64, "threads": 128, "memory": 4 * 4 * 2 * 256, "bt": 2, "br": 2}
+    assert shape == {"tokens": 64, "rows": 64, "threads": 128, "memory": 4 * 4 * 2 * 256, "bt": 2, "br": 2,
+                     "gt": 2, "gr": 2}
     assert kernels.sgmat_shape((16, 16, 16, 32), glu=False)["rows"] == 128
     fits = kernels.Adapter(is_cpu=False, subgroup_size=32, wg_memory=shape["memory"], max_threads=128,
                            subgroup_matrix=(16, 16, 16, 32))
@@ -183,10 +184,13 @@ def test_subgroup_matrices_need_the_tiles_memory_and_threads():
             kernels.Tuning.from_env({"CERA_WEB_SGMAT_BLOCK": bad})
 
 
-@pytest.mark.parametrize("block", [(4, 4), (1, 2)], ids=["4x4", "1x2"])
-def test_sgmat_other_blocks(dev, monkeypatch, block):
-    """Other subgroup blocks (CERA_WEB_SGMAT_BLOCK, benchmarks) give the same products: GLU and plain, edges."""
+@pytest.mark.parametrize("block,grid", [((4, 4), (2, 2)), ((1, 2), (4, 2)), ((2, 2), (1, 4))],
+                         ids=["4x4", "1x2-grid4x2", "grid1x4"])
+def test_sgmat_other_blocks(dev, monkeypatch, block, grid):
+    """Other subgroup blocks and grids (CERA_WEB_SGMAT_BLOCK / _GRID, benchmarks) give the same products: GLU and
+    plain, edges."""
     monkeypatch.setenv("CERA_WEB_SGMAT_BLOCK", ",".join(map(str, block)))
+    monkeypatch.setenv("CERA_WEB_SGMAT_GRID", ",".join(map(str, grid)))
     close(*sgmat_case(dev, GGMLType.Q4_K, (8, 8, 8, 32), T=70, N=69, K=256, glu=True, seed=5))
     close(*sgmat_case(dev, GGMLType.Q8_0, (16, 8, 16, 32), T=37, N=45, K=128, accum=True, yoff=2, stride=50))
 

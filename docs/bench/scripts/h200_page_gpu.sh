@@ -244,8 +244,9 @@ for step in $STEPS; do
       for m in $SFILES $FIRST; do
         bench_page sgmat.jsonl $m 150 --prompt-tokens 512 --decode-tokens 32 --repeats 3
         bench_page sgmat.jsonl $m 150 --prompt-tokens 512 --decode-tokens 32 --repeats 3 --env CERA_WEB_SGMAT=0
-        for b in ${PG_SGMAT_BLOCKS:-}; do     # other subgroup blocks (CERA_WEB_SGMAT_BLOCK), e.g. "4,2 4,4"
-          bench_page sgmat.jsonl $m 150 --prompt-tokens 512 --decode-tokens 32 --repeats 3 --env CERA_WEB_SGMAT_BLOCK=$b
+        for v in ${PG_SGMAT_ENVS:-}; do   # other shapes, switches of a variant joined by ";", e.g.
+          e=""; for kv in ${v//;/ }; do e="$e --env $kv"; done   # "CERA_WEB_SGMAT_BLOCK=4,2;CERA_WEB_SGMAT_GRID=4,1"
+          bench_page sgmat.jsonl $m 150 --prompt-tokens 512 --decode-tokens 32 --repeats 3 $e
         done
       done
       unset PG_FLAGS_FILE ;;
