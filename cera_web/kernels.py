@@ -55,8 +55,8 @@ class Tuning:
     attn_tiled    CERA_WEB_ATTN_TILED=0|1|32|64: the tiled prefill attention (attention_tiled_rows)
     prefill_attn_split  CERA_WEB_PREFILL_ATTN_SPLIT=1|2|4|8: splits of the tiled prefill attention
     argmax_one    CERA_WEB_ARGMAX_PARTS=1: one argmax workgroup for any vocabulary (argmax_parts_count)
-    sgmat         CERA_WEB_SGMAT=0: prefill products off subgroup matrices; =emulate: on them with the built-ins
-                  emulated, on any GPU adapter (tests; sgmat_config)
+    sgmat         CERA_WEB_SGMAT=1: prefill products on subgroup matrices where the adapter has them (off by default:
+                  slower than the int8 path on the H200); =emulate: with the built-ins emulated, on any adapter (tests)
     sgmat_block   CERA_WEB_SGMAT_BLOCK="2,4": result matrices a subgroup of matmul_sgmat, tokens x rows (sgmat_shape)
     sgmat_grid    CERA_WEB_SGMAT_GRID="2,2": subgroups a workgroup of matmul_sgmat, tokens x rows (sgmat_shape)
     """
@@ -128,8 +128,8 @@ class Tuning:
                               "adapters), 32 or 64 (that kernel), or unset"),
             prefill_attn_split=number("PREFILL_ATTN_SPLIT", ("1", "2", "4", "8"), "1, 2, 4 or 8"),
             argmax_one=get("ARGMAX_PARTS") == "1",
-            sgmat=choice("SGMAT", ("0", "emulate"), "use 0 (prefill products off subgroup matrices), emulate "
-                         "(tests: the kernel's built-ins in plain WGSL) or leave it unset"),
+            sgmat=choice("SGMAT", ("0", "1", "emulate"), "use 1 (prefill products on subgroup matrices where the "
+                         "adapter has them), 0 or unset (not), emulate (tests: the built-ins in plain WGSL)"),
             sgmat_block=_pair("CERA_WEB_SGMAT_BLOCK", get("SGMAT_BLOCK"), (1, 2, 4)),
             sgmat_grid=_pair("CERA_WEB_SGMAT_GRID", get("SGMAT_GRID"), (1, 2, 4)))
 
@@ -366,8 +366,8 @@ SGMAT_SLAB_BYTES = 64 << 20     # the f16 copy of a weight's rows (dequant_half)
 HALF_WG = 128                   # threads of half_rows and dequant_half
 
 
-SGMAT_BLOCK = {False: (2, 4), True: (2, 2)}     # result matrices a subgroup: tokens x rows (by GLU, which has as
-                                                # many more for the up rows)
+SGMAT_BLOCK = {False: (4, 2), True: (4, 2)}     # result matrices a subgroup: tokens x rows (GLU has as many more
+                                                # for the up rows); the fastest of five shapes on the H200
 
 
 def sgmat_shape(config, glu: bool, tuning: Tuning | None = None) -> dict:
@@ -385,20 +385,22 @@ EMULATED = (16, 8, 16, 32)      # CERA_WEB_SGMAT=emulate's configuration (M != N
 
 
 def sgmat_config(adapter, tuning: Tuning | None = None) -> tuple | None:
-    """The subgroup matrix configuration prefill products use: the adapter's (Adapter.subgroup_matrix), none with
-    CERA_WEB_SGMAT=0, EMULATED on any adapter with CERA_WEB_SGMAT=emulate (tests)."""
+    """The subgroup matrix configuration prefill products use: with CERA_WEB_SGMAT=1 the adapter's
+    (Adapter.subgroup_matrix), with CERA_WEB_SGMAT=emulate EMULATED on any adapter (tests), else none. Off by
+    default: on the H200 in Chromium 156 the int8 path prefills faster (Llama-3.2-1B shape, 512 tokens: 15,653
+    tok/s against 13,872 with the best shape of matmul_sgmat, docs/bench/h200-s18-sgmat4.jsonl)."""
     flag = _tuning(tuning).sgmat
     if flag == "emulate":
         return EMULATED
-    return None if flag == "0" else getattr(adapter, "subgroup_matrix", None)
+    return getattr(adapter, "subgroup_matrix", None) if flag == "1" else None
 
 
 def sgmat_enabled(adapter, cols: int, glu: bool, tuning: Tuning | None = None) -> bool:
     """Whether a prefill product over rows of ``cols`` runs on subgroup matrices (half_rows, dequant_half,
     matmul_sgmat): where the device has an f16 x f16 -> f32 configuration (Adapter.subgroup_matrix: Chromium's
     chromium-experimental-subgroup-matrix, e.g. NVIDIA's tensor cores; wgpu-py and software adapters have none),
-    cols is a multiple of 8 and of the configuration's K, and the tile fits the workgroup memory and threads.
-    CERA_WEB_SGMAT=0 switches it off (benchmarks: the int8 path instead)."""
+    cols is a multiple of 8 and of the configuration's K, and the tile fits the workgroup memory and threads; only
+    with CERA_WEB_SGMAT=1 (sgmat_config: off by default, measured slower than the int8 path)."""
     config = sgmat_config(adapter, tuning)
     if config is None or cols % 8 or cols % config[2]:
         return False

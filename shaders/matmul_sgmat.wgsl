@@ -46,9 +46,10 @@ var<workgroup> outs: array<f32, GT * GR * PART>; // per subgroup: a result matri
 // The subgroup matrices: left (SM tokens x SK k of XH, row-major), right (SK k x SN rows: rows of WH read
 // column-major), result (SM tokens x SN rows, f32), multiply-accumulate MMA.
 //% if EMULATE
-// (emulated: a left / right matrix is its element offset in XH / WH, read by mma; each lane of a "subgroup" computes
-// and stores its share of a result's elements, e = lane, lane + SGSIZE, ..., element e being token e / SN, row e % SN)
-alias Result = array<f32, SM * SN>;
+// (emulated: a left / right matrix is its element offset in XH / WH, read by mma; a lane of a "subgroup" holds its
+// share of a result's elements, element e = lane + q SGSIZE in its q-th slot, being token e / SN, row e % SN)
+const QN: u32 = SM * SN / SGSIZE;     // a lane's elements of a result
+alias Result = array<f32, QN>;
 var<private> lane: u32;
 
 fn left(t: u32, k: u32) -> u32 {
@@ -69,14 +70,15 @@ fn wh(e: u32) -> f32 {
 
 fn mma(a: u32, b: u32, c: Result) -> Result {
     var d = c;
-    for (var e = lane; e < SM * SN; e += SGSIZE) {
-        for (var j = 0u; j < SK; j++) { d[e] += xh(a + (e / SN) * K + j) * wh(b + (e % SN) * K + j); }
+    for (var q = 0u; q < QN; q++) {
+        let e = lane + q * SGSIZE;
+        for (var j = 0u; j < SK; j++) { d[q] += xh(a + (e / SN) * K + j) * wh(b + (e % SN) * K + j); }
     }
     return d;
 }
 
 fn put_out(at: u32, c: Result) {
-    for (var e = lane; e < SM * SN; e += SGSIZE) { outs[at + e] = c[e]; }
+    for (var q = 0u; q < QN; q++) { outs[at + lane + q * SGSIZE] = c[q]; }
 }
 //% else
 alias Result = subgroup_matrix_result<f32, SN, SM>;

@@ -8,6 +8,8 @@ the edges) is the kernel's, checked against numpy in float64 to float32 rounding
 16 x 8 x 16 (M != N, so a swapped token / row index fails). The real built-ins run on a GPU that has them: the H200
 in Chromium (docs/bench/scripts/h200_page_gpu.sh's sgmat step: cera_web.tools.gemm_check in the page, f16
 tolerance), with the results in BENCHMARKS.md."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -40,7 +42,8 @@ def sgmat_case(dev, fmt, config, T, N, K, *, norm=False, glu=False, gelu=False, 
     y0 = rng.standard_normal((T, stride)).astype(np.float32)
     adapter = kernels.Adapter(is_cpu=False, subgroup_size=config[3], wg_memory=32768, max_threads=1024,
                               subgroup_matrix=config)
-    plan = kernels.choose_product(fmt, N, K, T, adapter, kernels.Tuning.from_env(), norm=norm, eps=eps, glu=glu, gelu=gelu,
+    tuning = dataclasses.replace(kernels.Tuning.from_env(), sgmat="1")
+    plan = kernels.choose_product(fmt, N, K, T, adapter, tuning, norm=norm, eps=eps, glu=glu, gelu=gelu,
                                   accum=accum, ystride=stride, yoff=yoff)
     assert [d.kernel for d in plan][::2] == ["half_rows"] + ["matmul_sgmat"] * ((len(plan) - 1) // 2)
     roles = {"w": upload(dev, raw), "x": f32_buffer(dev, x), "y": f32_buffer(dev, y0), "step": step_buffer(dev, T),
@@ -127,7 +130,10 @@ H200 = kernels.Adapter(is_cpu=False, int8_dot=True, subgroup_size=32, wg_memory=
                        subgroup_matrix=(16, 16, 16, 32))
 
 
-def names(*args, adapter=H200, tuning=kernels.Tuning(), **kw):
+ON = kernels.Tuning(sgmat="1")
+
+
+def names(*args, adapter=H200, tuning=ON, **kw):
     return [d.kernel for d in kernels.choose_product(*args, adapter, tuning, **kw)]
 
 
@@ -137,18 +143,18 @@ def test_prefill_products_take_subgroup_matrices_where_the_adapter_has_them():
     last_only, the LM head, verify passes (each), K off the configuration, CERA_WEB_SGMAT=0 and adapters without a
     configuration keep their kernels."""
     G = GGMLType
-    ds = kernels.choose_product(G.Q4_K, 8192, 2048, 512, H200, kernels.Tuning(), norm=True, glu=True)
+    ds = kernels.choose_product(G.Q4_K, 8192, 2048, 512, H200, ON, norm=True, glu=True)
     assert [(d.kernel, d.groups, d.buffers, d.scratch) for d in ds] == [
         ("half_rows", (512, 1, 1), ("x", "xh", "step", "gain"), 2 * 512 * 2048),
         ("dequant_half", (32768, 1, 1), ("w", "wh"), 2 * 2 * 8192 * 2048),
-        ("matmul_sgmat", (128, 8, 1), ("wh", "xh", "y", "step"), 0)]
+        ("matmul_sgmat", (128, 4, 1), ("wh", "xh", "y", "step"), 0)]
     assert ds[2].kwargs["config"] == (16, 16, 16, 32) and ds[2].kwargs["glu"] and ds[0].kwargs["norm"]
-    ds = kernels.choose_product(G.Q6_K, 3000, 8192, 100, H200, kernels.Tuning(), accum=True,
+    ds = kernels.choose_product(G.Q6_K, 3000, 8192, 100, H200, ON, accum=True,
                                 parts=[(0, 2000), (2000, 1000)])
     assert [(d.kernel, d.part, d.groups, d.kwargs.get("yoff")) for d in ds] == [
         ("half_rows", None, (100, 1, 1), None),                    # 128 tokens of the tile: scratch 2 x 128 x K
-        ("dequant_half", 0, (16000, 1, 1), None), ("matmul_sgmat", 0, (16, 2, 1), 0),
-        ("dequant_half", 1, (8000, 1, 1), None), ("matmul_sgmat", 1, (8, 2, 1), 2000)]
+        ("dequant_half", 0, (16000, 1, 1), None), ("matmul_sgmat", 0, (32, 1, 1), 0),
+        ("dequant_half", 1, (8000, 1, 1), None), ("matmul_sgmat", 1, (16, 1, 1), 2000)]
     assert ds[0].scratch == 2 * 128 * 8192
     assert names(G.Q4_K, 2048, 2048, 1, norm=True) == ["matvec_q8"]
     assert names(G.Q4_K, 2048, 2048, 64, last_only=True) == ["matvec_q8"]
@@ -157,6 +163,7 @@ def test_prefill_products_take_subgroup_matrices_where_the_adapter_has_them():
     assert names(G.F16, 100, 40, 64) == ["matmul"]                               # K = 40: not a 16-step
     assert names(G.F16, 100, 48, 64) == ["half_rows", "dequant_half", "matmul_sgmat"]
     assert "matmul_i8" in names(G.Q4_K, 2048, 2048, 64, tuning=kernels.Tuning(sgmat="0"))
+    assert "matmul_i8" in names(G.Q4_K, 2048, 2048, 64, tuning=kernels.Tuning())     # the default: off
     no_matrix = kernels.Adapter(is_cpu=False, int8_dot=True, subgroup_size=32, wg_memory=49152, max_threads=1024)
     assert "matmul_i8" in names(G.Q4_K, 2048, 2048, 64, adapter=no_matrix)
 
@@ -164,19 +171,21 @@ def test_prefill_products_take_subgroup_matrices_where_the_adapter_has_them():
 def test_subgroup_matrices_need_the_tiles_memory_and_threads():
     """The tile's workgroup memory and threads bound the choice exactly (a byte or a thread short: off)."""
     shape = kernels.sgmat_shape((16, 16, 16, 32), glu=True)
-    assert shape == {"tokens": 64, "rows": 64, "threads": 128, "memory": 4 * 4 * 2 * 256, "bt": 2, "br": 2,
+    assert shape == {"tokens": 128, "rows": 64, "threads": 128, "memory": 4 * 4 * 2 * 256, "bt": 4, "br": 2,
                      "gt": 2, "gr": 2}
-    assert kernels.sgmat_shape((16, 16, 16, 32), glu=False)["rows"] == 128
+    assert kernels.sgmat_shape((16, 16, 16, 32), glu=False)["memory"] == 4 * 4 * 256
     fits = kernels.Adapter(is_cpu=False, subgroup_size=32, wg_memory=shape["memory"], max_threads=128,
                            subgroup_matrix=(16, 16, 16, 32))
-    assert kernels.sgmat_enabled(fits, 2048, glu=True)
+    assert kernels.sgmat_enabled(fits, 2048, glu=True, tuning=ON)
     assert not kernels.sgmat_enabled(kernels.Adapter(**{**vars(fits), "wg_memory": shape["memory"] - 1}), 2048,
-                                     glu=True)
+                                     glu=True, tuning=ON)
     assert kernels.sgmat_enabled(kernels.Adapter(**{**vars(fits), "wg_memory": shape["memory"] - 1}), 2048,
-                                 glu=False)        # without GLU a subgroup's part holds one matrix
-    assert not kernels.sgmat_enabled(kernels.Adapter(**{**vars(fits), "max_threads": 127}), 2048, glu=True)
+                                 glu=False, tuning=ON)     # without GLU a subgroup's part holds one matrix
+    assert not kernels.sgmat_enabled(kernels.Adapter(**{**vars(fits), "max_threads": 127}), 2048, glu=True,
+                                     tuning=ON)
+    assert not kernels.sgmat_enabled(fits, 2048, glu=True)          # the default: off
     with pytest.raises(ValueError, match="CERA_WEB_SGMAT"):
-        kernels.Tuning.from_env({"CERA_WEB_SGMAT": "1"})
+        kernels.Tuning.from_env({"CERA_WEB_SGMAT": "yes"})
     assert kernels.Tuning.from_env({"CERA_WEB_SGMAT": "0"}).sgmat == "0"
     assert kernels.Tuning.from_env({"CERA_WEB_SGMAT_BLOCK": "4,2"}).sgmat_block == (4, 2)
     for bad in ("3,2", "4", "a,b"):
@@ -203,8 +212,8 @@ def test_sgmat_kernel_text_uses_the_builtins():
     head = src.split("\n")[1:5]
     assert head == ["enable f16;", "enable subgroups;", "enable chromium_experimental_subgroup_matrix;",
                     "diagnostic(off, chromium.subgroup_matrix_uniformity);"]
-    assert "@builtin(subgroup_id)" in src and src.count("subgroupMatrixMultiplyAccumulate(") == 8
-    assert "var<storage, read> WH: array<f16>;" in src and src.count("subgroupMatrixStore(") == 8
+    assert "@builtin(subgroup_id)" in src and src.count("subgroupMatrixMultiplyAccumulate(") == 16   # 4 x 2, GLU
+    assert "var<storage, read> WH: array<f16>;" in src and src.count("subgroupMatrixStore(") == 16
     assert "@builtin(subgroup_invocation_id) lane: u32" in src
 
 
@@ -222,7 +231,7 @@ def test_gemm_check_runs_the_devices_products(dev, monkeypatch):
     assert not asyncio.run(gemm_check.check(dev, GGMLType.Q8_0, 8, 16, 64))["ok"]
 
 
-def test_a_model_prefills_on_the_emulated_kernel(monkeypatch):
+def test_a_model_prefills_on_the_emulated_kernel(monkeypatch, tmp_path):
     """The whole path through a model (Transformer.linear's f16 copies, split weights' row ranges, every tensor type
     of the mixed tiny llama) with CERA_WEB_SGMAT=emulate: the last prompt token's logits against the float32
     reference model within the f16 rounding of the products' inputs."""
@@ -232,8 +241,7 @@ def test_a_model_prefills_on_the_emulated_kernel(monkeypatch):
     from cera_web.engine import Engine
     from cera_web.gpu.native import NativeDevice
     from cera_web.reference import ReferenceModel
-    import tempfile, pathlib
-    path = pathlib.Path(tempfile.mkdtemp()) / "mixed.gguf"
+    path = tmp_path / "mixed.gguf"
     V = write_tiny_llama(path, MIXED)
     monkeypatch.setenv("CERA_WEB_SGMAT", "emulate")
     made = []

@@ -21,8 +21,9 @@
 #                        page and native at 512/128 (decode after 16) and the long case, and the real page's
 #                        download / OPFS loads (no chat: no template; estimate has their 128/64) -> synth.jsonl,
 #                        app.jsonl
-#                 sgmat  (session 18) gemm_check in the page, then prefill 512 with the subgroup matrix kernel and
-#                        with CERA_WEB_SGMAT=0 on the synthetic files and the first PG_MODELS file -> sgmat.jsonl
+#                 sgmat  (session 18) gemm_check in the page, then prefill 512 with the subgroup matrix kernel
+#                        (CERA_WEB_SGMAT=1; PG_SGMAT_ENVS: its other shapes) and without (the int8 path) on the
+#                        synthetic files and the first PG_MODELS file -> sgmat.jsonl
 #               The estimate step now runs the synthetic files first, then PG_MODELS; PG_ESTIMATE=models or synth
 #               runs only those (default all). To merge two calls' estimates into one predicted.json:
 #                 cat OUT1/estimate.jsonl OUT2/estimate.jsonl > e.jsonl && python3 h200_page_gpu.py predicted e.jsonl
@@ -240,13 +241,14 @@ for step in $STEPS; do
       # Both with the probe's f16 flag set: the kernel needs shader-f16, which Dawn gives on NVIDIA/Vulkan only then
       [ -f /tmp/pg_flags_f16.json ] && export PG_FLAGS_FILE=/tmp/pg_flags_f16.json; echo "sgmat flags: ${PG_FLAGS_FILE:-}"
       make_synth
-      bench_page sgmat.jsonl $FIRST 150 --prompt-tokens 64 --decode-tokens 8 --check
+      # (session 18 ran it while the kernel was the default; it is now off unless CERA_WEB_SGMAT=1)
+      bench_page sgmat.jsonl $FIRST 150 --prompt-tokens 64 --decode-tokens 8 --check --env CERA_WEB_SGMAT=1
       for m in $SFILES $FIRST; do
+        bench_page sgmat.jsonl $m 150 --prompt-tokens 512 --decode-tokens 32 --repeats 3 --env CERA_WEB_SGMAT=1
         bench_page sgmat.jsonl $m 150 --prompt-tokens 512 --decode-tokens 32 --repeats 3
-        bench_page sgmat.jsonl $m 150 --prompt-tokens 512 --decode-tokens 32 --repeats 3 --env CERA_WEB_SGMAT=0
         for v in ${PG_SGMAT_ENVS:-}; do   # other shapes, switches of a variant joined by ";", e.g.
           e=""; for kv in ${v//;/ }; do e="$e --env $kv"; done   # "CERA_WEB_SGMAT_BLOCK=4,2;CERA_WEB_SGMAT_GRID=4,1"
-          bench_page sgmat.jsonl $m 150 --prompt-tokens 512 --decode-tokens 32 --repeats 3 $e
+          bench_page sgmat.jsonl $m 150 --prompt-tokens 512 --decode-tokens 32 --repeats 3 --env CERA_WEB_SGMAT=1 $e
         done
       done
       unset PG_FLAGS_FILE ;;
