@@ -81,7 +81,7 @@ async def run(engine, prompt_tokens: int = 512, decode_tokens: int = 128, steps_
            if steps_per_read is None else {}),
         "chunk": engine.model.chunk,
         "i8_prefill": bool(getattr(engine.model, "i8_prefill", False)),        # prefill on 8-bit activations
-        "subgroup_matrix": getattr(dev, "subgroup_matrix", None),     # prefill on tensor cores where not None
+        "subgroup_matrix": getattr(dev, "subgroup_matrix", None),     # the tensor cores (used with CERA_WEB_SGMAT=1)
         "first_tokens": list(res.tokens[:24]),      # the decode run's greedy tokens: compare kernels on one file
         **best,     # the repeat with the fastest decode
         "prefill_tok_s_runs": [r[0] for r in runs],     # every repeat, in order
