@@ -388,7 +388,7 @@ def sgmat_config(adapter, tuning: Tuning | None = None) -> tuple | None:
     """The subgroup matrix configuration prefill products use: with CERA_WEB_SGMAT=1 the adapter's
     (Adapter.subgroup_matrix), with CERA_WEB_SGMAT=emulate EMULATED on any adapter (tests), else none. Off by
     default: on the H200 in Chromium 156 the int8 path prefills faster (Llama-3.2-1B shape, 512 tokens: 15,653
-    tok/s against 13,872 with the best shape of matmul_sgmat, docs/bench/h200-s18-sgmat4.jsonl)."""
+    tok/s against 13,488 with the best shape of matmul_sgmat, docs/bench/h200-s18-sgmat4.jsonl)."""
     flag = _tuning(tuning).sgmat
     if flag == "emulate":
         return EMULATED
