@@ -11,6 +11,7 @@ import pytest
 
 from cera_web import formats, kernels, quants
 from cera_web.gguf import GGML_BLOCK, GGMLType
+from cera_web.tools import gemm_check
 from gpu_helpers import f32_buffer, read, run, step_buffer, upload
 
 pytestmark = pytest.mark.gpu
@@ -132,17 +133,7 @@ def gemm_case(dev, fmt, T, N, K, *, norm=True, glu=False, gelu=False, accum=Fals
 def product(xin, w, y0, N, yoff, glu, gelu, accum):
     """float64 numpy of the GEMM's output: y0 with columns yoff .. yoff + N replaced by (ACCUM: plus) xin @ w.T, or
     with GLU act(xin @ gate.T) * (xin @ up.T) (w: gate rows then up rows; act SiLU or GELU-tanh)."""
-    want = y0.astype(np.float64).copy()
-    if glu:
-        a, b = xin @ w[:N].T, xin @ w[N:].T
-        act = a * 0.5 * (1 + np.tanh(np.sqrt(2 / np.pi) * (a + 0.044715 * a ** 3))) if gelu else \
-            a * np.exp(-np.logaddexp(0, -a))
-        want[:, yoff:yoff + N] = act * b
-    elif accum:
-        want[:, yoff:yoff + N] += xin @ w.T
-    else:
-        want[:, yoff:yoff + N] = xin @ w.T
-    return want
+    return gemm_check.reference(xin, None, w, y0, N, glu=glu, gelu=gelu, accum=accum, yoff=yoff)
 
 
 # The accuracy cost of 8-bit activations: |int8 - f32| / max|f32 product| stays under F32_TOL (K = 512 products of
