@@ -1057,6 +1057,11 @@ class Dispatch:
     def wgsl(self) -> str:
         return globals()[self.kernel](*self.args, **self.kwargs)
 
+    @property
+    def scratch_role(self) -> str | None:
+        """The scratch role this dispatch writes (``scratch`` bytes of it): sums, xh or wh."""
+        return next((r for r in ("sums", "xh", "wh") if r in self.buffers), None)
+
 
 def choose_product(fmt, rows: int, cols: int, tokens: int, adapter: Adapter, tuning: Tuning, *, parts=None,
                    aligned: bool = False, norm: bool = False, eps: float = 0.0, glu: bool = False, gelu: bool = False,

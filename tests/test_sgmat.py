@@ -50,7 +50,7 @@ def sgmat_case(dev, fmt, config, T, N, K, *, norm=False, glu=False, gelu=False, 
              "gain": f32_buffer(dev, g), "ones": f32_buffer(dev, np.ones(K, np.float32))}
     for d in plan:
         if d.scratch:
-            roles["xh" if "xh" in d.buffers else "wh"] = dev.create_buffer(d.scratch)
+            roles[d.scratch_role] = dev.create_buffer(d.scratch)
         kw = dict(d.kwargs, emulate=True) if d.kernel == "matmul_sgmat" else d.kwargs
         groups = (d.groups[0], d.groups[1] + 1, 1) if d.kernel == "matmul_sgmat" else d.groups   # a token tile
         run(dev, getattr(kernels, d.kernel)(*d.args, **kw), [roles[r] for r in d.buffers], groups)  # past the end

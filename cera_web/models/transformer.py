@@ -89,7 +89,7 @@ class AttentionBlock:
         rows = kernels.attention_tiled_rows(D, m.wg_memory, m.dev.is_cpu, m.dev.subgroup_size, m.tuning)
         if rows:                                                                  # register tiles on GPUs
             split = kernels.attention_prefill_split(H, KV, T, rows, m.tuning)
-            out = m.att if split == 1 else m.prefill_parts(split * T * H * (D + 4) * 4)
+            out = m.att if split == 1 else m.scratch_buffer("sums", split * T * H * (D + 4) * 4)
             rec.add(kernels.attention_tiled(H, KV, D, s.query_scale, self.window, m.kv16, split, T, rows),
                     [m.q, self.k_cache, self.v_cache, out, m.step],
                     kernels.attention_tiled_groups(H, KV, T, split, rows), "attention")
@@ -185,10 +185,9 @@ class Transformer(GPUModel):
             self.bcx = buf(4 * T * 3 * s.hidden, label="bcx")            # [T, B | C | x] in_proj output
             self.conv_out = buf(4 * T * s.hidden, label="conv out")      # [T, hidden] C * conv(B * x)
         self._norms, self._freqs, self._scratch, self._plan_all_logits, self._normed = {}, {}, None, None, {}
-        self._half = {}
         self.verify_rows = min(self.VERIFY_ROWS, T)     # tokens a verify pass takes (Model.verify)
         self._plan_verify = self._verify_parts = None
-        self._prefill_parts, self._parts_made = None, []
+        self._scratch_buffers, self._parts_made = {}, []
         self._argmax_pairs = None     # the two-stage argmax's (value, index) per slice, made on first use
         self.int8 = kernels.int8_enabled(self.adapter, self.tuning)   # decode products on 8-bit activations
         self.ones = self.f32_buffer(np.ones(max(s.hidden, s.ffn, q_dim, 2 * s.head_dim), np.float32), "ones")
@@ -223,25 +222,18 @@ class Transformer(GPUModel):
             self._freqs[theta] = self.f32_buffer(freq.astype(np.float32), "rope freq")
         return self._freqs[theta]
 
-    def prefill_parts(self, nbytes: int):
-        """The parts buffer of split prefill attention (kernels.attention_prefill_split) and K-split products
-        (kernels.matmul_i8_split), made on first use (a pass's dispatches run in order, so one buffer serves all; the
-        largest request need not come first, so a larger one makes a larger buffer and the smaller ones stay bound
-        to the dispatches recorded before it)."""
-        if self._prefill_parts is None or self._prefill_parts.size < nbytes:
-            self._prefill_parts = self.dev.create_buffer(nbytes, label="prefill attention parts")
-            self._parts_made.append(self._prefill_parts)
-        return self._prefill_parts
-
-    def half_copy(self, role: str, nbytes: int):
-        """The f16 copy of a prefill product's input ("xh") or of a slab of its weight's rows ("wh", at most
-        kernels.SGMAT_SLAB_BYTES) for the products on subgroup matrices; one each, made on first use and remade
-        larger as prefill_parts is (a pass's dispatches run in order, so each product finds its copy in it)."""
-        have = self._half.get(role)
+    def scratch_buffer(self, role: str, nbytes: int):
+        """The scratch buffer of a role, at least nbytes: "sums", the parts of split prefill attention
+        (kernels.attention_prefill_split) and of K-split products (kernels.matmul_i8_split); "xh" and "wh", the f16
+        copies of a product on subgroup matrices (its input, a slab of its weight's rows). Made on first use: a pass's
+        dispatches run in order, so one buffer a role serves all; the largest request need not come first, so a
+        larger one makes a larger buffer and the smaller ones stay (in _parts_made) bound to the dispatches recorded
+        before it."""
+        have = self._scratch_buffers.get(role)
         if have is None or have.size < nbytes:
-            self._half[role] = self.dev.create_buffer(nbytes, label=f"f16 {role}")
-            self._parts_made.append(self._half[role])
-        return self._half[role]
+            have = self._scratch_buffers[role] = self.dev.create_buffer(nbytes, label=f"scratch {role}")
+            self._parts_made.append(have)
+        return have
 
     def scratch(self):
         """Gate and up buffers for files whose gate and up weights differ in type (no stacked GLU pass)."""
@@ -288,11 +280,8 @@ class Transformer(GPUModel):
                 roles["normed"] = self.normed_buffer(k)
             if d.part is not None:
                 roles["w"] = pieces[d.part][0]
-            if d.scratch and "sums" in d.buffers:      # K parts: the buffer its sum_parts (the next dispatch) reads
-                roles["sums"] = self.prefill_parts(d.scratch)
-            elif d.scratch:                             # the f16 copies of a product on subgroup matrices
-                role = "xh" if "xh" in d.buffers else "wh"
-                roles[role] = self.half_copy(role, d.scratch)
+            if d.scratch:      # K parts (read by the next dispatch, sum_parts) or an f16 copy
+                roles[d.scratch_role] = self.scratch_buffer(d.scratch_role, d.scratch)
             rec.add(d.wgsl(), [roles[r] for r in d.buffers], d.groups, label)
 
     def by_steps(self, T: int) -> bool:

@@ -96,7 +96,7 @@ async def check(dev, fmt, T: int, N: int, K: int, *, seed: int = 0, **opts) -> d
     work = []
     for d in plan:
         if d.scratch:      # the role it writes: K parts (sums) or an f16 copy (xh, wh)
-            bufs[next(r for r in ("sums", "xh", "wh") if r in d.buffers)] = buf(nbytes=d.scratch)
+            bufs[d.scratch_role] = buf(nbytes=d.scratch)
         pipe = dev.pipeline(d.wgsl(), d.kernel)
         work.append((pipe, dev.bind(pipe, [bufs[b] for b in d.buffers]), d.groups))
     dev.submit([dev.record(work)])
