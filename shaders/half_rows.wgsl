@@ -20,6 +20,8 @@ const H_MAX: f32 = 65504.0;                      // f16's largest finite value
 
 var<workgroup> part: array<f32, WG>;
 
+//#include "rms_scale.wgsl"
+
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
     let t = wid.x;
@@ -28,20 +30,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     var scale = 1.0;
     if (NORM) {
-        var ss = 0.0;
-        for (var k = tid; k < K4; k += WG) {
-            let v = X[t * K4 + k];
-            ss += dot(v, v);
-        }
-        part[tid] = ss;
-        for (var m = WG / 2u; m > 0u; m /= 2u) {
-            workgroupBarrier();
-            if (tid < m) {
-                part[tid] += part[tid + m];
-            }
-        }
-        workgroupBarrier();
-        scale = 1.0 / sqrt(part[0] / f32(K) + EPS);
+        scale = rms_scale(t, tid);
     }
     for (var k = tid; k < K4; k += WG) {
         var x = X[t * K4 + k];

@@ -24,6 +24,8 @@ const NB: u32 = K / 32u;
 
 var<workgroup> part: array<f32, WG>;
 
+//#include "rms_scale.wgsl"
+
 fn pack4(q: vec4<f32>) -> u32 {
     let i = vec4<i32>(q);
     return (bitcast<u32>(i.x) & 0xFFu) | ((bitcast<u32>(i.y) & 0xFFu) << 8u)
@@ -51,21 +53,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     var scale = 1.0;
     if (NORM) {
-        var ss = 0.0;
-        for (var k = tid; k < K4; k += WG) {
-            let v = X[t * K4 + k];
-            ss += dot(v, v);
-        }
-        part[tid] = ss;
-        for (var m = WG / 2u; m > 0u; m /= 2u) {
-            workgroupBarrier();
-            if (tid < m) {
-                part[tid] += part[tid + m];
-            }
-        }
-        workgroupBarrier();
-        scale = 1.0 / sqrt(part[0] / f32(K) + EPS);
-        workgroupBarrier();                            // part is reused below
+        scale = rms_scale(t, tid);
     }
     for (var k0 = 0u; k0 < K4; k0 += WG) {             // K4 is a multiple of 8: a block is never cut
         let k = k0 + tid;                              // vec4 k: word k % 8 of block k / 8
