@@ -57,7 +57,7 @@ class Tuning:
     argmax_one    CERA_WEB_ARGMAX_PARTS=1: one argmax workgroup for any vocabulary (argmax_parts_count)
     sgmat         CERA_WEB_SGMAT=1: prefill products on subgroup matrices where the adapter has them (off by default:
                   slower than the int8 path on the H200); =emulate: with the built-ins emulated, on any adapter (tests)
-    sgmat_block   CERA_WEB_SGMAT_BLOCK="2,4": result matrices a subgroup of matmul_sgmat, tokens x rows (sgmat_shape)
+    sgmat_block   CERA_WEB_SGMAT_BLOCK="4,2": result matrices a subgroup of matmul_sgmat, tokens x rows (sgmat_shape)
     sgmat_grid    CERA_WEB_SGMAT_GRID="2,2": subgroups a workgroup of matmul_sgmat, tokens x rows (sgmat_shape)
     """
     int8: str = ""
@@ -366,8 +366,8 @@ SGMAT_SLAB_BYTES = 64 << 20     # the f16 copy of a weight's rows (dequant_half)
 HALF_WG = 128                   # threads of half_rows and dequant_half
 
 
-SGMAT_BLOCK = {False: (4, 2), True: (4, 2)}     # result matrices a subgroup: tokens x rows (GLU has as many more
-                                                # for the up rows); the fastest of five shapes on the H200
+SGMAT_BLOCK = (4, 2)    # result matrices a subgroup: tokens x rows (GLU has as many more for the up rows); the
+                        # fastest of five shapes on the H200
 
 
 def sgmat_shape(config, glu: bool, tuning: Tuning | None = None) -> dict:
@@ -376,7 +376,7 @@ def sgmat_shape(config, glu: bool, tuning: Tuning | None = None) -> dict:
     rows, threads and workgroup memory bytes."""
     sm, sn, sk, sg = config
     gt, gr = _tuning(tuning).sgmat_grid or SGMAT_GRID
-    bt, br = _tuning(tuning).sgmat_block or SGMAT_BLOCK[glu]
+    bt, br = _tuning(tuning).sgmat_block or SGMAT_BLOCK
     return {"tokens": gt * bt * sm, "rows": gr * br * sn, "threads": gt * gr * sg,
             "memory": 4 * gt * gr * (2 if glu else 1) * sm * sn, "bt": bt, "br": br, "gt": gt, "gr": gr}
 
@@ -462,7 +462,7 @@ def matmul_sgmat(K: int, N: int, *, config, accum=False, glu=False, gelu=False, 
     sm, sn, sk, sg = config
     if K % sk:
         raise ValueError(f"matmul_sgmat: K = {K} is not a multiple of the configuration's {sk}")
-    bt, br = block or SGMAT_BLOCK[glu]
+    bt, br = block or SGMAT_BLOCK
     tr = grid[1] * br * sn
     return build("matmul_sgmat", SGMAT=not emulate, K=K, S=N, SP=-(-N // tr) * tr, ACCUM=accum, GLU=glu, GELU=gelu,
                  YSTRIDE=N if ystride is None else ystride, YOFF=yoff, SM=sm, SN=sn, SK=sk, SGSIZE=sg,

@@ -9,10 +9,11 @@ from __future__ import annotations
 import re
 
 from ..errors import DeviceLostError, DownloadError, GPUUnavailableError
+from ..kernels import pick_subgroup_matrix
 from . import Device, Plan, buffer_error
 
-# Limits requested at the adapter's maximum (the defaults: 128 MiB bindings, 16 KiB workgroup memory).
 SUBGROUP_MATRIX = "chromium-experimental-subgroup-matrix"     # Chromium's cooperative matrices (tensor cores)
+# Limits requested at the adapter's maximum (the defaults: 128 MiB bindings, 16 KiB workgroup memory).
 WANTED_LIMITS = ("maxBufferSize", "maxStorageBufferBindingSize", "maxComputeWorkgroupStorageSize",
                  "maxStorageBuffersPerShaderStage", "maxComputeInvocationsPerWorkgroup", "maxComputeWorkgroupSizeX")
 
@@ -251,7 +252,6 @@ class BrowserDevice(Device):
         limits = {k: getattr(adapter.limits, k) for k in WANTED_LIMITS}
         features = [f for f in ("shader-f16", "subgroups", "timestamp-query") if adapter.features.has(f)]
         info = adapter.info
-        from ..kernels import pick_subgroup_matrix
         matrix = None        # the prefill products' tensor cores (kernels.matmul_sgmat), where Chromium offers them
         if {"shader-f16", "subgroups"} <= set(features) and adapter.features.has(SUBGROUP_MATRIX) and info is not None:
             configs = [{k: getattr(c, k) for k in ("componentType", "resultComponentType", "M", "N", "K")}
