@@ -2,10 +2,11 @@
 chromium-experimental-subgroup-matrix, issue 26) and its selection.
 
 Neither lavapipe nor SwiftShader has subgroup matrices, so here the kernel runs with its matrix built-ins swapped for
-plain WGSL (kernels.matmul_sgmat(emulate=True): each invocation holds whole matrices, f32 in place of f16); all the
-rest of its text (the tile's loads, dequantization, the norm, the store of each subgroup's results, GLU, ACCUM and
-the edges) is the kernel's, checked against numpy in float64 to float32 rounding. Two configurations: 8 x 8 x 8 and
-16 x 8 x 16 (M != N, so a swapped token / row index fails). The real built-ins run on a GPU that has them: the H200
+plain WGSL (kernels.matmul_sgmat(emulate=True): each lane of a "subgroup" computes its share of a result matrix from
+the f16 copies read as u32 pairs); all the rest (half_rows, dequant_half, the kernel's loads, the store of each
+subgroup's results, GLU, ACCUM, slabs and the edges) is what a GPU runs, checked against numpy in float64 within the
+f16 rounding of the inputs (F16_TOL). Two configurations: 8 x 8 x 8 and 16 x 8 x 16 (M != N, so a swapped token / row
+index fails). The real built-ins run on a GPU that has them: the H200
 in Chromium (docs/bench/scripts/h200_page_gpu.sh's sgmat step: cera_web.tools.gemm_check in the page, f16
 tolerance), with the results in BENCHMARKS.md."""
 import dataclasses
