@@ -199,9 +199,10 @@ async def speculative(engine, mode: str = "lookup", decode_tokens: int = 256, re
     """Greedy decode speed of chat tasks (SPECULATIVE_TASKS) with speculative decoding (mode: "lookup", or "draft"
     with engine.draft loaded) against without ("off"), the best of ``repeats`` each, in one process: tok/s of the
     decoded tokens (the first comes out of prefill), drafted and accepted tokens, and whether the two outputs are
-    the same tokens (they must be)."""
+    the same tokens (they must be); and what one verify pass costs against one decode step (verify_cost)."""
     rows = {}
     await engine.generate([1, 2, 3, 4], max_tokens=4, stop_at_eos=False, speculative=mode)    # warm-up: pipelines
+    cost = await verify_cost(engine.model)
     for name, text in (tasks or SPECULATIVE_TASKS).items():
         ids = engine.encode_chat([{"role": "user", "content": text}])
         best = {}
@@ -219,7 +220,27 @@ async def speculative(engine, mode: str = "lookup", decode_tokens: int = 256, re
                       "same_tokens": on.tokens == off.tokens}
     return {"model": engine.name, "backend": engine.backend, "host": platform.node(), "mode": mode,
             "draft": engine.draft.name if mode == "draft" and engine.draft else None,
-            "decode_tokens": decode_tokens, "repeats": repeats, "tasks": rows}
+            "decode_tokens": decode_tokens, "repeats": repeats, "verify_cost": cost, "tasks": rows}
+
+
+async def verify_cost(model, repeats: int = 20, pos: int = 64) -> dict:
+    """Median ms of a verify pass of model.verify_rows tokens and of a one-token step at position pos, each with
+    its read of the drawn tokens (what a speculative round and a plain round of one token cost), and their ratio:
+    the decode steps a full verify pass costs. The rows written there are overwritten by the next prompt."""
+    n = model.verify_rows
+    ids = [(7 + 31 * i) % model.spec.vocab for i in range(n)]
+
+    async def median_ms(run, count):
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            run()
+            await model.read_log(count)
+            times.append((time.perf_counter() - t0) * 1000)
+        return sorted(times)[repeats // 2]
+    verify = round(await median_ms(lambda: model.verify(ids, pos), n), 3)
+    step = round(await median_ms(lambda: model.prefill(ids[:1], pos, with_head=True), 1), 3)
+    return {"rows": n, "verify_ms": verify, "step_ms": step, "steps_a_verify": round(verify / step, 2)}
 
 
 async def prompt_cache(engine, prompt_tokens: int = 2000, new_tokens: int = 16, repeats: int = 3,
