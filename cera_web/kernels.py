@@ -779,27 +779,32 @@ def matvec_q8_shape(fmt, K: int, cpu: bool, subgroup_size: int | None, wg_memory
 
 
 def matvec_q8(fmt, K: int, N: int, *, norm=False, eps=0.0, accum=False, glu=False, last_only=False,
-              ystride=None, yoff=0, lanes=16, wg=256, sg=False, gelu=False, xsplit=(1, 32), aligned=False) -> str:
+              ystride=None, yoff=0, lanes=16, wg=256, sg=False, gelu=False, xsplit=(1, 32), aligned=False,
+              tokens=1) -> str:
     """See matvec_q8.wgsl: matmul()'s product for passes of one token (and LAST_ONLY), with the input quantized to
     8-bit blocks and dot4I8Packed. xsplit: (SPLIT, head_dim) of a split decode attention whose partial results are the
-    input (attention_split()); aligned: the weights are in the aligned layout (formats.Aligned). Dispatch with
-    spread(matvec_q8_groups(N, lanes, wg))."""
+    input (attention_split()); aligned: the weights are in the aligned layout (formats.Aligned); tokens: a verify
+    pass's tokens, each computed by workgroups of its own as a one-token pass computes it. Dispatch with
+    spread(matvec_q8_groups(N, lanes, wg, tokens))."""
     found = formats.reader(fmt, "matvec_q8", aligned)
     if found is None:
         raise ValueError(f"matvec_q8: no int8 kernel for {GGMLType(fmt).name}" + " in the aligned layout" * aligned)
-    if K % 32 or wg % lanes or lanes & (lanes - 1) or xsplit[1] % 32 or K % xsplit[1]:
-        raise ValueError(f"matvec_q8: K={K}, {lanes} lanes, {wg} threads, split input {xsplit}")
+    if K % 32 or wg % lanes or lanes & (lanes - 1) or xsplit[1] % 32 or K % xsplit[1] or tokens < 1 or (
+            last_only and tokens > 1):
+        raise ValueError(f"matvec_q8: K={K}, {lanes} lanes, {wg} threads, split input {xsplit}, {tokens} tokens"
+                         + " with LAST_ONLY" * last_only)
     sg = bool(sg and lanes > 1)
     text = build("matvec_q8", K=K, N=N, NORM=norm, EPS=float(eps), ACCUM=accum, GLU=glu, GELU=gelu,
                  LAST_ONLY=last_only, YSTRIDE=N if ystride is None else ystride, YOFF=yoff, LANES=lanes, WG=wg,
-                 SG=sg, PARTIAL=1 if sg else wg, XSPLIT=xsplit[0], XHD=xsplit[1], **_wrows(aligned, N, glu))
+                 SG=sg, PARTIAL=1 if sg else wg, XSPLIT=xsplit[0], XHD=xsplit[1], TOKENS=tokens,
+                 **_wrows(aligned, N, glu))
     head, _, rest = text.partition("\n")      # the directive goes before any declaration
     return "\n".join([head, REQUIRES_I8, rest, *(_read(f) for f in found.files())])
 
 
-def matvec_q8_groups(N: int, lanes: int = 16, wg: int = 256) -> int:
-    """Workgroups of matvec_q8.wgsl for N rows (pass through spread())."""
-    return -(-N // (wg // lanes))
+def matvec_q8_groups(N: int, lanes: int = 16, wg: int = 256, tokens: int = 1) -> int:
+    """Workgroups of matvec_q8.wgsl for N rows and `tokens` tokens side by side (pass through spread())."""
+    return tokens * -(-N // (wg // lanes))
 
 
 def rope_store(q_heads: int, kv_heads: int, head_dim: int, neox: bool, qk_norm: bool = False,
@@ -1087,9 +1092,10 @@ def choose_product(fmt, rows: int, cols: int, tokens: int, adapter: Adapter, tun
        says so, K in parts added by sum_parts.
     4. Else per row range: GPU prefill passes with cols a multiple of 32: matmul_tiled (tiled_tile); one-token passes
        and the LM head where int8_enabled and matvec_q8_shape fits: matvec_q8; the rest matmul.wgsl (matvec_shape).
-    With each, a pass of several tokens takes the dispatches of a one-token pass (matvec_q8, or matmul.wgsl in its
-    one-token shape), which loop over the pass's tokens: each token's sums are a decode step's (2, 3 and the tiles
-    then do not apply)."""
+    With each, a pass of several tokens takes the dispatches of a one-token pass: matvec_q8 with a one-token pass's
+    shape and workgroups of its own for each token, or matmul.wgsl in its one-token shape looping over the tokens
+    (CPU adapters and types without an int8 reader); each token's sums are a decode step's (2, 3 and the tiles then
+    do not apply)."""
     parts = list(parts) if parts is not None else [(0, rows)]
     ystride = ystride or rows
     int8 = int8_enabled(adapter, tuning)
@@ -1141,9 +1147,10 @@ def choose_product(fmt, rows: int, cols: int, tokens: int, adapter: Adapter, tun
             continue
         shape = q8[i]
         if shape is not None:
+            side = tokens if each and not last_only else 1      # a verify pass's tokens side by side
             out.append(Dispatch("matvec_q8", (fmt, cols, n), {**common, **shape, "last_only": last_only,
-                                                              "xsplit": tuple(xsplit)},
-                                spread(matvec_q8_groups(n, shape["lanes"], shape["wg"])), buffers, i))
+                                                              "xsplit": tuple(xsplit), "tokens": side},
+                                spread(matvec_q8_groups(n, shape["lanes"], shape["wg"], side)), buffers, i))
             continue
         if xsplit[0] > 1:
             raise RuntimeError(f"a split attention's output ({xsplit[0]} parts) needs matvec_q8, which does not apply "

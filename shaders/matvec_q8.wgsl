@@ -1,5 +1,6 @@
 // Matrix-vector product with 8-bit activations, for passes of one token (decode), the LM head (LAST_ONLY) and
-// speculative decoding's verify passes (a few tokens, each computed exactly as a one-token pass computes it):
+// speculative decoding's verify passes (a few tokens, each computed exactly as a one-token pass computes it, by
+// workgroups of their own):
 //   Y[t, YOFF + n] (+)= sum_k W[n, k] * q8(xin[t])[k]     with xin = X (NORM false) or X * G (NORM true, the
 //                                                          RMSNorm's 1/rms applied to the result)
 //   GLU: Y[t, YOFF + n] = act(a) * b, a and b the products of rows n and N + n (gate and up rows stacked)
@@ -15,6 +16,8 @@
 //   K, N, NORM, EPS, ACCUM, GLU, GELU, LAST_ONLY, YSTRIDE, YOFF   as in matmul.wgsl (K a multiple of 32)
 //   LANES      threads sharing a row (a power of two <= WG); WG / LANES rows a workgroup
 //   WG         threads per workgroup
+//   TOKENS     workgroups a group of rows: one per token of a verify pass (its tokens computed side by side, each
+//              as a decode step computes it); 1 for decode steps and LAST_ONLY
 //   SG         reduce a row's lanes with subgroup shuffles (only where every subgroup has at least LANES
 //              invocations, numbered in local_invocation_index order; see matmul.wgsl)
 //   PARTIAL    WG without SG (the lanes' workgroup-memory reduction), 1 with SG
@@ -32,9 +35,11 @@
 //   2 Y: array<f32>              [n_tokens, YSTRIDE]  ([1, YSTRIDE] with LAST_ONLY)
 //   3 step: uniform Step
 //   4 G: array<vec4<f32>>        [K] the norm's gain (read only with NORM; bind any buffer otherwise)
-// Dispatch: ceil(N / (WG / LANES)) workgroups of WG threads (kernels.matvec_q8_groups), spread over x and y
-// (flat_group). Each pass over the tokens: every thread quantizes blocks of 32 inputs (one thread a block), a
-// barrier, then each row's LANES threads stride over its items and their sums meet in shuffles or workgroup memory.
+// Dispatch: TOKENS * ceil(N / (WG / LANES)) workgroups of WG threads (kernels.matvec_q8_groups), spread over x and
+// y (flat_group); flat workgroup g computes token g % TOKENS (neighbouring workgroups share rows, so a verify pass
+// reads each weight from memory about once) of rows from (g / TOKENS) * WG / LANES, and does nothing past the
+// pass's tokens. Every thread quantizes blocks of 32 inputs (one thread a block), a barrier, then each row's LANES
+// threads stride over its items and their sums meet in shuffles or workgroup memory.
 @group(0) @binding(0) var<storage, read> W: array<WORD>;   // WORD: u32, or vec4<u32> where a format reads 16 bytes
 @group(0) @binding(1) var<storage, read> X: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read_write> Y: array<f32>;
@@ -117,72 +122,72 @@ fn quantize_block(t: u32, j: u32) {
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) tid: u32) {
-    let row = flat_group(wid, nwg) * ROWS + tid / LANES;
+    let g = flat_group(wid, nwg);
+    let row = g / TOKENS * ROWS + tid / LANES;
     let r = min(row, N - 1u);          // rows past N compute row N - 1 and write nothing
     let lane = tid % LANES;
-    var t_begin = 0u;
-    let t_end = step.n_tokens;
+    var t = g % TOKENS;
     if (LAST_ONLY) {
-        t_begin = t_end - 1u;
+        t = step.n_tokens - 1u;
     }
-    for (var t = t_begin; t < t_end; t++) {
-        workgroupBarrier();            // the previous token's products are done with qx
-        for (var j = tid; j < NB; j += WG) {
-            quantize_block(t, j);
+    if (t >= step.n_tokens) {          // the whole workgroup: a token past a shorter verify pass
+        return;
+    }
+    for (var j = tid; j < NB; j += WG) {
+        quantize_block(t, j);
+    }
+    workgroupBarrier();
+    // (product of row r, of row r + N with GLU, sum of squares of X, unused): this lane's share
+    var acc = vec4<f32>(0.0);
+    var b = lane;
+    for (; b + 3u * LANES < ITEMS; b += 4u * LANES) {   // four items in flight
+        var d = vec4<f32>(item_dot(r, b), item_dot(r, b + LANES), item_dot(r, b + 2u * LANES),
+                          item_dot(r, b + 3u * LANES));
+        acc.x += (d.x + d.y) + (d.z + d.w);
+        if (GLU) {
+            d = vec4<f32>(item_dot(r + N, b), item_dot(r + N, b + LANES), item_dot(r + N, b + 2u * LANES),
+                          item_dot(r + N, b + 3u * LANES));
+            acc.y += (d.x + d.y) + (d.z + d.w);
         }
-        workgroupBarrier();
-        // (product of row r, of row r + N with GLU, sum of squares of X, unused): this lane's share
-        var acc = vec4<f32>(0.0);
-        var b = lane;
-        for (; b + 3u * LANES < ITEMS; b += 4u * LANES) {   // four items in flight
-            var d = vec4<f32>(item_dot(r, b), item_dot(r, b + LANES), item_dot(r, b + 2u * LANES),
-                              item_dot(r, b + 3u * LANES));
-            acc.x += (d.x + d.y) + (d.z + d.w);
-            if (GLU) {
-                d = vec4<f32>(item_dot(r + N, b), item_dot(r + N, b + LANES), item_dot(r + N, b + 2u * LANES),
-                              item_dot(r + N, b + 3u * LANES));
-                acc.y += (d.x + d.y) + (d.z + d.w);
-            }
+    }
+    for (; b < ITEMS; b += LANES) {
+        acc.x += item_dot(r, b);
+        if (GLU) {
+            acc.y += item_dot(r + N, b);
         }
-        for (; b < ITEMS; b += LANES) {
-            acc.x += item_dot(r, b);
-            if (GLU) {
-                acc.y += item_dot(r + N, b);
-            }
-        }
-        if (NORM) {
-            for (var j = lane; j < NB; j += LANES) { acc.z += xss[j]; }
-        }
-        if (LANES > 1u) {
-            if (SG) {
-                for (var m = LANES / 2u; m > 0u; m /= 2u) { acc += shuffle_xor(acc, m); }
-            } else {
-                partial[tid] = acc;
+    }
+    if (NORM) {
+        for (var j = lane; j < NB; j += LANES) { acc.z += xss[j]; }
+    }
+    if (LANES > 1u) {
+        if (SG) {
+            for (var m = LANES / 2u; m > 0u; m /= 2u) { acc += shuffle_xor(acc, m); }
+        } else {
+            partial[tid] = acc;
+            workgroupBarrier();
+            for (var stride = LANES / 2u; stride > 0u; stride /= 2u) {
+                if (lane < stride) { partial[tid] += partial[tid + stride]; }
                 workgroupBarrier();
-                for (var stride = LANES / 2u; stride > 0u; stride /= 2u) {
-                    if (lane < stride) { partial[tid] += partial[tid + stride]; }
-                    workgroupBarrier();
-                }
-                acc = partial[tid];
             }
+            acc = partial[tid];
         }
-        if (lane == 0u && row < N) {
-            var out_row = t;
-            if (LAST_ONLY) { out_row = 0u; }
-            let y = out_row * YSTRIDE + YOFF + row;
-            var xscale = 1.0;
-            if (NORM) {
-                xscale = 1.0 / sqrt(acc.z / f32(K) + EPS);
-            }
-            var v = acc.x * xscale;
-            if (GLU) {
-                v = gate_act(v) * acc.y * xscale;
-            }
-            if (ACCUM) {
-                Y[y] += v;
-            } else {
-                Y[y] = v;
-            }
+    }
+    if (lane == 0u && row < N) {
+        var out_row = t;
+        if (LAST_ONLY) { out_row = 0u; }
+        let y = out_row * YSTRIDE + YOFF + row;
+        var xscale = 1.0;
+        if (NORM) {
+            xscale = 1.0 / sqrt(acc.z / f32(K) + EPS);
+        }
+        var v = acc.x * xscale;
+        if (GLU) {
+            v = gate_act(v) * acc.y * xscale;
+        }
+        if (ACCUM) {
+            Y[y] += v;
+        } else {
+            Y[y] = v;
         }
     }
 }

@@ -46,12 +46,12 @@ TABLE = [
      [("quantize_rows", I8, (512, 1, 1)), ("matmul_i8", {"rows": 32, "pair": True, "kgroups": 1}, (32, 8, 1))]),
     # the LM head: a prefill chunk's last token on 8-bit activations; all of a chunk's logits on float32 tiles
     ((G.Q8_0, 49152, 576, 64), dict(aligned=True, norm=True, last_only=True, logits=True),
-     [("matvec_q8", {"lanes": 8, "wg": 256, "sg": True}, (1536, 1, 1))]),
+     [("matvec_q8", {"lanes": 8, "wg": 256, "sg": True, "tokens": 1}, (1536, 1, 1))]),
     ((G.Q8_0, 49152, 576, 64), dict(aligned=True, norm=True, logits=True),
      [("matmul_tiled", {"tile": (64, 64, 1)}, (768, 1, 1))]),
     # decode
-    ((G.Q4_1, 576, 1536, 1), dict(aligned=True, accum=True), [("matvec_q8", {"lanes": 32, "wg": 256, "sg": True},
-                                                                (72, 1, 1))]),
+    ((G.Q4_1, 576, 1536, 1), dict(aligned=True, accum=True),
+     [("matvec_q8", {"lanes": 32, "wg": 256, "sg": True, "tokens": 1}, (72, 1, 1))]),
     ((G.Q5_1, 2048, 2048, 1), dict(norm=True),                               # no int8 reader: matmul.wgsl
      [("matmul", {"lanes": 32, "tokens": 1, "rpt": 1, "wg": 64, "sg": True}, (1024, 1, 1))]),
 ]
@@ -225,15 +225,22 @@ def test_tuning_reads_every_switch_by_its_name():
 @pytest.mark.parametrize("fmt", [G.F32, G.F16, G.Q4_1, G.Q4_K, G.Q5_1, G.Q6_K, G.Q8_0], ids=lambda f: G(f).name)
 def test_each_token_of_a_verify_pass_gets_the_decode_steps_dispatches(adapter, fmt):
     """Speculative decoding's verify pass (each=True, 16 tokens) must compute every token as a decode step does, or a
-    kept draft can differ from the token plain decoding draws: the same kernels with the same constants (they loop
-    over the pass's tokens), on every adapter and format, with norms, GLU, accumulation and weights in row ranges;
-    only the LM head differs by LAST_ONLY (a decode step keeps its one row), and CPU adapters' norm pass by its grid
-    (a workgroup a token). Without each, 16 tokens take the prefill products (pinned above), which round differently
-    on GPUs."""
+    kept draft can differ from the token plain decoding draws: the same kernels with the same constants, on every
+    adapter and format, with norms, GLU, accumulation and weights in row ranges. What differs: matvec_q8 runs the
+    tokens side by side (TOKENS = 16, 16 times the workgroups); matmul.wgsl loops over them (same grid); the LM head
+    differs by LAST_ONLY (a decode step keeps its one row), and CPU adapters' norm pass by its grid (a workgroup a
+    token). Without each, 16 tokens take the prefill products (pinned above), which round differently on GPUs."""
+    def flat(groups):
+        return groups[0] * groups[1] * groups[2]
+
     def sig(tokens, **kw):
-        return [(d.kernel, d.args, {k: v for k, v in d.kwargs.items() if k != "last_only"},
-                 d.groups if d.kernel != "rmsnorm" else None, d.buffers)
-                for d in kernels.choose_product(fmt, 1536, 576, tokens, adapter, DEFAULT, **kw)]
+        out = []
+        for d in kernels.choose_product(fmt, 1536, 576, tokens, adapter, DEFAULT, **kw):
+            side = d.kwargs.get("tokens", 1)
+            assert side == (16 if d.kernel == "matvec_q8" and tokens == 16 and not kw.get("last_only") else 1)
+            out.append((d.kernel, d.args, {k: v for k, v in d.kwargs.items() if k not in ("last_only", "tokens")},
+                        -(-flat(d.groups) // side) if d.kernel != "rmsnorm" else None, d.buffers))
+        return out
     for kw in (dict(norm=True, eps=1e-5, glu=True), dict(accum=True), dict(parts=[(0, 1024), (1024, 512)])):
         assert sig(16, each=True, **kw) == sig(1, **kw), kw
     assert sig(16, each=True, norm=True, logits=False) == sig(1, norm=True, last_only=True)

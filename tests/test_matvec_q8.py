@@ -58,16 +58,18 @@ def quantize_input(v):
 
 
 def product(dev, fmt, raw, x, *, N, K, T=1, norm=False, g=None, glu=False, accum=False, last_only=False,
-            y0=None, ystride=None, yoff=0, gelu=False, shape=None):
+            y0=None, ystride=None, yoff=0, gelu=False, shape=None, tokens=None):
+    """Y of a pass of T tokens, dispatched for `tokens` side by side (default T; 1 with last_only)."""
     shape = shape or dict(lanes=1, wg=64, sg=False)
     ystride = ystride or N
-    rows_out = 1 if last_only else T
+    tokens = tokens or (1 if last_only else T)
+    rows_out = 1 if last_only else max(T, tokens)
     Y = f32_buffer(dev, y0) if y0 is not None else dev.create_buffer(4 * rows_out * ystride)
     G = f32_buffer(dev, g if g is not None else np.ones(K))
     wgsl = kernels.matvec_q8(fmt, K, N, norm=norm, eps=1e-5, glu=glu, accum=accum, last_only=last_only,
-                             ystride=ystride, yoff=yoff, gelu=gelu, **shape)
+                             ystride=ystride, yoff=yoff, gelu=gelu, tokens=tokens, **shape)
     run(dev, wgsl, [upload(dev, raw), f32_buffer(dev, x), Y, step_buffer(dev, T), G],
-        kernels.spread(kernels.matvec_q8_groups(N, shape["lanes"], shape["wg"])))
+        kernels.spread(kernels.matvec_q8_groups(N, shape["lanes"], shape["wg"], tokens)))
     return read(dev, Y, rows_out * ystride).reshape(rows_out, ystride)
 
 
@@ -101,7 +103,8 @@ def test_matvec_q8_formats(dev, fmt, shape):
 
 @pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
 def test_matvec_q8_fused(dev, fmt):
-    """NORM + GLU (SiLU and GELU), ACCUM with YSTRIDE / YOFF, LAST_ONLY over a pass of 3 tokens."""
+    """NORM + GLU (SiLU and GELU), ACCUM with YSTRIDE / YOFF, LAST_ONLY over a pass of 3 tokens (side by side), a
+    pass shorter than its dispatch."""
     K, N = (512 if GGML_BLOCK[fmt][0] == 256 else 96), 21
     rng = np.random.default_rng(7 + int(fmt))
     raw, wq = random_rows(fmt, 2 * N, K, rng)
@@ -121,12 +124,19 @@ def test_matvec_q8_fused(dev, fmt):
         # plain rows into columns 4.. of a wider output, added to it; and the last token only
         stride = 2 * N + 7
         y0 = rng.standard_normal((3, stride)).astype(np.float32)
-        got = product(dev, fmt, raw, x, N=2 * N, K=K, T=3, accum=True, y0=y0, ystride=stride, yoff=4, shape=shape)
+        added = product(dev, fmt, raw, x, N=2 * N, K=K, T=3, accum=True, y0=y0, ystride=stride, yoff=4,
+                        shape=shape)
         for t in range(3):
             emulated, _, tol, _ = references(wq, x[t])
             want = y0[t].astype(np.float64)
             want[4:4 + 2 * N] += emulated
-            np.testing.assert_array_less(np.abs(got[t] - want), np.pad(tol, (4, 3)) + 1e-5)
+            np.testing.assert_array_less(np.abs(added[t] - want), np.pad(tol, (4, 3)) + 1e-5)
+        # a pass of 2 tokens through a dispatch for 3 (the third token's workgroups do nothing): the 3-token pass's
+        # first rows bit for bit, the third row left alone
+        got = product(dev, fmt, raw, x, N=2 * N, K=K, T=2, tokens=3, accum=True, y0=y0, ystride=stride, yoff=4,
+                      shape=shape)
+        np.testing.assert_array_equal(got[:2], added[:2])
+        np.testing.assert_array_equal(got[2], y0[2])
         got = product(dev, fmt, raw, x, N=2 * N, K=K, T=3, norm=True, g=g, last_only=True, shape=shape)
         emulated, _, tol, _ = references(wq, x[2], g)
         np.testing.assert_array_less(np.abs(got[0] - emulated), tol)
