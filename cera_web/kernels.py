@@ -52,6 +52,7 @@ class Tuning:
     i8_kg         CERA_WEB_I8_KG=1|2|4: matmul_i8's K groups where they fit (matmul_i8_kgroups)
     i8_split      CERA_WEB_I8_SPLIT=1|2|4|8: matmul_i8's K parts (matmul_i8_split)
     attn_split    CERA_WEB_ATTN_SPLIT=1..64: the decode attention's key ranges at most (attention_split)
+    attn_range    CERA_WEB_ATTN_RANGE=64|128|256|512: the fewest keys a range of it takes (attention_range)
     attn_tiled    CERA_WEB_ATTN_TILED=0|1|32|64: the tiled prefill attention (attention_tiled_rows)
     prefill_attn_split  CERA_WEB_PREFILL_ATTN_SPLIT=1|2|4|8: splits of the tiled prefill attention
     argmax_one    CERA_WEB_ARGMAX_PARTS=1: one argmax workgroup for any vocabulary (argmax_parts_count)
@@ -73,6 +74,7 @@ class Tuning:
     i8_kg: int | None = None
     i8_split: int | None = None
     attn_split: int | None = None
+    attn_range: int | None = None
     attn_tiled: str = ""
     prefill_attn_split: int | None = None
     argmax_one: bool = False
@@ -124,6 +126,7 @@ class Tuning:
             i8_kg=number("I8_KG", ("1", "2", "4"), "1, 2 or 4"),
             i8_split=number("I8_SPLIT", ("1", "2", "4", "8"), "1, 2, 4 or 8"),
             attn_split=int(attn_split) if attn_split else None,
+            attn_range=number("ATTN_RANGE", ("64", "128", "256", "512"), "64, 128, 256 or 512"),
             attn_tiled=choice("ATTN_TILED", ("0", "1", "32", "64"), "0 (attention.wgsl), 1 (also on software "
                               "adapters), 32 or 64 (that kernel), or unset"),
             prefill_attn_split=number("PREFILL_ATTN_SPLIT", ("1", "2", "4", "8"), "1, 2, 4 or 8"),
@@ -815,31 +818,40 @@ def rope_store(q_heads: int, kv_heads: int, head_dim: int, neox: bool, qk_norm: 
 
 
 def attention_decode(q_heads: int, kv_heads: int, head_dim: int, neox: bool, scale: float, qk_norm: bool = False,
-                     eps: float = 1e-6, window: int = 0, kv16: bool = False, split: int = 1, mode: str = "step") -> str:
+                     eps: float = 1e-6, window: int = 0, kv16: bool = False, split: int = 1, mode: str = "step",
+                     keys_a_range: int | None = None) -> str:
     """See attention_decode.wgsl. Keys are scored 1024 a pass (fewer passes, fewer barriers: 677 -> 701 tok/s on the
     H200, docs/bench/h200-s2-keys*.json), 256 for heads over 256 wide, which keeps workgroup memory under 16 KiB.
-    kv16: the KV cache holds f16. split > 1: up to that many key ranges of at least ATTENTION_RANGE keys, partial
-    results for matvec_q8's XSPLIT. mode: "step" (a decode step: store and attend, dispatch (QH, split, 1)), or for a
+    kv16: the KV cache holds f16. split > 1: up to that many key ranges of at least keys_a_range keys
+    (attention_range), partial results for matvec_q8's XSPLIT. mode: "step" (a decode step: store and attend, dispatch (QH, split, 1)), or for a
     pass of T tokens "store" (dispatch (KVH, 1, T)) then "attend" (dispatch (QH, split, T))."""
     keys = 1024 if head_dim <= 256 else 256
     return build("attention_decode", QH=q_heads, KVH=kv_heads, HD=head_dim, NEOX=neox,
                  QK_NORM=qk_norm, EPS=float(eps), SCALE=float(scale), KEYS=keys, WINDOW=window, KV16=kv16,
-                 SPLIT=split, RANGE=ATTENTION_RANGE, MODE=("step", "store", "attend").index(mode))
+                 SPLIT=split, RANGE=keys_a_range or ATTENTION_RANGE, MODE=("step", "store", "attend").index(mode))
 
 
 ATTENTION_RANGE = 256      # the fewest keys a range of a split decode attention takes
+SPLIT_KEYS = 4096          # keys past which the ranges of a split decode attention lengthen
+
+
+def attention_range(tuning: Tuning | None = None) -> int:
+    """The fewest keys a range of a split decode attention takes: ATTENTION_RANGE, or CERA_WEB_ATTN_RANGE."""
+    return _tuning(tuning).attn_range or ATTENTION_RANGE
 
 
 def attention_split(context: int, head_dim: int, tuning: Tuning | None = None) -> int:
-    """Key ranges (at most) of a split decode attention whose output feeds matvec_q8: one per ATTENTION_RANGE
-    positions of the context, at most 16 (the ranges lengthen past 16 x 256 keys); 1 (no split) where the head is not
-    a multiple of 32 wide. Each step uses as many ranges as its keys need, so short contexts run one workgroup a
-    head as without a split. CERA_WEB_ATTN_SPLIT=N forces at most N (1: off; benchmarks)."""
+    """Key ranges (at most) of a split decode attention whose output feeds matvec_q8: one per attention_range()
+    positions of the context, at most SPLIT_KEYS / that (16 of 256 keys: the ranges lengthen past 4,096 keys); 1 (no
+    split) where the head is not a multiple of 32 wide. Each step uses as many ranges as its keys need, so short
+    contexts run one workgroup a head as without a split. CERA_WEB_ATTN_SPLIT=N forces at most N (1: off;
+    benchmarks)."""
     forced = _tuning(tuning).attn_split
     if forced:
         split = forced
     else:
-        split = min(16, -(-context // ATTENTION_RANGE))
+        keys = attention_range(tuning)
+        split = min(SPLIT_KEYS // keys, -(-context // keys))
     return split if head_dim % 32 == 0 else 1
 
 

@@ -208,17 +208,31 @@ def test_tuning_reads_every_switch_by_its_name():
            "CERA_WEB_MATVEC": "lanes=16,sg=0", "CERA_WEB_MATVEC8": "lanes=8,wg=128", "CERA_WEB_QUANTIZE_WG": "64",
            "CERA_WEB_I8_KB": "4", "CERA_WEB_I8_TR": "64", "CERA_WEB_I8_PAIR": "0", "CERA_WEB_I8_KG": "4",
            "CERA_WEB_I8_SPLIT": "8", "CERA_WEB_ATTN_SPLIT": "3", "CERA_WEB_ATTN_TILED": "32",
-           "CERA_WEB_PREFILL_ATTN_SPLIT": "2", "CERA_WEB_ARGMAX_PARTS": "1"}
+           "CERA_WEB_PREFILL_ATTN_SPLIT": "2", "CERA_WEB_ARGMAX_PARTS": "1", "CERA_WEB_ATTN_RANGE": "128"}
     assert kernels.Tuning.from_env(env) == kernels.Tuning(
         int8="1", i8_prefill="0", aligned=False, tile=(64, 32, 2), matvec=(("lanes", 16), ("sg", 0)),
         matvec8=(("lanes", 8), ("wg", 128)), quantize_wg=64, i8_kb=4, i8_tr=64, i8_pair=False, i8_kg=4, i8_split=8,
-        attn_split=3, attn_tiled="32", prefill_attn_split=2, argmax_one=True)
+        attn_split=3, attn_tiled="32", prefill_attn_split=2, argmax_one=True, attn_range=128)
     assert kernels.Tuning.from_env({}) == kernels.Tuning()
     assert kernels.Tuning().quantize_wg == kernels.QUANTIZE_WG and kernels.Tuning().i8_kb == kernels.I8_KB
     for name, bad in [("INT8", "yes"), ("TILE", "16,16,1"), ("MATVEC", "rows=2"), ("I8_SPLIT", "3"),
-                      ("ATTN_SPLIT", "65"), ("ATTN_TILED", "2"), ("I8_TR", "48"), ("QUANTIZE_WG", "32")]:
+                      ("ATTN_SPLIT", "65"), ("ATTN_TILED", "2"), ("I8_TR", "48"), ("QUANTIZE_WG", "32"),
+                      ("ATTN_RANGE", "100")]:
         with pytest.raises(ValueError, match=f"CERA_WEB_{name}"):
             kernels.Tuning.from_env({f"CERA_WEB_{name}": bad})
+
+
+def test_decode_attention_ranges():
+    """attention_split: a range per attention_range() keys of the context (256; CERA_WEB_ATTN_RANGE), up to 4,096
+    keys' worth (then the ranges lengthen); none for heads not a multiple of 32 wide; CERA_WEB_ATTN_SPLIT forces it."""
+    split = kernels.attention_split
+    assert [split(c, 64) for c in (256, 257, 4096, 4097, 32768)] == [1, 2, 16, 16, 16]
+    assert split(4096, 48) == 1
+    r64 = kernels.Tuning(attn_range=64)
+    assert kernels.attention_range(r64) == 64 and kernels.attention_range() == kernels.ATTENTION_RANGE == 256
+    assert [split(c, 64, r64) for c in (64, 65, 4096, 8192)] == [1, 2, 64, 64]
+    assert [split(c, 64, kernels.Tuning(attn_range=512)) for c in (512, 513, 8192)] == [1, 2, 8]
+    assert split(4096, 64, kernels.Tuning(attn_split=3)) == 3
 
 
 @pytest.mark.parametrize("adapter", [H200, WEBGPU, CPU], ids=["h200", "webgpu", "cpu"])

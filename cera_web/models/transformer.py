@@ -73,7 +73,7 @@ class AttentionBlock:
             # decode steps (RoPE, the cache store and attention in one dispatch) and verify passes (every token as a
             # decode step at its position computes it: the pass's cache rows stored first, then attention)
             attention = partial(kernels.attention_decode, H, KV, D, s.rope_neox, s.query_scale, s.qk_norm, s.eps,
-                                self.window, m.kv16, self.split)
+                                self.window, m.kv16, self.split, keys_a_range=kernels.attention_range(m.tuning))
             buffers = [m.qkv, self.bias, self.qk_gain, self.freq, self.k_cache, self.v_cache]
             att = m.att if self.split == 1 else m.att_parts if T == 1 else m.verify_parts()
             if T == 1:
