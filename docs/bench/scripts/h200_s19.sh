@@ -1,0 +1,47 @@
+#!/bin/bash
+# Session 19 on the H200, natively (wgpu-py), before (.before: 06e838e, a verify pass's tokens looped inside each
+# matvec_q8 workgroup) and after (the checkout: side by side, workgroups of their own):
+#   lookup  issue 31: prompt lookup on the real Qwen2.5-Coder-1.5B-Instruct Q4_K_M (bench --lookup: edit, code,
+#           prose, off and on in one run, and verify_cost), then verify_cost at the synthetic 1B and 1.5B shapes
+#   long    issue 26: decode after 3,584 tokens at the synthetic 1B and 1.5B shapes (Q4_K_M) with the split decode
+#           attention's ranges of 256 keys (the default), 128 and 64 (CERA_WEB_ATTN_RANGE)
+# Usage:
+#   h200_s19.sh stash          carry [".spec/q15.NN"]: one 50 MB piece a call
+#                              (`split -b 50M -d .assets/models/qwen2.5-coder-1.5b-instruct-Q4_K_M.gguf .spec/q15.`)
+#   h200_s19.sh lookup|long    carry [".gl", ".whl", ".before", ".spec/q15.LAST"] (.before: `git archive 06e838e
+#                              cera_web shaders | tar -x -C .before`)
+set -o pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p /opt/spec $OUT; cp .spec/q15.* /opt/spec/ 2>/dev/null; echo "pieces: $(ls /opt/spec | wc -l)"
+[ "$1" = stash ] && exit 0
+. docs/bench/scripts/h200_setup_main.sh
+tree() { [ $1 = before ] && echo /tmp/site:$PWD/.before || echo /tmp/site:$PWD; }
+bench() {   # TREE OUTFILE LIMIT_S ARGS...
+  local t=$1 o=$2 lim=$3; shift 3
+  echo "== $t: bench $*"
+  PYTHONPATH=$(tree $t) timeout $lim python3 -m cera_web bench "$@" > /tmp/b.json; echo "rc=$?"
+  python3 -c "import json,os; d=json.load(open('/tmp/b.json')); d['tree']='$t'; d['args']='$*'
+d['attn_range']=os.environ.get('CERA_WEB_ATTN_RANGE'); print(json.dumps(d))" \
+    >> $OUT/$o && tail -n1 $OUT/$o | cut -c1-1200
+}
+case $1 in
+lookup)
+  Q15=/tmp/q15.gguf
+  cat /opt/spec/q15.* > $Q15 && sha256sum $Q15 | tee $OUT/h200-s19-q15-sha256.txt
+  for t in before after; do
+    bench $t h200-s19-lookup-q15.jsonl 200 --model $Q15 --lookup --decode-tokens 256 --repeats 2 --context 2048
+  done
+  for sh in llama-3.2-1b qwen2.5-1.5b; do
+    for t in before after; do
+      bench $t h200-s19-verify-synth.jsonl 150 --synthetic $sh --quant q4_k_m --lookup --decode-tokens 8 --context 2048
+    done
+  done ;;
+long)
+  for sh in llama-3.2-1b qwen2.5-1.5b; do
+    for r in 256 128 64; do
+      CERA_WEB_ATTN_RANGE=$r bench after h200-s19-long.jsonl 150 --synthetic $sh --quant q4_k_m --prompt-tokens 3584 \
+        --decode-after 3584 --decode-tokens 128 --context 4096 --repeats 2
+    done
+  done ;;
+*) echo "usage: h200_s19.sh stash | lookup | long"; exit 2 ;;
+esac
