@@ -4,7 +4,8 @@
 #   lookup  issue 31: prompt lookup on the real Qwen2.5-Coder-1.5B-Instruct Q4_K_M (bench --lookup: edit, code,
 #           prose, off and on in one run, and verify_cost), then verify_cost at the synthetic 1B and 1.5B shapes
 #   long    issue 26: decode after 3,584 tokens at the synthetic 1B and 1.5B shapes (Q4_K_M) with the split decode
-#           attention's ranges of 256 keys (the default), 128 and 64 (CERA_WEB_ATTN_RANGE)
+#           attention's ranges of 256 keys (the default), 128 and 64 (CERA_WEB_ATTN_RANGE; LONG_RANGES, LONG_SHAPES
+#           choose others), and (LONG_SHORT=1) decode after 16 tokens
 # Usage:
 #   h200_s19.sh stash          carry [".spec/q15.NN"]: one 50 MB piece a call
 #                              (`split -b 50M -d .assets/models/qwen2.5-coder-1.5b-instruct-Q4_K_M.gguf .spec/q15.`)
@@ -21,7 +22,8 @@ bench() {   # TREE OUTFILE LIMIT_S ARGS...
   echo "== $t: bench $*"
   PYTHONPATH=$(tree $t) timeout $lim python3 -m cera_web bench "$@" > /tmp/b.json; echo "rc=$?"
   python3 -c "import json,os; d=json.load(open('/tmp/b.json')); d['tree']='$t'; d['args']='$*'
-d['attn_range']=os.environ.get('CERA_WEB_ATTN_RANGE'); print(json.dumps(d))" \
+d['attn_range']=os.environ.get('CERA_WEB_ATTN_RANGE'); d['attn_split']=os.environ.get('CERA_WEB_ATTN_SPLIT')
+print(json.dumps(d))" \
     >> $OUT/$o && tail -n1 $OUT/$o | cut -c1-1200
 }
 case $1 in
@@ -36,12 +38,18 @@ lookup)
       bench $t h200-s19-verify-synth.jsonl 150 --synthetic $sh --quant q4_k_m --lookup --decode-tokens 8 --context 2048
     done
   done ;;
-long)
-  for sh in llama-3.2-1b qwen2.5-1.5b; do
-    for r in 256 128 64; do
-      CERA_WEB_ATTN_RANGE=$r bench after h200-s19-long.jsonl 150 --synthetic $sh --quant q4_k_m --prompt-tokens 3584 \
-        --decode-after 3584 --decode-tokens 128 --context 4096 --repeats 2
+long)    # LONG_SHAPES, LONG_RANGES (RANGE or RANGE:SPLIT), LONG_AFTER: shapes, ranges, prompt lengths (default both
+         # shapes, 256 128 64, 3584)
+  for sh in ${LONG_SHAPES:-llama-3.2-1b qwen2.5-1.5b}; do
+    for a in ${LONG_AFTER:-3584}; do
+    for rs in ${LONG_RANGES:-256 128 64}; do
+      r=${rs%%:*}; sp=; [ "$r" != "$rs" ] && sp=${rs#*:}
+      CERA_WEB_ATTN_RANGE=$r CERA_WEB_ATTN_SPLIT=$sp bench after h200-s19-long.jsonl 150 --synthetic $sh --quant q4_k_m \
+        --prompt-tokens $a --decode-after $a --decode-tokens 128 --context 4096 --repeats 2
     done
+    done
+    [ -n "$LONG_SHORT" ] && bench after h200-s19-long.jsonl 150 --synthetic $sh --quant q4_k_m --decode-tokens 128 \
+      --context 4096 --repeats 2
   done ;;
 *) echo "usage: h200_s19.sh stash | lookup | long"; exit 2 ;;
 esac
