@@ -38,14 +38,16 @@ lookup)
       bench $t h200-s19-verify-synth.jsonl 150 --synthetic $sh --quant q4_k_m --lookup --decode-tokens 8 --context 2048
     done
   done ;;
-long)    # LONG_SHAPES, LONG_RANGES (RANGE or RANGE:SPLIT), LONG_AFTER: shapes, ranges, prompt lengths (default both
-         # shapes, 256 128 64, 3584)
+long)    # LONG_SHAPES, LONG_RANGES (RANGE or RANGE:SPLIT), LONG_AFTER, LONG_TREES: shapes, ranges, prompt lengths,
+         # trees (default both shapes, 256 128 64, 3584, after)
   for sh in ${LONG_SHAPES:-llama-3.2-1b qwen2.5-1.5b}; do
     for a in ${LONG_AFTER:-3584}; do
     for rs in ${LONG_RANGES:-256 128 64}; do
+    for t in ${LONG_TREES:-after}; do
       r=${rs%%:*}; sp=; [ "$r" != "$rs" ] && sp=${rs#*:}
-      CERA_WEB_ATTN_RANGE=$r CERA_WEB_ATTN_SPLIT=$sp bench after h200-s19-long.jsonl 150 --synthetic $sh --quant q4_k_m \
+      CERA_WEB_ATTN_RANGE=$r CERA_WEB_ATTN_SPLIT=$sp bench $t h200-s19-long.jsonl 150 --synthetic $sh --quant q4_k_m \
         --prompt-tokens $a --decode-after $a --decode-tokens 128 --context 4096 --repeats 2
+    done
     done
     done
     [ -n "$LONG_SHORT" ] && bench after h200-s19-long.jsonl 150 --synthetic $sh --quant q4_k_m --decode-tokens 128 \
