@@ -317,6 +317,32 @@ def test_mixed_types_match_reference(mixed_gguf, split, monkeypatch):
         engine.close()
 
 
+def test_neighbouring_projections_of_one_type_share_a_product(tmp_path):
+    """Q and K of one type with V of another (Q4_K_M files: V is Q6_K in some layers), and K and V of one type after
+    a Q of another: the pair is one stacked product, the third its own (two dispatches, not three); the logits still
+    match the reference model's."""
+    from cera_web.engine import Engine
+    from cera_web.reference import ReferenceModel
+
+    path = tmp_path / "runs.gguf"
+    V = write_tiny_llama(path, {**MIXED, "blk.0.attn_v.weight": GGMLType.Q6_K, "blk.1.attn_k.weight": GGMLType.Q2_K})
+    engine = asyncio.run(Engine.load(path, context_size=64))
+    try:
+        m = engine.model
+        assert [[len(r) for r, _ in m.runs([f"blk.{i}.attn_{n}.weight" for n in "qkv"])] for i in (0, 1)] == \
+            [[2, 1], [1, 2]]
+        assert {"blk.0.attn_q.weight+blk.0.attn_k.weight", "blk.1.attn_k.weight+blk.1.attn_v.weight"} <= set(m.weights)
+        assert not any(key.count("+") == 2 for key in m.weights)          # no Q/K/V stack was made on the way
+        ids = engine.tokenizer.encode("the cat sat on the mat; in the end, it is the cat that wins")
+        m.prefill(ids, 0, with_head=True)
+        got = np.frombuffer(asyncio.run(engine.dev.read(m.logits, 0, 4 * V)), np.float32)
+        want = ReferenceModel.from_gguf(path).forward(ids, 0, last_only=True)[-1]
+        scale = np.abs(want).max()
+        assert scale > 1.0 and np.abs(got - want).max() <= 1e-4 * scale
+    finally:
+        engine.close()
+
+
 def test_unsupported_type_fails_at_load(tmp_path):
     from cera_web.engine import Engine
     from cera_web.errors import UnsupportedModelError

@@ -264,19 +264,35 @@ class GPUModel:
     def stacked(self, names):
         """One buffer holding the rows of several same-type, same-width weights one after another (Q/K/V, gate/up),
         so one dispatch computes them all; None when they cannot share a buffer (types or widths differ)."""
-        infos = [self.gguf.tensor(n) for n in names]
-        if len({i.type for i in infos}) != 1 or len({i.shape[0] for i in infos}) != 1 \
-                or any(i.nbytes % 4 for i in infos):
+        if not self.stackable(names):
             return None
         key = "+".join(names)
         buf = self.weights.get(key)
         if buf is None:
-            total = sum(i.nbytes for i in infos)
-            if total > self.buffer_limit:
-                return None
+            infos = [self.gguf.tensor(n) for n in names]
             buf = self._weight_buffer(infos[0].type, [(i.offset, i.nbytes) for i in infos], key, self.aligned(names[0]))
             self.weights[key] = buf
         return buf
+
+    def stackable(self, names) -> bool:
+        """Whether stacked(names) makes a buffer: one type, one width, whole words, within one binding."""
+        infos = [self.gguf.tensor(n) for n in names]
+        return (len({i.type for i in infos}) == 1 and len({i.shape[0] for i in infos}) == 1
+                and not any(i.nbytes % 4 for i in infos) and sum(i.nbytes for i in infos) <= self.buffer_limit)
+
+    def runs(self, names) -> list[tuple[list, object]]:
+        """names cut into runs of neighbours computed by one product: [(run, its stacked buffer, or None for a run of
+        one weight)], the runs as long as stacked() allows (Q4_K_M files: Q and K stacked, V, of Q6_K in some
+        layers, alone; one dispatch fewer a layer than three)."""
+        out, run = [], [names[0]]
+        for name in names[1:]:
+            if self.stackable(run + [name]):
+                run.append(name)
+            else:
+                out.append(run)
+                run = [name]
+        out.append(run)
+        return [(r, self.stacked(r) if len(r) > 1 else None) for r in out]
 
     def aligned(self, name: str) -> bool:
         """Whether weight ``name`` is on the GPU in the aligned layout (formats.Aligned; quants.aligned_layout),

@@ -57,17 +57,15 @@ class AttentionBlock:
         self.split = kernels.attention_split(m.context_size, s.head_dim, m.tuning) if o_q8 else 1
 
     def record(self, rec, T: int):
-        """x += Wo · attention(norm(x)): Q/K/V in one projection when they share a type, then RoPE into the cache."""
+        """x += Wo · attention(norm(x)): Q/K/V in one projection where they share a type (else neighbours that do,
+        as Q and K of Q4_K_M files whose V is Q6_K), then RoPE into the cache."""
         m, s, p = self.m, self.m.spec, self.p
-        names = [p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"]
-        stacked = m.stacked(names)
-        if stacked is not None:
-            m.linear(rec, T, names[0], m.x, m.qkv, gain=self.gain, weight=stacked, rows=self.qkv_dim)
-        else:
-            col = 0
-            for name in names:
-                m.linear(rec, T, name, m.x, m.qkv, gain=self.gain, ystride=self.qkv_dim, yoff=col)
-                col += m.shape(name)[0]
+        col = 0
+        for run, stacked in m.runs([p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"]):
+            rows = sum(m.shape(name)[0] for name in run)
+            m.linear(rec, T, run[0], m.x, m.qkv, gain=self.gain, weight=stacked, rows=rows, ystride=self.qkv_dim,
+                     yoff=col)
+            col += rows
         H, KV, D = self.heads, self.kv_heads, s.head_dim
         if m.by_steps(T):
             # decode steps (RoPE, the cache store and attention in one dispatch) and verify passes (every token as a
