@@ -16,13 +16,17 @@ OUT=${OUT:-/tmp/out}
 mkdir -p /opt/spec $OUT; cp .spec/q15.* /opt/spec/ 2>/dev/null; echo "pieces: $(ls /opt/spec | wc -l)"
 [ "$1" = stash ] && exit 0
 . docs/bench/scripts/h200_setup_main.sh
-tree() { [ $1 = before ] && echo /tmp/site:$PWD/.before || echo /tmp/site:$PWD; }
+# the trees: before = .before, mid = .mid, after = the checkout; each runs from its own folder (python -m puts the
+# working directory first on sys.path, ahead of PYTHONPATH)
+tree() { case $1 in before) echo $PWD/.before ;; mid) echo $PWD/.mid ;; *) echo $PWD ;; esac; }
 bench() {   # TREE OUTFILE LIMIT_S ARGS...
   local t=$1 o=$2 lim=$3; shift 3
   echo "== $t: bench $*"
-  PYTHONPATH=$(tree $t) timeout $lim python3 -m cera_web bench "$@" > /tmp/b.json; echo "rc=$?"
+  (cd $(tree $t) && PYTHONPATH=/tmp/site:$PWD timeout $lim python3 -m cera_web bench "$@" > /tmp/b.json; echo "rc=$?")
   python3 -c "import json,os; d=json.load(open('/tmp/b.json')); d['tree']='$t'; d['args']='$*'
 d['attn_range']=os.environ.get('CERA_WEB_ATTN_RANGE'); d['attn_split']=os.environ.get('CERA_WEB_ATTN_SPLIT')
+d['code']=__import__('subprocess').run(['python3','-c','import cera_web,sys;print(cera_web.__file__)'],cwd='$(tree $t)',
+  capture_output=True,text=True).stdout.strip()
 print(json.dumps(d))" \
     >> $OUT/$o && tail -n1 $OUT/$o | cut -c1-1200
 }
@@ -30,11 +34,11 @@ case $1 in
 lookup)
   Q15=/tmp/q15.gguf
   cat /opt/spec/q15.* > $Q15 && sha256sum $Q15 | tee $OUT/h200-s19-q15-sha256.txt
-  for t in before after; do
+  for t in ${LOOKUP_TREES:-before after}; do
     bench $t h200-s19-lookup-q15.jsonl 200 --model $Q15 --lookup --decode-tokens 256 --repeats 2 --context 2048
   done
   for sh in llama-3.2-1b qwen2.5-1.5b; do
-    for t in before after; do
+    for t in ${LOOKUP_TREES:-before after}; do
       bench $t h200-s19-verify-synth.jsonl 150 --synthetic $sh --quant q4_k_m --lookup --decode-tokens 8 --context 2048
     done
   done ;;
