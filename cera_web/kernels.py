@@ -753,6 +753,13 @@ def int8_enabled(dev, tuning: Tuning | None = None) -> bool:
     return flag == "1" or not dev.is_cpu
 
 
+# lanes a row at most of matvec_q8 on a split decode attention's partial results (XSPLIT): every workgroup combines
+# the ranges for the whole input, so fewer workgroups (8 lanes: 32 rows each) do that less often. H200, session 19
+# (docs/bench/h200-s19-long-lanes.jsonl), decode after 3,584 tokens: 1B 729 -> 752 tok/s, 1.5B 448 -> 457 (4 lanes:
+# 738, 452); after 16 tokens: 976 -> 970, 567 -> 562
+XSPLIT_LANES = 8
+
+
 def matvec_q8_memory(K: int, lanes: int, wg: int, sg: bool) -> int:
     """Bytes of workgroup memory matvec_q8 uses for rows of K."""
     return K + 8 * (K // 32) + 16 * (1 if sg and lanes > 1 else wg)
@@ -1103,7 +1110,8 @@ def choose_product(fmt, rows: int, cols: int, tokens: int, adapter: Adapter, tun
        per row range matmul_i8 with matmul_i8_tile's tile, matmul_i8_kgroups' K groups and, where matmul_i8_split
        says so, K in parts added by sum_parts.
     4. Else per row range: GPU prefill passes with cols a multiple of 32: matmul_tiled (tiled_tile); one-token passes
-       and the LM head where int8_enabled and matvec_q8_shape fits: matvec_q8; the rest matmul.wgsl (matvec_shape).
+       and the LM head where int8_enabled and matvec_q8_shape fits: matvec_q8 (at most XSPLIT_LANES lanes a row on
+       a split attention's partial results); the rest matmul.wgsl (matvec_shape).
     With each, a pass of several tokens takes the dispatches of a one-token pass: matvec_q8 with a one-token pass's
     shape and workgroups of its own for each token, or matmul.wgsl in its one-token shape looping over the tokens
     (CPU adapters and types without an int8 reader); each token's sums are a decode step's (2, 3 and the tiles then
@@ -1121,6 +1129,8 @@ def choose_product(fmt, rows: int, cols: int, tokens: int, adapter: Adapter, tun
     one = tokens == 1 or last_only
     q8 = [matvec_q8_shape(fmt, cols, adapter.is_cpu, adapter.subgroup_size, adapter.wg_memory, n, aligned, tuning)
           if int8 and (one or each) else None for _, n in parts]
+    if xsplit[0] > 1:       # every workgroup combines the split attention's ranges as it loads x: fewer, fuller ones
+        q8 = [dict(q, lanes=min(q["lanes"], XSPLIT_LANES)) if q else q for q in q8]
     prefill = tokens > 1 and not last_only and not logits and not each
     if (prefill and sgmat_enabled(adapter, cols, glu, tuning) and formats.reader(fmt, "f32", aligned) is not None
             and cols % block_elems(fmt) == 0):

@@ -222,6 +222,15 @@ def test_tuning_reads_every_switch_by_its_name():
             kernels.Tuning.from_env({f"CERA_WEB_{name}": bad})
 
 
+def test_split_attention_output_takes_fewer_lanes():
+    """The product on a split attention's partial results (xsplit) takes at most XSPLIT_LANES lanes a row (each
+    workgroup combines every range), the same product on plain input the lanes its row count gives."""
+    def lanes(**kw):
+        return [d.kwargs["lanes"] for d in kernels.choose_product(G.Q4_K, 2048, 2048, 1, H200, DEFAULT, **kw)]
+    assert lanes() == [32] and lanes(xsplit=(16, 64)) == [kernels.XSPLIT_LANES] == [8]
+    assert lanes(xsplit=(1, 64)) == [32]
+
+
 def test_decode_attention_ranges():
     """attention_split: a range per attention_range() keys of the context (256; CERA_WEB_ATTN_RANGE), up to 4,096
     keys' worth (then the ranges lengthen); none for heads not a multiple of 32 wide; CERA_WEB_ATTN_SPLIT forces it."""
