@@ -37,7 +37,7 @@ lookup)
   for t in ${LOOKUP_TREES:-before after}; do
     bench $t h200-s19-lookup-q15.jsonl 200 --model $Q15 --lookup --decode-tokens 256 --repeats 2 --context 2048
   done
-  for sh in llama-3.2-1b qwen2.5-1.5b; do
+  for sh in ${LOOKUP_SYNTH-llama-3.2-1b qwen2.5-1.5b}; do      # LOOKUP_SYNTH= : none
     for t in ${LOOKUP_TREES:-before after}; do
       bench $t h200-s19-verify-synth.jsonl 150 --synthetic $sh --quant q4_k_m --lookup --decode-tokens 8 --context 2048
     done
