@@ -543,15 +543,12 @@ class _Batches:
     before they are read. depth 1 (the CPU model, engine.overlap off, or a grammar): each batch is read before the
     next is submitted; under a grammar (matcher) a batch is one step, its mask written first (a step's mask depends
     on the token before it, known only once read back). first: the first step's input token, written by the host
-    (speculative decoding's plain stretches: after a verify pass the GPU holds another); else the last one drawn.
-    most: steps a batch takes at most (else as many as its slots allow)."""
+    (speculative decoding's plain stretches: after a verify pass the GPU holds another); else the last one drawn."""
 
-    def __init__(self, engine, pos: int, params, result, depth: int, matcher=None, first: int | None = None,
-                 most: int | None = None):
+    def __init__(self, engine, pos: int, params, result, depth: int, matcher=None, first: int | None = None):
         self.engine, self.model, self.params, self.result = engine, engine.model, params, result
         self.depth, self.matcher, self.first = depth, matcher, first
-        self.slots = self.model.max_steps_per_read // depth                             # slots a batch may use
-        self.most = min(most or self.slots, self.slots)
+        self.most = self.model.max_steps_per_read // depth                              # slots a batch may use
         self.budget = min(params.max_tokens - len(result.tokens), engine.context_size - pos)    # steps worth running
         self.nxt, self.base = pos, 0        # the next step's position, and the slot it writes
         self.flight = []                    # batches submitted and not read: (pending read, steps, slot base, sent)
@@ -572,7 +569,7 @@ class _Batches:
         self.result.host_ms += (time.perf_counter() - h) * 1000
         self.nxt, self.budget = self.nxt + n, self.budget - n
         if self.depth > 1:
-            self.base = self.slots - self.base
+            self.base = self.most - self.base
 
     async def next(self) -> _Read:
         if self.last is None:

@@ -18,7 +18,7 @@ device; its own KV cache follows the sequence, resuming at the longest prefix it
 tokens that followed the latest earlier occurrence of the sequence's last n tokens, n = 3, 2, 1: quoting, code edits,
 retrieval answers). Where there is nothing to draft, decoding goes on as plain decoding does (a plain stretch: the
 engine's batches of decode steps, sized by its pacer, the next in flight while one is read) until the drafter has
-drafts again (PLAIN_STEPS a read). k adapts per round: + 2 after a round that kept every draft (as transformers' assisted generation),
+drafts again. k adapts per round: + 2 after a round that kept every draft (as transformers' assisted generation),
 else one more than the drafts kept, within 1 .. verify_rows - 1. A round that kept none makes the drafter rest for
 1, 2, 4, then 8 plain reads (doubling while it keeps failing), so text that drafts do not match (prose for prompt
 lookup) costs little more than plain decoding.
@@ -40,9 +40,6 @@ import numpy as np
 from .errors import InputError
 
 MAX_REST = 8         # plain reads a drafter rests at most after rounds that kept no draft
-PLAIN_STEPS = 8      # decode steps a read of a plain stretch takes at most: the drafter looks for drafts after each
-                     # (H200, Qwen2.5-Coder-1.5B, session 19: reads of the pacer's size, 15-30 steps, took the edit
-                     # task from 2.41x to 1.98x; docs/bench/h200-s19-lookup-stretch.jsonl)
 
 
 class DraftModel:
@@ -143,7 +140,7 @@ class Speculative:
                 return await self._verify(drafts)
             ahead = self.engine.overlap and self.model.runs_ahead
             self.plain = _Batches(self.engine, self.pos, self.params, self.result, depth=2 if ahead else 1,
-                                  first=self.seq[-1], most=PLAIN_STEPS)
+                                  first=self.seq[-1])
         self.stretch = self.plain
         read = await self.plain.next()
         self.seq += read.tokens
