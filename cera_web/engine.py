@@ -542,12 +542,11 @@ class _Batches:
     slots (token log, logprobs, conv-state snapshots), so a batch's results are not overwritten by the one after it
     before they are read. depth 1 (the CPU model, engine.overlap off, or a grammar): each batch is read before the
     next is submitted; under a grammar (matcher) a batch is one step, its mask written first (a step's mask depends
-    on the token before it, known only once read back). first: the first step's input token, written by the host
-    (speculative decoding's plain stretches: after a verify pass the GPU holds another); else the last one drawn."""
+    on the token before it, known only once read back)."""
 
-    def __init__(self, engine, pos: int, params, result, depth: int, matcher=None, first: int | None = None):
+    def __init__(self, engine, pos: int, params, result, depth: int, matcher=None):
         self.engine, self.model, self.params, self.result = engine, engine.model, params, result
-        self.depth, self.matcher, self.first = depth, matcher, first
+        self.depth, self.matcher = depth, matcher
         self.most = self.model.max_steps_per_read // depth                              # slots a batch may use
         self.budget = min(params.max_tokens - len(result.tokens), engine.context_size - pos)    # steps worth running
         self.nxt, self.base = pos, 0        # the next step's position, and the slot it writes
@@ -563,8 +562,7 @@ class _Batches:
         else:
             n = max(1, min(engine.pacer.next(engine.steps_per_read), self.most, self.budget))
         for i in range(n):
-            model.decode(self.nxt + i, self.base + i, self.first if i == 0 else None)
-        self.first = None
+            model.decode(self.nxt + i, self.base + i)
         self.flight.append((model.send(model.encode_read(self.base, n, self.params.logprobs)), n, self.base, h))
         self.result.host_ms += (time.perf_counter() - h) * 1000
         self.nxt, self.budget = self.nxt + n, self.budget - n

@@ -80,21 +80,19 @@ def test_every_draft_accepted_up_to_the_widest_check(pair, arch):
         run(eng.load_draft(SMALL / f"{arch}-q8_0.gguf"))
 
 
-@pytest.mark.parametrize("mode", ["auto", "lookup"])
 @pytest.mark.parametrize("arch", ["qwen3", "lfm2"])
-def test_limits_and_stops_inside_a_round(pair, arch, mode):
+def test_limits_and_stops_inside_a_round(pair, arch):
     """max_tokens and the context end in the middle of a round, and a stop token or stop string inside its accepted
     tokens, end the reply where plain decoding does; what the engine then holds continues exactly (the next turn's
-    tokens equal a fresh computation's). With the draft model (auto) every read is a verify round; with prompt
-    lookup most are plain stretches (engine._Batches, two reads in flight on GPUs), its stops taken back there."""
+    tokens equal a fresh computation's)."""
     backend, es = pair
     eng = es[arch]
     base = run(eng.generate(PROMPT, reuse_cache=False, speculative="off", max_tokens=40, ignore_eos=True))
     for n in (1, 2, 7):
-        spec, ref = run(both(eng, PROMPT, mode, max_tokens=n, ignore_eos=True))
+        spec, ref = run(both(eng, PROMPT, "auto", max_tokens=n, ignore_eos=True))
         assert spec.tokens == ref.tokens == base.tokens[:n]
     stop_text = eng.tokenizer.decode(base.tokens[13:15])
-    spec, ref = run(both(eng, PROMPT, mode, max_tokens=40, ignore_eos=True, stop=[stop_text]))
+    spec, ref = run(both(eng, PROMPT, "auto", max_tokens=40, ignore_eos=True, stop=[stop_text]))
     assert (spec.text, spec.stop_reason) == (ref.text, ref.stop_reason)
     # a stop token at each place of the reply (first occurrences): the reply ends where plain decoding's does, and
     # the sequence left (which rounds that ran past the stop took back) continues like a fresh one
@@ -102,7 +100,7 @@ def test_limits_and_stops_inside_a_round(pair, arch, mode):
     for i, stop_id in enumerate(base.tokens[:12]):
         if stop_id in base.tokens[:i]:
             continue
-        spec, ref = run(both(eng, PROMPT, mode, max_tokens=40, ignore_eos=True, stop_token_ids=[stop_id]))
+        spec, ref = run(both(eng, PROMPT, "auto", max_tokens=40, ignore_eos=True, stop_token_ids=[stop_id]))
         assert spec.tokens == ref.tokens == base.tokens[:i] and spec.stop_reason == "stop"
         ids = eng.encode_prompt(PROMPT) + spec.tokens + [stop_id] + then
         kept = run(eng.generate(ids, speculative="off", max_tokens=6, ignore_eos=True))
@@ -111,7 +109,7 @@ def test_limits_and_stops_inside_a_round(pair, arch, mode):
     # the context's end: 128 positions
     ids = eng.encode_prompt(PROMPT)
     long = ids * (120 // len(ids)) + ids[:120 % len(ids)]
-    spec, ref = run(both(eng, long, mode, max_tokens=40, ignore_eos=True))
+    spec, ref = run(both(eng, long, "auto", max_tokens=40, ignore_eos=True))
     assert spec.tokens == ref.tokens and spec.stop_reason == ref.stop_reason == "context"
 
 
@@ -247,9 +245,8 @@ def test_prompt_lookup_takes_the_latest_longest_match():
 
 
 def test_a_drafter_that_misses_rests_for_longer_and_longer(monkeypatch):
-    """Rounds that keep no draft make the drafter rest for 1, 2, 4, then 8 plain reads (here of 8 steps each:
-    steps_per_read): on text the drafts do not match, speculation falls back to plain decoding (and the output is
-    still the same)."""
+    """Rounds that keep no draft make the drafter rest for 1, 2, 4, then 8 plain rounds of 8 steps: on text the
+    drafts do not match, speculation falls back to plain decoding (and the output is still the same)."""
     import cera_web.speculative as spec
 
     class Wrong:
@@ -259,9 +256,6 @@ def test_a_drafter_that_misses_rests_for_longer_and_longer(monkeypatch):
             Wrong.calls.append(len(seq))
             return [bad] * k
 
-        def ready(self, seq):
-            return True
-
     async def go():
         eng = await Engine.load(SMALL / "qwen3-f32.gguf", device="cpu", context_size=256)
         try:
@@ -269,7 +263,6 @@ def test_a_drafter_that_misses_rests_for_longer_and_longer(monkeypatch):
             nonlocal bad
             bad = next(t for t in range(eng.model.vocab) if t not in base.tokens)     # never the model's choice
             monkeypatch.setattr(spec, "PromptLookup", Wrong)
-            eng.steps_per_read = 8
             got = await eng.generate(PROMPT, max_tokens=100, ignore_eos=True, speculative="lookup",
                                      reuse_cache=False)
             return base, got
@@ -282,39 +275,3 @@ def test_a_drafter_that_misses_rests_for_longer_and_longer(monkeypatch):
     # and k: 4, then one more than the drafts kept (1)
     start = len(got.prompt_tokens)
     assert [n - start for n in Wrong.calls] == [1, 10, 27, 60] and got.drafted == 4 + 1 + 1 + 1
-
-
-def test_a_plain_stretch_runs_until_the_drafter_is_ready(monkeypatch):
-    """Between verify rounds decoding is plain (the engine's batches, here 8 steps a read) until the drafter says it
-    has drafts (ready): no draft is asked for before, and one is asked for right after."""
-    import cera_web.speculative as spec
-
-    class Late:
-        k, calls, start = 4, [], None
-
-        async def draft(self, seq, k):
-            Late.calls.append(len(seq) - Late.start)
-            return [bad] * k
-
-        def ready(self, seq):
-            return len(seq) - Late.start >= 40
-
-    async def go():
-        eng = await Engine.load(SMALL / "qwen3-f32.gguf", device="cpu", context_size=256)
-        try:
-            base = await eng.generate(PROMPT, max_tokens=60, ignore_eos=True, speculative="off")
-            nonlocal bad
-            bad = next(t for t in range(eng.model.vocab) if t not in base.tokens)
-            monkeypatch.setattr(spec, "PromptLookup", Late)
-            Late.start = len(eng.encode_prompt(PROMPT))
-            eng.steps_per_read = 8
-            got = await eng.generate(PROMPT, max_tokens=60, ignore_eos=True, speculative="lookup",
-                                     reuse_cache=False)
-            return base, got
-        finally:
-            eng.close()
-    bad = None
-    base, got = run(go())
-    assert got.tokens == base.tokens
-    # 1 (the prompt's token) | a miss: rest 1, then reads of 8 from 2 until ready at 42 | the next draft at 42
-    assert Late.calls == [1, 42]

@@ -66,9 +66,8 @@ class Model(Protocol):
     def prefill(self, ids, pos0: int, with_head: bool) -> None:
         """Submit a prompt chunk at positions pos0...; with_head: draw its next token (into slot 0)."""
 
-    def decode(self, pos: int, out_index: int, token: int | None = None) -> None:
-        """Submit a decode step: the last drawn token (or ``token``, given by the host) at position pos; its
-        successor into slot out_index."""
+    def decode(self, pos: int, out_index: int) -> None:
+        """Submit a decode step: the last drawn token at position pos; its successor into slot out_index."""
 
     verify_rows: int            # tokens a verify() pass takes at most
 
@@ -397,11 +396,8 @@ class GPUModel:
             plans += self._head(self.plan_head_decode if one else self.plan_head_prefill)
         self.dev.submit(plans, early=not one)
 
-    def decode(self, pos: int, out_index: int, token: int | None = None):
-        """Submit one decode step: the token in tokens[0] (or ``token``, written there first) at position pos; its
-        successor goes to log[out_index]."""
-        if token is not None:
-            self.dev.write_buffer(self.tokens, np.asarray([token], np.uint32))
+    def decode(self, pos: int, out_index: int):
+        """Submit one decode step: the token in tokens[0] at position pos; its successor goes to log[out_index]."""
         self.set_step(1, pos, out_index)
         self.dev.submit([self.plan_decode, *self._head(self.plan_head_decode)], self.step_copies(out_index))
 

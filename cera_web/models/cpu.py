@@ -142,8 +142,8 @@ class CPUModel:
         if with_head:
             self._draw(0)
 
-    def decode(self, pos: int, out_index: int, token: int | None = None):
-        self._forward([self._next if token is None else token], pos)
+    def decode(self, pos: int, out_index: int):
+        self._forward([self._next], pos)
         self._draw(out_index)
 
     verify_rows = 16
