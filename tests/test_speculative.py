@@ -80,19 +80,21 @@ def test_every_draft_accepted_up_to_the_widest_check(pair, arch):
         run(eng.load_draft(SMALL / f"{arch}-q8_0.gguf"))
 
 
+@pytest.mark.parametrize("mode", ["auto", "lookup"])
 @pytest.mark.parametrize("arch", ["qwen3", "lfm2"])
-def test_limits_and_stops_inside_a_round(pair, arch):
+def test_limits_and_stops_inside_a_round(pair, arch, mode):
     """max_tokens and the context end in the middle of a round, and a stop token or stop string inside its accepted
     tokens, end the reply where plain decoding does; what the engine then holds continues exactly (the next turn's
-    tokens equal a fresh computation's)."""
+    tokens equal a fresh computation's). With the draft model (auto) every round drafts; with prompt lookup many are
+    plain rounds."""
     backend, es = pair
     eng = es[arch]
     base = run(eng.generate(PROMPT, reuse_cache=False, speculative="off", max_tokens=40, ignore_eos=True))
     for n in (1, 2, 7):
-        spec, ref = run(both(eng, PROMPT, "auto", max_tokens=n, ignore_eos=True))
+        spec, ref = run(both(eng, PROMPT, mode, max_tokens=n, ignore_eos=True))
         assert spec.tokens == ref.tokens == base.tokens[:n]
     stop_text = eng.tokenizer.decode(base.tokens[13:15])
-    spec, ref = run(both(eng, PROMPT, "auto", max_tokens=40, ignore_eos=True, stop=[stop_text]))
+    spec, ref = run(both(eng, PROMPT, mode, max_tokens=40, ignore_eos=True, stop=[stop_text]))
     assert (spec.text, spec.stop_reason) == (ref.text, ref.stop_reason)
     # a stop token at each place of the reply (first occurrences): the reply ends where plain decoding's does, and
     # the sequence left (which rounds that ran past the stop took back) continues like a fresh one
@@ -100,7 +102,7 @@ def test_limits_and_stops_inside_a_round(pair, arch):
     for i, stop_id in enumerate(base.tokens[:12]):
         if stop_id in base.tokens[:i]:
             continue
-        spec, ref = run(both(eng, PROMPT, "auto", max_tokens=40, ignore_eos=True, stop_token_ids=[stop_id]))
+        spec, ref = run(both(eng, PROMPT, mode, max_tokens=40, ignore_eos=True, stop_token_ids=[stop_id]))
         assert spec.tokens == ref.tokens == base.tokens[:i] and spec.stop_reason == "stop"
         ids = eng.encode_prompt(PROMPT) + spec.tokens + [stop_id] + then
         kept = run(eng.generate(ids, speculative="off", max_tokens=6, ignore_eos=True))
@@ -109,7 +111,7 @@ def test_limits_and_stops_inside_a_round(pair, arch):
     # the context's end: 128 positions
     ids = eng.encode_prompt(PROMPT)
     long = ids * (120 // len(ids)) + ids[:120 % len(ids)]
-    spec, ref = run(both(eng, long, "auto", max_tokens=40, ignore_eos=True))
+    spec, ref = run(both(eng, long, mode, max_tokens=40, ignore_eos=True))
     assert spec.tokens == ref.tokens and spec.stop_reason == ref.stop_reason == "context"
 
 

@@ -191,6 +191,15 @@ SPECULATIVE_TASKS = {
             "per month, with a docstring and type hints.",
     # plain prose: little to look up
     "prose": "Write a short story about a lighthouse keeper who finds a message in a bottle.",
+    # an explanation: prose with some repeated terms
+    "explain": "Explain how a hash table handles collisions, in three short paragraphs.",
+    # an answer drawn from a given text (retrieval's case): some quoting
+    "answer": "Using only the notes below, list the steps to rotate the server's TLS certificate.\n\nNotes: The "
+              "certificate lives in /etc/app/tls/server.pem and its key in /etc/app/tls/server.key. To rotate it, "
+              "first request a new certificate from the internal CA with `ca-cli request --host app01`. Copy the "
+              "new files over the old ones, keeping the same file names and permissions (0600 for the key). Then "
+              "reload the service with `systemctl reload app` (a restart drops open connections). Finally check "
+              "the new expiry date with `openssl x509 -enddate -noout -in /etc/app/tls/server.pem`.",
 }
 
 
