@@ -830,8 +830,9 @@ def attention_decode(q_heads: int, kv_heads: int, head_dim: int, neox: bool, sca
     """See attention_decode.wgsl. Keys are scored 1024 a pass (fewer passes, fewer barriers: 677 -> 701 tok/s on the
     H200, docs/bench/h200-s2-keys*.json), 256 for heads over 256 wide, which keeps workgroup memory under 16 KiB.
     kv16: the KV cache holds f16. split > 1: up to that many key ranges of at least keys_a_range keys
-    (attention_range), partial results for matvec_q8's XSPLIT. mode: "step" (a decode step: store and attend, dispatch (QH, split, 1)), or for a
-    pass of T tokens "store" (dispatch (KVH, 1, T)) then "attend" (dispatch (QH, split, T))."""
+    (attention_range), partial results for matvec_q8's XSPLIT. mode: "step" (a decode step: store and attend,
+    dispatch (QH, split, 1)), or for a pass of T tokens "store" (dispatch (KVH, 1, T)) then "attend" (dispatch
+    (QH, split, T))."""
     keys = 1024 if head_dim <= 256 else 256
     return build("attention_decode", QH=q_heads, KVH=kv_heads, HD=head_dim, NEOX=neox,
                  QK_NORM=qk_norm, EPS=float(eps), SCALE=float(scale), KEYS=keys, WINDOW=window, KV16=kv16,
