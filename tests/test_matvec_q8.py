@@ -416,14 +416,17 @@ def test_mixed_types_model_with_int8(tmp_path, monkeypatch):
 
 
 def test_chromium_compiles_every_int8_kernel(page, server_url):
-    """Headless Chromium's WGSL compiler (Tint, SwiftShader) accepts matvec_q8 for every format (and layout) and the
-    fused and subgroup variants, the aligned layout's repacking and float32 kernels, and reports packed_4x8_integer_dot_product the way gpu/browser.py reads it. (The page itself
-    keeps the f32 kernel on SwiftShader, a CPU adapter.)"""
+    """Headless Chromium's WGSL compiler (Tint, SwiftShader) accepts matvec_q8 for every format (and layout), the
+    fused and subgroup variants and a verify pass's (16 tokens side by side, split attention input), the aligned
+    layout's repacking and float32 kernels, and reports packed_4x8_integer_dot_product the way gpu/browser.py reads it.
+    (The page itself keeps the f32 kernel on SwiftShader, a CPU adapter.)"""
     texts = [kernels.matvec_q8(fmt, 512, 37, norm=True, eps=1e-5, glu=True, gelu=gelu, last_only=last, accum=not glu,
                                lanes=lanes, wg=256, sg=sg, aligned=aligned)
              for fmt in FORMATS for gelu, last, glu, lanes, sg in [(False, False, True, 16, False),
                                                                       (True, True, False, 4, True)]
              for aligned in ([False, True] if formats.reader(fmt, "matvec_q8", True) else [False])]
+    # a verify pass's tokens side by side (TOKENS), on a split attention's partial results (XSPLIT)
+    texts.append(kernels.matvec_q8(GGMLType.Q4_K, 512, 37, accum=True, lanes=8, wg=256, tokens=16, xsplit=(4, 64)))
     # the aligned layout's repacking and its float32 readers (the page's kernels on SwiftShader)
     texts += [k for fmt in sorted(formats.ALIGNED_TYPES)
               for k in (kernels.repack(fmt), kernels.matmul(fmt, 512, 37, glu=True, aligned=True),
