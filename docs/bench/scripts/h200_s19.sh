@@ -1,16 +1,17 @@
 #!/bin/bash
-# Session 19 on the H200, natively (wgpu-py), before (.before: 06e838e, a verify pass's tokens looped inside each
-# matvec_q8 workgroup) and after (the checkout: side by side, workgroups of their own):
-#   lookup  issue 31: prompt lookup on the real Qwen2.5-Coder-1.5B-Instruct Q4_K_M (bench --lookup: edit, code,
-#           prose, off and on in one run, and verify_cost), then verify_cost at the synthetic 1B and 1.5B shapes
-#   long    issue 26: decode after 3,584 tokens at the synthetic 1B and 1.5B shapes (Q4_K_M) with the split decode
-#           attention's ranges of 256 keys (the default), 128 and 64 (CERA_WEB_ATTN_RANGE; LONG_RANGES, LONG_SHAPES
-#           choose others), and (LONG_SHORT=1) decode after 16 tokens
+# Session 19 on the H200, natively (wgpu-py): trees compared in one call, each a `git archive COMMIT cera_web shaders`
+# unpacked into .before or .mid (before, mid), or the checkout (after):
+#   lookup  issue 31: prompt lookup on the real Qwen2.5-Coder-1.5B-Instruct Q4_K_M (bench --lookup: its chat tasks,
+#           off and on in one run, and verify_cost) for LOOKUP_TREES (default "before after"), then verify_cost at
+#           the synthetic 1B and 1.5B shapes (LOOKUP_SYNTH= : none)
+#   long    issue 26: decode after LONG_AFTER tokens (default 3584) at the synthetic LONG_SHAPES (default 1B and 1.5B,
+#           Q4_K_M) for LONG_TREES (default "after"), with the split decode attention's ranges LONG_RANGES (RANGE or
+#           RANGE:SPLIT: CERA_WEB_ATTN_RANGE / CERA_WEB_ATTN_SPLIT; default "256 128 64"); LONG_SHORT=1: also after 16
+# Each JSON line records its tree, arguments, switches and the package that ran (`code`).
 # Usage:
 #   h200_s19.sh stash          carry [".spec/q15.NN"]: one 50 MB piece a call
 #                              (`split -b 50M -d .assets/models/qwen2.5-coder-1.5b-instruct-Q4_K_M.gguf .spec/q15.`)
-#   h200_s19.sh lookup|long    carry [".gl", ".whl", ".before", ".spec/q15.LAST"] (.before: `git archive 06e838e
-#                              cera_web shaders | tar -x -C .before`)
+#   h200_s19.sh lookup|long    carry [".gl", ".whl", ".before", ".mid", ".spec/q15.LAST"] (what the trees need)
 set -o pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p /opt/spec $OUT; cp .spec/q15.* /opt/spec/ 2>/dev/null; echo "pieces: $(ls /opt/spec | wc -l)"
