@@ -766,10 +766,12 @@ def matvec_q8_memory(K: int, lanes: int, wg: int, sg: bool) -> int:
 
 
 def matvec_q8_shape(fmt, K: int, cpu: bool, subgroup_size: int | None, wg_memory: int = 16384,
-                    rows: int | None = None, aligned: bool = False, tuning: Tuning | None = None) -> dict | None:
+                    rows: int | None = None, aligned: bool = False, tuning: Tuning | None = None,
+                    split_input: bool = False) -> dict | None:
     """kwargs of matvec_q8() (lanes, wg, sg) for rows of K of type fmt on this adapter (rows: the product's output
-    count, which picks the lanes), or None where the int8 kernel does not apply (another type, K not a multiple of the
-    format's block, the quantized row past wg_memory bytes)."""
+    count, which picks the lanes; split_input: the input is a split attention's partial results, at most
+    XSPLIT_LANES lanes), or None where the int8 kernel does not apply (another type, K not a multiple of the format's
+    block, the quantized row past wg_memory bytes)."""
     if formats.reader(fmt, "matvec_q8") is None or K % GGML_BLOCK[fmt][0]:
         return None
     if cpu:
@@ -778,7 +780,8 @@ def matvec_q8_shape(fmt, K: int, cpu: bool, subgroup_size: int | None, wg_memory
         cfg = _tuning(tuning).matvec8_config()
         layout = formats.FORMATS[fmt].aligned
         whole = aligned and layout is not None and layout.block_items     # an item a block (Q6_K's: 64 weights)
-        lanes, wg = cfg["lanes"] or matvec_q8_lanes(rows, cfg["wg"], K // 32 if whole else None), cfg["wg"]
+        lanes = matvec_q8_lanes(rows, cfg["wg"], K // 32 if whole else None)
+        lanes, wg = cfg["lanes"] or (min(lanes, XSPLIT_LANES) if split_input else lanes), cfg["wg"]
         if lanes & (lanes - 1) or not 1 <= lanes <= 32 or wg not in (64, 128, 256) or wg < lanes:
             raise ValueError(f"CERA_WEB_MATVEC8: lanes={lanes} (a power of two up to 32), wg={wg} (64, 128, 256)")
         shape = {"lanes": lanes, "wg": wg,
@@ -1128,10 +1131,9 @@ def choose_product(fmt, rows: int, cols: int, tokens: int, adapter: Adapter, tun
         x, gain, norm = "normed", "ones", False
     row = formats.FORMATS.get(fmt)
     one = tokens == 1 or last_only
-    q8 = [matvec_q8_shape(fmt, cols, adapter.is_cpu, adapter.subgroup_size, adapter.wg_memory, n, aligned, tuning)
+    q8 = [matvec_q8_shape(fmt, cols, adapter.is_cpu, adapter.subgroup_size, adapter.wg_memory, n, aligned, tuning,
+                          split_input=xsplit[0] > 1)
           if int8 and (one or each) else None for _, n in parts]
-    if xsplit[0] > 1:       # every workgroup combines the split attention's ranges as it loads x: fewer, fuller ones
-        q8 = [dict(q, lanes=min(q["lanes"], XSPLIT_LANES)) if q else q for q in q8]
     prefill = tokens > 1 and not last_only and not logits and not each
     if (prefill and sgmat_enabled(adapter, cols, glu, tuning) and formats.reader(fmt, "f32", aligned) is not None
             and cols % block_elems(fmt) == 0):
