@@ -28,10 +28,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     if (t >= step.n_tokens) {
         return;
     }
-    var scale = 1.0;
-    if (NORM) {
-        scale = rms_scale(t, tid);
-    }
+    let scale = rms_scale(t, tid);      // 1 without NORM
     for (var k = tid; k < K4; k += WG) {
         var x = X[t * K4 + k];
         if (NORM) {

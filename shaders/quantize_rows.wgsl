@@ -51,10 +51,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     if (t >= step.n_tokens) {
         return;
     }
-    var scale = 1.0;
-    if (NORM) {
-        scale = rms_scale(t, tid);
-    }
+    let scale = rms_scale(t, tid);      // 1 without NORM
     for (var k0 = 0u; k0 < K4; k0 += WG) {             // K4 is a multiple of 8: a block is never cut
         let k = k0 + tid;                              // vec4 k: word k % 8 of block k / 8
         var x = vec4<f32>(0.0);
