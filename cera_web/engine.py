@@ -544,11 +544,14 @@ class _Batches:
     next is submitted; under a grammar (matcher) a batch is one step, its mask written first (a step's mask depends
     on the token before it, known only once read back)."""
 
-    def __init__(self, engine, pos: int, params, result, depth: int, matcher=None):
+    def __init__(self, engine, pos: int, params, result, depth: int, matcher=None, size: int | None = None,
+                 steps: int | None = None):
         self.engine, self.model, self.params, self.result = engine, engine.model, params, result
-        self.depth, self.matcher = depth, matcher
+        self.depth, self.matcher, self.size = depth, matcher, size      # size: steps a batch (None: the pacer's)
         self.most = self.model.max_steps_per_read // depth                              # slots a batch may use
         self.budget = min(params.max_tokens - len(result.tokens), engine.context_size - pos)    # steps worth running
+        if steps is not None:               # a stretch of at most this many steps (speculative decoding's rests)
+            self.budget = min(self.budget, steps)
         self.nxt, self.base = pos, 0        # the next step's position, and the slot it writes
         self.flight = []                    # batches submitted and not read: (pending read, steps, slot base, sent)
         self.last = None                    # when the last batch came back
@@ -560,7 +563,7 @@ class _Batches:
             n = 1
             engine._sampler.set_mask(self.matcher.mask())
         else:
-            n = max(1, min(engine.pacer.next(engine.steps_per_read), self.most, self.budget))
+            n = max(1, min(self.size or engine.pacer.next(engine.steps_per_read), self.most, self.budget))
         for i in range(n):
             model.decode(self.nxt + i, self.base + i)
         self.flight.append((model.send(model.encode_read(self.base, n, self.params.logprobs)), n, self.base, h))
@@ -582,6 +585,11 @@ class _Batches:
             self.engine.pacer.observe(n, now - max(self.last, sent))   # the GPU ran it since the last came back
         self.last = now
         return _Read(tokens, logprobs, base, bool(self.flight))
+
+    @property
+    def done(self) -> bool:
+        """Every step of the budget was submitted and read."""
+        return not self.flight and self.budget <= 0
 
     def keep(self, read: _Read, used: int) -> bool:
         """Steps ran past a stop after ``used`` steps of ``read``: keep the state as after them (Model.keep_state)."""

@@ -16,10 +16,12 @@ the mark and runs the accepted inputs again.
 Drafts come from a draft model (``engine.load_draft``: a small model with the same tokenizer, greedy, on the same
 device; its own KV cache follows the sequence, resuming at the longest prefix it holds) or from prompt lookup (the
 tokens that followed the latest earlier occurrence of the sequence's last n tokens, n = 3, 2, 1: quoting, code edits,
-retrieval answers). A round without drafts is a plain batch of decode steps. k adapts per round: + 2 after a round
-that kept every draft (as transformers' assisted generation), else one more than the drafts kept, within
-1 .. verify_rows - 1. A round that kept none makes the drafter rest for 1, 2, 4, then 8 plain rounds (doubling while
-it keeps failing), so text that drafts do not match (prose for prompt lookup) costs little more than plain decoding.
+retrieval answers). k adapts per round: + 2 after a round that kept every draft (as transformers' assisted
+generation), else one more than the drafts kept, within 1 .. verify_rows - 1. Where there are no drafts, or the
+drafter rests, the steps are plain decoding's (the engine's _Batches: batches of PLAIN_STEPS, the next one in flight
+while one is read): a round that kept no draft makes the drafter rest for a stretch of 8, 16, 32, then 64 plain steps
+(doubling while it keeps failing), so text that drafts do not match (prose for prompt lookup) runs nearly as fast as
+plain decoding, and drafting is tried again as often as before (every PLAIN_STEPS steps where nothing was drafted).
 
 Sampling is speculated too: the model draws each row as a plain decode step at that position would (the same random
 number, from the seed and the position; the same penalties), and a draft is kept when it equals the draw. Drafts are
@@ -37,8 +39,8 @@ import numpy as np
 
 from .errors import InputError
 
-PLAIN_STEPS = 8      # decode steps of a round without drafts (one readback)
-MAX_REST = 8         # plain rounds a drafter rests at most after rounds that kept no draft
+PLAIN_STEPS = 8      # decode steps a read where nothing is drafted
+MAX_REST = 8         # PLAIN_STEPS batches a drafter rests at most after rounds that kept no draft
 
 
 class DraftModel:
@@ -101,54 +103,78 @@ def drafter(engine, params):
 
 
 class Speculative:
-    """The engine's decode schedule under speculative decoding (engine._schedule): one round a read."""
+    """The engine's decode schedule under speculative decoding (engine._schedule): a read is a round's tokens or a
+    batch of a plain stretch's."""
 
     def __init__(self, engine, pos: int, seq: list[int], params, result, drafter):
-        self.engine, self.model, self.result, self.drafter = engine, engine.model, result, drafter
+        self.engine, self.model, self.params, self.result = engine, engine.model, params, result
+        self.drafter = drafter
         self.pos, self.seq = pos, seq       # seq[-1] is the input at position pos
         self.budget = min(params.max_tokens - len(result.tokens), engine.context_size - pos)
         self.round = None                   # (position, inputs) of the last round, for keep()
-        self.rest, self.misses = 0, 0       # plain rounds to run before drafting again; rounds in a row that kept none
+        self.plain = None                   # the plain stretch running (an engine _Batches), None after a round
+        self.rest = 0                       # PLAIN_STEPS batches to run before drafting again
+        self.misses = 0                     # rounds in a row that kept no draft
         self.sampler = engine._sampler if self.model.sampler_plan is not None else None
 
     async def next(self):
-        from .engine import _Read
-        model, d, pos = self.model, self.drafter, self.pos
-        k = max(0, min(d.k, model.verify_rows - 1, self.budget - 1))
-        if self.rest:
-            self.rest, k = self.rest - 1, 0
-        drafts = (await d.draft(self.seq, k))[:k] if k else []
+        if self.plain is None or self.plain.done:
+            d = self.drafter
+            k = max(0, min(d.k, self.model.verify_rows - 1, self.budget - 1))
+            drafts = (await d.draft(self.seq, k))[:k] if k and not self.rest else []
+            if drafts:
+                return self._round(drafts, await self._check(drafts))
+            self.plain = self._stretch()
+        read = await self.plain.next()
+        self._took(read.tokens)
+        return read
+
+    def _stretch(self):
+        """Plain decode steps from the last token taken: the drafter's rest, or PLAIN_STEPS where nothing was
+        drafted."""
+        from .engine import _Batches
+        e, model = self.engine, self.model
+        model.set_next(self.seq[-1])
+        steps, self.rest = max(self.rest, 1) * PLAIN_STEPS, 0
+        return _Batches(e, self.pos, self.params, self.result, 2 if e.overlap and model.runs_ahead else 1,
+                        size=PLAIN_STEPS, steps=steps)
+
+    async def _check(self, drafts: list[int]) -> list[int]:
+        """Run the verify pass of a round: the model's token after the last one taken and after each draft."""
+        self.plain = None
+        model = self.model
         if not model.rewindable:            # the state before this round, to go back to
             model.mark()
             self.engine._mark = self.seq[:-1]
-        if drafts:
-            inputs = [self.seq[-1]] + drafts
-            model.verify(inputs, pos)
-            out = await model.read_log(len(inputs))
-            a = 0
-            while a < len(drafts) and drafts[a] == out[a]:
-                a += 1
-            tokens = out[:a + 1]
-            self.result.drafted += len(drafts)
-            self.result.accepted += a
-            d.k = min(d.k + 2, model.verify_rows - 1) if a == len(drafts) else max(1, min(d.k - 1, a + 1))
-            self.misses = 0 if a else self.misses + 1
-            self.rest = min(2 ** (self.misses - 1), MAX_REST) if self.misses else 0
-            if self.sampler is not None:      # the penalties' window: the sequence, not the rows' rejected draws
-                self.sampler.set_history(self.seq + tokens)
-            if a < len(drafts) and not model.rewindable:
-                self._rerun(pos, inputs[:a + 1])
-        else:
-            n = min(PLAIN_STEPS, self.budget)
-            model.prefill([self.seq[-1]], pos, with_head=True)
-            for i in range(1, n):
-                model.decode(pos + i, i)
-            tokens = await model.read_log(n)
-        self.round = (pos, [self.seq[-1]] + tokens[:-1])
+        model.verify([self.seq[-1]] + drafts, self.pos)
+        return await model.read_log(len(drafts) + 1)
+
+    def _round(self, drafts: list[int], out: list[int]):
+        """Keep the drafts the model agrees with, and its own token after them; adapt k and the rest."""
+        from .engine import _Read
+        model, d, pos = self.model, self.drafter, self.pos
+        inputs = [self.seq[-1]] + drafts
+        a = 0
+        while a < len(drafts) and drafts[a] == out[a]:
+            a += 1
+        tokens = out[:a + 1]
+        self.result.drafted += len(drafts)
+        self.result.accepted += a
+        d.k = min(d.k + 2, model.verify_rows - 1) if a == len(drafts) else max(1, min(d.k - 1, a + 1))
+        self.misses = 0 if a else self.misses + 1
+        self.rest = min(2 ** (self.misses - 1), MAX_REST) if self.misses else 0
+        if self.sampler is not None:      # the penalties' window: the sequence, not the rows' rejected draws
+            self.sampler.set_history(self.seq + tokens)
+        if a < len(drafts) and not model.rewindable:
+            self._rerun(pos, inputs[:a + 1])
+        self.round = (pos, inputs[:a + 1])
+        self._took(tokens)
+        return _Read(tokens, None, 0, False)
+
+    def _took(self, tokens: list[int]):
         self.seq += tokens
         self.pos += len(tokens)
         self.budget -= len(tokens)
-        return _Read(tokens, None, 0, False)
 
     def _rerun(self, pos: int, inputs: list[int]):
         """Take the running state back to the mark (before position pos), then through ``inputs`` again."""
@@ -157,11 +183,14 @@ class Speculative:
             self.model.prefill(inputs, pos, with_head=False)
 
     def keep(self, read, used: int) -> bool:
-        """The stream stopped after ``used`` tokens of the last round: its state is as after their inputs."""
+        """The stream stopped after ``used`` tokens of the last read: its state is as after their inputs."""
+        if self.plain is not None:
+            return self.plain.keep(read, used)
         if not self.model.rewindable:
             pos, inputs = self.round
             self._rerun(pos, inputs[:used])
         return True
 
     async def close(self):
-        pass
+        if self.plain is not None:
+            await self.plain.close()

@@ -277,3 +277,50 @@ def test_a_drafter_that_misses_rests_for_longer_and_longer(monkeypatch):
     # and k: 4, then one more than the drafts kept (1)
     start = len(got.prompt_tokens)
     assert [n - start for n in Wrong.calls] == [1, 10, 27, 60] and got.drafted == 4 + 1 + 1 + 1
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "lfm2"])
+def test_a_rest_runs_as_plain_decoding_with_its_next_batch_in_flight(pair, arch, monkeypatch):
+    """While the drafter rests, the steps are plain decoding's batches: on a GPU each batch is submitted before the
+    one before it is read (as without speculation), and a stop inside a rest's batch, with the next batch already
+    submitted, leaves the state as after the stop (LFM2: its conv states from the step snapshots): the next turn
+    continues exactly as a fresh computation."""
+    import cera_web.speculative as spec
+    backend, es = pair
+    eng, m = es[arch], es[arch].model
+    base = run(eng.generate(PROMPT, reuse_cache=False, speculative="off", max_tokens=60, ignore_eos=True))
+    bad = next(t for t in range(m.vocab) if t not in base.tokens)
+
+    class Wrong:            # every round misses: rests of 8, 16, 32, then 64 plain steps
+        k = 4
+
+        async def draft(self, seq, k):
+            return [bad] * k
+    monkeypatch.setattr(spec, "PromptLookup", Wrong)
+    reads = []
+    step = spec.Speculative.next
+
+    async def next_spy(self):
+        read = await step(self)
+        reads.append((len(read.tokens), read.ahead))
+        return read
+    monkeypatch.setattr(spec.Speculative, "next", next_spy)
+    got = run(eng.generate(PROMPT, reuse_cache=False, speculative="lookup", max_tokens=60, ignore_eos=True))
+    assert got.tokens == base.tokens and got.accepted == 0
+    # after each round (1 token) a rest of 1, 2, then 4 batches of 8 steps (60 tokens with the prefill's), the next
+    # batch in flight while one is read on a GPU
+    gpu = backend == "gpu"
+    assert reads == [(1, False), (8, False), (1, False), (8, gpu), (8, False), (1, False)] + [(8, gpu)] * 3 + \
+        [(8, False)]
+    then = eng.tokenizer.encode(" and", add_special=False)
+    starts = [i for i in range(12, 59) if base.tokens[i] not in base.tokens[:i]][:4]     # in rests of 16 and 32
+    assert len(starts) >= 2, base.tokens
+    for i in starts:
+        stop_id = base.tokens[i]
+        got = run(eng.generate(PROMPT, reuse_cache=False, speculative="lookup", max_tokens=60, ignore_eos=True,
+                               stop_token_ids=[stop_id]))
+        assert got.tokens == base.tokens[:i] and got.stop_reason == "stop"
+        ids = eng.encode_prompt(PROMPT) + got.tokens + [stop_id] + then
+        kept = run(eng.generate(ids, speculative="off", max_tokens=6, ignore_eos=True))
+        fresh = run(eng.generate(ids, speculative="off", max_tokens=6, ignore_eos=True, reuse_cache=False))
+        assert kept.cached_tokens >= len(ids) - 1 - len(then) and kept.tokens == fresh.tokens, i

@@ -69,6 +69,9 @@ class Model(Protocol):
     def decode(self, pos: int, out_index: int) -> None:
         """Submit a decode step: the last drawn token at position pos; its successor into slot out_index."""
 
+    def set_next(self, token: int) -> None:
+        """Make ``token`` the next decode step's input, as if it was the last drawn (after a verify pass)."""
+
     verify_rows: int            # tokens a verify() pass takes at most
 
     def verify(self, ids, pos0: int) -> None:
@@ -400,6 +403,9 @@ class GPUModel:
         """Submit one decode step: the token in tokens[0] at position pos; its successor goes to log[out_index]."""
         self.set_step(1, pos, out_index)
         self.dev.submit([self.plan_decode, *self._head(self.plan_head_decode)], self.step_copies(out_index))
+
+    def set_next(self, token: int):
+        self.dev.write_buffer(self.tokens, np.asarray([token], np.uint32))
 
     # -- a decode step in halves, for constrained decoding (the engine's _Overlapped schedule) ---------------------
     def encode_forward(self, out_index: int):

@@ -146,6 +146,9 @@ class CPUModel:
         self._forward([self._next], pos)
         self._draw(out_index)
 
+    def set_next(self, token: int):
+        self._next = token
+
     verify_rows = 16
 
     def verify(self, ids, pos0: int):
