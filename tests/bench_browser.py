@@ -3,6 +3,7 @@
     python tests/bench_browser.py [--prompt-tokens 128] [--decode-tokens 128] [--steps-per-read 4] [--grammar]
                                   [--model /models/FILE.gguf] [--backend cpu [--no-cpu-kernels]]
                                   [--context 4096] [--decode-after 3584] [--chat]
+                                  [--lookup | --draft /models/FILE.gguf] [--repeats N]
     python tests/bench_browser.py --app [--model /models/FILE.gguf] [--backend webgpu]
 
 Starts serve.py's server on a free port, opens /web/bench.html in headless Chromium (/usr/bin/chromium, WebGPU on
@@ -13,7 +14,9 @@ measured, not asserted); run it with the test environment's python (.venv/bin/py
 --context and --decode-after are the native bench's (KV cache positions; the decode run's prompt length, e.g. 3584
 with --context 4096 to decode late in a long conversation); --chat adds the time to first token of a one-line chat
 message (bench.chat_ttft, run in the page right after the load). download_ms and load_ms: the model's fetch and the
-engine's load from those bytes.
+engine's load from those bytes. --lookup / --draft URL run speculative decoding's chat tasks in the page instead
+(cera_web.tools.bench.speculative, as the native bench's --lookup / --draft: tok/s off and on, drafts kept, whether
+the tokens are the same), --decode-tokens tokens each, the best of --repeats.
 
 --app measures the real page (/, web/app.js and its worker) instead, in a browser profile on disk: it opens the page
 with ?model=, which downloads the model into the page's cache (OPFS, web/modelstore.js) and loads it; reloads the
@@ -63,6 +66,9 @@ def main():
                    help="also cera_web.tools.gemm_check on the page's device (its prefill products against numpy)")
     p.add_argument("--env", action="append", default=[], metavar="CERA_WEB_X=VALUE",
                    help="a kernel switch set in the page before the load (repeatable), e.g. CERA_WEB_SGMAT=0")
+    p.add_argument("--lookup", action="store_true",
+                   help="speculative decoding's chat tasks with prompt lookup, off and on (the native bench --lookup)")
+    p.add_argument("--draft", metavar="URL", help="the same with this served model as the draft model (--draft)")
     p.add_argument("--timeout-s", type=float, default=3600)
     args = p.parse_args()
     import serve
@@ -86,7 +92,8 @@ def main():
            + (f"&context={args.context}" if args.context else "") + f"&after={args.decode_after}"
             + f"&repeats={args.repeats}"
            + ("&chat=1" if args.chat else "") + ("&check=1" if args.check else "")
-           + (f"&env={quote(';'.join(args.env))}" if args.env else ""))
+           + (f"&env={quote(';'.join(args.env))}" if args.env else "")
+           + ("&spec=lookup" if args.lookup else "") + (f"&spec=draft&draft={quote(args.draft)}" if args.draft else ""))
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         page = browser.new_page()

@@ -21,6 +21,8 @@
 #                        page and native at 512/128 (decode after 16) and the long case, and the real page's
 #                        download / OPFS loads (no chat: no template; estimate has their 128/64) -> synth.jsonl,
 #                        app.jsonl
+#                 spec   (session 20) speculative decoding (prompt lookup, the 0.5B draft) on the real
+#                        Qwen2.5-Coder-1.5B, page and native (the pieces from h200_s20.sh stash) -> spec.jsonl
 #                 sgmat  (session 18) gemm_check in the page, then prefill 512 with the subgroup matrix kernel
 #                        (CERA_WEB_SGMAT=1; PG_SGMAT_ENVS: its other shapes) and without (the int8 path) on the
 #                        synthetic files and the first PG_MODELS file -> sgmat.jsonl
@@ -252,6 +254,18 @@ for step in $STEPS; do
         done
       done
       unset PG_FLAGS_FILE ;;
+    spec)         # session 20, issue 31: speculative decoding on the real Qwen2.5-Coder-1.5B, in the page and
+      # natively on the same files (joined from the pieces h200_s20.sh stashed in /opt/spec: q15.NN, q05.NN), greedy
+      # chat tasks off and on in one run each: prompt lookup, then the 0.5B as the draft model -> spec.jsonl
+      Q15=qwen2.5-coder-1.5b-instruct-Q4_K_M.gguf Q05=qwen2.5-coder-0.5b-instruct-Q4_K_M.gguf
+      cd .assets/models      # joined in the served folder (serve.py refuses symlinks that lead out of it)
+      [ -f $Q15 ] || cat /opt/spec/q15.* > $Q15; [ -f $Q05 ] || cat /opt/spec/q05.* > $Q05
+      sha256sum $Q15 $Q05 | tee -a $OUT/env.txt; cd /opt/pgsrc
+      SPEC="--decode-tokens 256 --repeats 2 --context 2048"
+      bench_page spec.jsonl $Q15 200 --lookup $SPEC
+      bench_native spec.jsonl $Q15 150 --lookup $SPEC
+      bench_page spec.jsonl $Q15 250 --draft /models/$Q05 $SPEC
+      bench_native spec.jsonl $Q15 200 --draft .assets/models/$Q05 $SPEC ;;
     synth)        # the synthetic 1B / 1.5B in the page and natively: 512 and 128 prompts, long, OPFS loads
       make_synth
       for m in $SFILES; do
@@ -266,7 +280,7 @@ for step in $STEPS; do
 done
 t end
 cut -c1-400 $OUT/page.jsonl $OUT/native.jsonl $OUT/long.jsonl $OUT/app.jsonl $OUT/chat.jsonl $OUT/synth.jsonl \
-  $OUT/sgmat.jsonl 2>/dev/null
+  $OUT/sgmat.jsonl $OUT/spec.jsonl 2>/dev/null
 s=$(stat -c %s $OUT/chromium.log 2>/dev/null || echo 0)
 [ "$s" -gt 8000000 ] && { tail -c 8000000 $OUT/chromium.log > /tmp/cl && mv /tmp/cl $OUT/chromium.log; }
 exit 0
