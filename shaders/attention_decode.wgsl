@@ -161,10 +161,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         for (var j = tid; j < cn; j += WG) {
             var s = 0.0;
             if (c0 + j == pos) {
-                for (var d = 0u; d < D4; d++) { s += dot(q4(d), vec4<f32>(vec4<KVT>(k4(d)))); }   // as cached
+                s = score_own();
             } else {
-                let row = (c0 + j) * kv_stride + g * D4;
-                for (var d = 0u; d < D4; d++) { s += dot(q4(d), vec4<f32>(Kc[row + d])); }
+                s = score_cached((c0 + j) * kv_stride + g * D4);
             }
             s *= SCALE;
             p[j] = s;
@@ -208,6 +207,39 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             }
         }
     }
+}
+
+// q · the cached key at row of Kc: four loads in flight at a time, into four partial sums (the loop is otherwise
+// bound by their latency); score_own: the same for this position's key k, as it is cached (the same sums in the same
+// order, so that a verify pass scores each token as its decode step does).
+fn score_cached(row: u32) -> f32 {
+    var a = vec4<f32>(0.0);
+    var d = 0u;
+    for (; d + 3u < D4; d += 4u) {
+        let k0 = vec4<f32>(Kc[row + d]);
+        let k1 = vec4<f32>(Kc[row + d + 1u]);
+        let k2 = vec4<f32>(Kc[row + d + 2u]);
+        let k3 = vec4<f32>(Kc[row + d + 3u]);
+        a += vec4<f32>(dot(q4(d), k0), dot(q4(d + 1u), k1), dot(q4(d + 2u), k2), dot(q4(d + 3u), k3));
+    }
+    for (; d < D4; d++) {
+        a.x += dot(q4(d), vec4<f32>(Kc[row + d]));
+    }
+    return (a.x + a.y) + (a.z + a.w);
+}
+
+fn score_own() -> f32 {
+    var a = vec4<f32>(0.0);
+    var d = 0u;
+    for (; d + 3u < D4; d += 4u) {
+        a += vec4<f32>(dot(q4(d), vec4<f32>(vec4<KVT>(k4(d)))), dot(q4(d + 1u), vec4<f32>(vec4<KVT>(k4(d + 1u)))),
+                       dot(q4(d + 2u), vec4<f32>(vec4<KVT>(k4(d + 2u)))),
+                       dot(q4(d + 3u), vec4<f32>(vec4<KVT>(k4(d + 3u)))));
+    }
+    for (; d < D4; d++) {
+        a.x += dot(q4(d), vec4<f32>(vec4<KVT>(k4(d))));
+    }
+    return (a.x + a.y) + (a.z + a.w);
 }
 
 // Workgroup-wide reduction. Every thread must call it (it has barriers); all get the result: the sum, or the maximum

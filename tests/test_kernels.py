@@ -229,7 +229,8 @@ def test_rope_store(dev, neox, qk_norm):
 
 
 @pytest.mark.parametrize("QH,KVH,D,pos,neox,qk_norm", [(9, 3, 64, 0, False, False), (4, 2, 32, 300, True, True),
-                                                        (2, 1, 128, 5, False, False), (3, 1, 64, 1500, False, False)])
+                                                        (2, 1, 128, 5, False, False), (3, 1, 64, 1500, False, False),
+                                                        (4, 2, 36, 40, True, False)])
 def test_attention_decode_equals_rope_store_then_attention(dev, QH, KVH, D, pos, neox, qk_norm):
     ctx, eps = pos + 3, 1e-6
     rng = np.random.default_rng(pos + D)
