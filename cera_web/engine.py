@@ -545,13 +545,13 @@ class _Batches:
     on the token before it, known only once read back)."""
 
     def __init__(self, engine, pos: int, params, result, depth: int, matcher=None, size: int | None = None,
-                 steps: int | None = None):
+                 more=None):
         self.engine, self.model, self.params, self.result = engine, engine.model, params, result
         self.depth, self.matcher, self.size = depth, matcher, size      # size: steps a batch (None: the pacer's)
+        self.more = more        # None, or called before each batch after the first with the steps submitted so far:
+        self.steps = 0          # False ends the batches there (speculative decoding's plain stretches)
         self.most = self.model.max_steps_per_read // depth                              # slots a batch may use
         self.budget = min(params.max_tokens - len(result.tokens), engine.context_size - pos)    # steps worth running
-        if steps is not None:               # a stretch of at most this many steps (speculative decoding's rests)
-            self.budget = min(self.budget, steps)
         self.nxt, self.base = pos, 0        # the next step's position, and the slot it writes
         self.flight = []                    # batches submitted and not read: (pending read, steps, slot base, sent)
         self.last = None                    # when the last batch came back
@@ -568,7 +568,7 @@ class _Batches:
             model.decode(self.nxt + i, self.base + i)
         self.flight.append((model.send(model.encode_read(self.base, n, self.params.logprobs)), n, self.base, h))
         self.result.host_ms += (time.perf_counter() - h) * 1000
-        self.nxt, self.budget = self.nxt + n, self.budget - n
+        self.nxt, self.budget, self.steps = self.nxt + n, self.budget - n, self.steps + n
         if self.depth > 1:
             self.base = self.most - self.base
 
@@ -576,7 +576,7 @@ class _Batches:
         if self.last is None:
             self.submit()
             self.last = time.perf_counter()
-        while len(self.flight) < self.depth and self.budget > 0:
+        while len(self.flight) < self.depth and not self._ends():
             self.submit()                   # the next batch goes to the GPU before this one's tokens are read
         pending, n, base, sent = self.flight.pop(0)
         tokens, logprobs = await self.model.collect(pending)
@@ -586,10 +586,16 @@ class _Batches:
         self.last = now
         return _Read(tokens, logprobs, base, bool(self.flight))
 
+    def _ends(self) -> bool:
+        """Whether no batch may follow: the budget is spent, or more() said so (then the budget is set to 0)."""
+        if self.budget > 0 and self.more is not None and not self.more(self.steps):
+            self.budget = 0
+        return self.budget <= 0
+
     @property
     def done(self) -> bool:
-        """Every step of the budget was submitted and read."""
-        return not self.flight and self.budget <= 0
+        """Every batch was submitted and read."""
+        return not self.flight and self._ends()
 
     def keep(self, read: _Read, used: int) -> bool:
         """Steps ran past a stop after ``used`` steps of ``read``: keep the state as after them (Model.keep_state)."""

@@ -64,19 +64,32 @@ class DraftModel:
         e._cache_passes = model.passes
         return out
 
+    def worth(self, seq: list[int], start: int) -> bool:
+        return True             # what its drafts would keep is known only by running it
+
 
 class PromptLookup:
-    """Drafts from the sequence itself: what followed the latest earlier occurrence of its last n tokens."""
+    """Drafts from the sequence itself: what followed the latest earlier occurrence of its last n tokens. Where it
+    pays is scored for free: at each position of the reply, the drafts lookup would have made there against the
+    tokens that came (worth)."""
 
     NGRAMS = (3, 2, 1)
+    SCORED = 8          # tokens after a position needed to score it (runs counted up to this many)
+    RECENT = 32         # positions the score covers
+    MIN_KEPT = 1.0      # drafts lookup must have kept on average there for a round to be worth its verify pass
 
     def __init__(self):
         self.k = 8
+        self.kept = []          # per scored position of the reply: how many of lookup's drafts would have been kept
+        self.next = None        # the next position to score
 
     async def draft(self, seq: list[int], k: int) -> list[int]:
-        arr = np.asarray(seq, np.int64)
+        return self.lookup(np.asarray(seq, np.int64), len(seq), k)
+
+    def lookup(self, arr, end: int, k: int) -> list[int]:
+        """The drafts from arr[:end]: up to k tokens after the latest earlier occurrence of its last 3, 2 or 1."""
         for n in self.NGRAMS:
-            m = len(arr) - n            # candidate starts i < m: a match with at least one token after it
+            m = end - n                 # candidate starts i < m: a match with at least one token after it
             if m <= 0:
                 continue
             hit = np.ones(m, bool)
@@ -85,8 +98,25 @@ class PromptLookup:
             found = np.flatnonzero(hit)
             if found.size:
                 i = int(found[-1]) + n
-                return seq[i:i + k]
+                return arr[i:min(i + k, end)].tolist()
         return []
+
+    def worth(self, seq: list[int], start: int) -> bool:
+        """Whether a round is worth running now: lookup's drafts at the last RECENT scored positions of the reply
+        (it starts at seq[start]) would have kept MIN_KEPT tokens on average; True until a position is scored. A
+        position e (drafting from seq[:e]) is scored once the SCORED tokens after it are known."""
+        arr = np.asarray(seq, np.int64)
+        e = max(self.next or 0, start + 1)
+        while e + self.SCORED <= len(arr):
+            drafts = self.lookup(arr, e, self.SCORED)
+            a = 0
+            while a < len(drafts) and drafts[a] == arr[e + a]:
+                a += 1
+            self.kept.append(a)
+            e += 1
+        self.next = e
+        recent = self.kept[-self.RECENT:]
+        return not recent or sum(recent) >= self.MIN_KEPT * len(recent)
 
 
 def drafter(engine, params):
@@ -110,6 +140,7 @@ class Speculative:
         self.engine, self.model, self.params, self.result = engine, engine.model, params, result
         self.drafter = drafter
         self.pos, self.seq = pos, seq       # seq[-1] is the input at position pos
+        self.start = len(seq) - 1           # the reply's first token in seq
         self.budget = min(params.max_tokens - len(result.tokens), engine.context_size - pos)
         self.round = None                   # (position, inputs) of the last round, for keep()
         self.plain = None                   # the plain stretch running (an engine _Batches), None after a round
@@ -121,7 +152,7 @@ class Speculative:
         if self.plain is None or self.plain.done:
             d = self.drafter
             k = max(0, min(d.k, self.model.verify_rows - 1, self.budget - 1))
-            drafts = (await d.draft(self.seq, k))[:k] if k and not self.rest else []
+            drafts = (await d.draft(self.seq, k))[:k] if k and not self.rest and d.worth(self.seq, self.start) else []
             if drafts:
                 return self._round(drafts, await self._check(drafts))
             self.plain = self._stretch()
@@ -130,14 +161,14 @@ class Speculative:
         return read
 
     def _stretch(self):
-        """Plain decode steps from the last token taken: the drafter's rest, or PLAIN_STEPS where nothing was
-        drafted."""
+        """Plain decode steps from the last token taken: at least the drafter's rest (PLAIN_STEPS where it does not
+        rest), then batch by batch while a round is not worth it (drafter.worth, on the tokens read so far)."""
         from .engine import _Batches
-        e, model = self.engine, self.model
+        e, model, d = self.engine, self.model, self.drafter
         model.set_next(self.seq[-1])
-        steps, self.rest = max(self.rest, 1) * PLAIN_STEPS, 0
+        least, self.rest = max(self.rest, 1) * PLAIN_STEPS, 0
         return _Batches(e, self.pos, self.params, self.result, 2 if e.overlap and model.runs_ahead else 1,
-                        size=PLAIN_STEPS, steps=steps)
+                        size=PLAIN_STEPS, more=lambda steps: steps < least or not d.worth(self.seq, self.start))
 
     async def _check(self, drafts: list[int]) -> list[int]:
         """Run the verify pass of a round: the model's token after the last one taken and after each draft."""

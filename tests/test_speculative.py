@@ -258,6 +258,9 @@ def test_a_drafter_that_misses_rests_for_longer_and_longer(monkeypatch):
             Wrong.calls.append(len(seq))
             return [bad] * k
 
+        def worth(self, seq, start):
+            return True
+
     async def go():
         eng = await Engine.load(SMALL / "qwen3-f32.gguf", device="cpu", context_size=256)
         try:
@@ -296,6 +299,9 @@ def test_a_rest_runs_as_plain_decoding_with_its_next_batch_in_flight(pair, arch,
 
         async def draft(self, seq, k):
             return [bad] * k
+
+        def worth(self, seq, start):
+            return True
     monkeypatch.setattr(spec, "PromptLookup", Wrong)
     reads = []
     step = spec.Speculative.next
@@ -324,3 +330,58 @@ def test_a_rest_runs_as_plain_decoding_with_its_next_batch_in_flight(pair, arch,
         kept = run(eng.generate(ids, speculative="off", max_tokens=6, ignore_eos=True))
         fresh = run(eng.generate(ids, speculative="off", max_tokens=6, ignore_eos=True, reuse_cache=False))
         assert kept.cached_tokens >= len(ids) - 1 - len(then) and kept.tokens == fresh.tokens, i
+
+
+def test_prompt_lookup_scores_where_it_pays_for_free():
+    """PromptLookup.worth: at each position of the reply whose next SCORED tokens are known, how many of the drafts
+    lookup would have made there were what came; a round is worth running while the last RECENT of those keep
+    MIN_KEPT on average (True before any position is scored)."""
+    prompt = list(range(40))
+    assert (PromptLookup.SCORED, PromptLookup.RECENT, PromptLookup.MIN_KEPT) == (8, 32, 1.0)
+
+    def worth(reply):
+        return PromptLookup().worth(prompt + reply, len(prompt))
+    assert worth(prompt[5:25])                      # a quote: every draft kept
+    fresh = list(range(100, 140))
+    assert not worth(fresh)                         # nothing to look up
+    assert worth(fresh[:8]) and not worth(fresh[:9])     # the first position is scored once 8 tokens follow it
+    lk = PromptLookup()
+    for kept, want in (([1, 1, 0, 2], True), ([1, 1, 0, 1], False), ([0] * 5 + [1] * 32, True),
+                       ([0] * 5 + [1] * 31 + [0], False)):
+        lk.kept, lk.next = list(kept), 10 ** 6      # nothing new to score
+        assert lk.worth(prompt, 0) is want, kept
+
+
+def test_a_stretch_goes_on_while_drafting_is_not_worth_it(pair, monkeypatch):
+    """Past the drafter's rest a plain stretch goes on batch by batch, in flight as plain decoding, while the drafter
+    says a round is not worth it (on the tokens read when the next batch is submitted: one batch later on a GPU)."""
+    import cera_web.speculative as spec
+    backend, es = pair
+    eng = es["qwen3"]
+    base = run(eng.generate(PROMPT, reuse_cache=False, speculative="off", max_tokens=60, ignore_eos=True))
+    bad = next(t for t in range(eng.model.vocab) if t not in base.tokens)
+
+    class Late:                 # not worth it until the reply has 40 tokens; then drafts that miss
+        k, calls = 4, []
+
+        async def draft(self, seq, k):
+            Late.calls.append(len(seq))
+            return [bad] * k
+
+        def worth(self, seq, start):
+            return len(seq) - start >= 40
+    monkeypatch.setattr(spec, "PromptLookup", Late)
+    reads = []
+    step = spec.Speculative.next
+
+    async def next_spy(self):
+        read = await step(self)
+        reads.append((len(read.tokens), read.ahead))
+        return read
+    monkeypatch.setattr(spec.Speculative, "next", next_spy)
+    got = run(eng.generate(PROMPT, reuse_cache=False, speculative="lookup", max_tokens=60, ignore_eos=True))
+    assert got.tokens == base.tokens
+    start = len(got.prompt_tokens)
+    gpu = backend == "gpu"
+    assert Late.calls[0] - start == (49 if gpu else 41)
+    assert reads[:6 if gpu else 5] == ([(8, True)] * 5 + [(8, False)] if gpu else [(8, False)] * 5)
