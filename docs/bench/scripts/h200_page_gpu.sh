@@ -259,11 +259,12 @@ for step in $STEPS; do
       # chat tasks off and on in one run each: prompt lookup, then the 0.5B as the draft model -> spec.jsonl
       Q15=qwen2.5-coder-1.5b-instruct-Q4_K_M.gguf Q05=qwen2.5-coder-0.5b-instruct-Q4_K_M.gguf
       cd .assets/models      # joined in the served folder (serve.py refuses symlinks that lead out of it)
-      [ -f $Q15 ] || cat /opt/spec/q15.* > $Q15; [ -f $Q05 ] || cat /opt/spec/q05.* > $Q05
+      [ -f $Q15 ] || cat /opt/spec/q15.* > $Q15; [ -f $Q05 ] || [ "${PG_SPEC_DRAFT:-1}" = 0 ] || cat /opt/spec/q05.* > $Q05
       sha256sum $Q15 $Q05 | tee -a $OUT/env.txt; cd /opt/pgsrc
       SPEC="--decode-tokens 256 --repeats 2 --context 2048"
       bench_page spec.jsonl $Q15 200 --lookup $SPEC
       bench_native spec.jsonl $Q15 150 --lookup $SPEC
+      [ "${PG_SPEC_DRAFT:-1}" = 1 ] || continue      # PG_SPEC_DRAFT=0: prompt lookup only (no 0.5B pieces)
       bench_page spec.jsonl $Q15 250 --draft /models/$Q05 $SPEC
       bench_native spec.jsonl $Q15 200 --draft .assets/models/$Q05 $SPEC ;;
     synth)        # the synthetic 1B / 1.5B in the page and natively: 512 and 128 prompts, long, OPFS loads
