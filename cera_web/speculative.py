@@ -162,13 +162,23 @@ class Speculative:
 
     def _stretch(self):
         """Plain decode steps from the last token taken: at least the drafter's rest (PLAIN_STEPS where it does not
-        rest), then batch by batch while a round is not worth it (drafter.worth, on the tokens read so far)."""
+        rest) in batches of PLAIN_STEPS, then while a round is not worth it (drafter.worth, on the tokens read so far)
+        in plain decoding's own batches (the pacer's size: fewer reads)."""
         from .engine import _Batches
         e, model, d = self.engine, self.model, self.drafter
         model.set_next(self.seq[-1])
         least, self.rest = max(self.rest, 1) * PLAIN_STEPS, 0
-        return _Batches(e, self.pos, self.params, self.result, 2 if e.overlap and model.runs_ahead else 1,
-                        size=PLAIN_STEPS, more=lambda steps: steps < least or not d.worth(self.seq, self.start))
+
+        def more(steps: int) -> bool:
+            if steps < least:
+                return True
+            if d.worth(self.seq, self.start):
+                return False
+            stretch.size = None
+            return True
+        stretch = _Batches(e, self.pos, self.params, self.result, 2 if e.overlap and model.runs_ahead else 1,
+                           size=PLAIN_STEPS, more=more)
+        return stretch
 
     async def _check(self, drafts: list[int]) -> list[int]:
         """Run the verify pass of a round: the model's token after the last one taken and after each draft."""

@@ -353,8 +353,9 @@ def test_prompt_lookup_scores_where_it_pays_for_free():
 
 
 def test_a_stretch_goes_on_while_drafting_is_not_worth_it(pair, monkeypatch):
-    """Past the drafter's rest a plain stretch goes on batch by batch, in flight as plain decoding, while the drafter
-    says a round is not worth it (on the tokens read when the next batch is submitted: one batch later on a GPU)."""
+    """Past the drafter's rest (a batch of 8 steps) a plain stretch goes on in plain decoding's batches (the pacer's
+    size; here the engine's fixed 4 steps a read), in flight as plain decoding, while the drafter says a round is not
+    worth it (on the tokens read when the next batch is submitted: one batch later on a GPU)."""
     import cera_web.speculative as spec
     backend, es = pair
     eng = es["qwen3"]
@@ -379,9 +380,11 @@ def test_a_stretch_goes_on_while_drafting_is_not_worth_it(pair, monkeypatch):
         reads.append((len(read.tokens), read.ahead))
         return read
     monkeypatch.setattr(spec.Speculative, "next", next_spy)
+    monkeypatch.setattr(eng, "steps_per_read", 4)
     got = run(eng.generate(PROMPT, reuse_cache=False, speculative="lookup", max_tokens=60, ignore_eos=True))
     assert got.tokens == base.tokens
     start = len(got.prompt_tokens)
     gpu = backend == "gpu"
-    assert Late.calls[0] - start == (49 if gpu else 41)
-    assert reads[:6 if gpu else 5] == ([(8, True)] * 5 + [(8, False)] if gpu else [(8, False)] * 5)
+    assert Late.calls[0] - start == (45 if gpu else 41)
+    assert reads[:10 if gpu else 9] == ([(8, True)] + [(4, True)] * 8 + [(4, False)] if gpu else
+                                        [(8, False)] + [(4, False)] * 8)
