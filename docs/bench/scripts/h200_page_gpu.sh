@@ -271,7 +271,7 @@ for step in $STEPS; do
       make_synth
       for m in $SFILES; do
         t "synth $m"
-        bench_page synth.jsonl $m 150 --prompt-tokens 512 --decode-tokens 128
+        bench_page synth.jsonl $m 150 --prompt-tokens 512 --decode-tokens 128 --repeats 3
         bench_native synth.jsonl $m 120 --prompt-tokens 512 --decode-tokens 128 --repeats 3
         bench_page synth.jsonl $m 150 $LONG
         bench_native synth.jsonl $m 120 $LONG --repeats 2
