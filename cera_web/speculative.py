@@ -31,7 +31,9 @@ with probability p(d), else a draw from p without d. The output is therefore not
 with the same seed it is the same tokens as without speculation. (A sampled draft with its own q would accept more
 often at high temperatures, at the cost of that reproducibility and of reading q back; not done.) Not speculated:
 grammars (a draft would need each state's mask) and logprobs. SamplingParams.speculative says when
-(cera_web.sampling: "auto" uses a loaded draft model, "draft", "lookup", "off").
+(cera_web.sampling: "auto", the default, uses a loaded draft model, else prompt lookup on a GPU that is not a CPU
+adapter, where a verify pass costs a few decode steps; "draft", "lookup", "off"). Prompt lookup runs a round only
+where it pays: PromptLookup.worth scores it for free on the reply so far.
 """
 from __future__ import annotations
 
@@ -76,7 +78,7 @@ class PromptLookup:
     NGRAMS = (3, 2, 1)
     SCORED = 8          # tokens after a position needed to score it (runs counted up to this many)
     RECENT = 32         # positions the score covers
-    MIN_KEPT = 1.0      # drafts lookup must have kept on average there for a round to be worth its verify pass
+    MIN_KEPT = 2.0      # drafts lookup must have kept on average there for a round to be worth its verify pass
 
     def __init__(self):
         self.k = 8
@@ -103,8 +105,9 @@ class PromptLookup:
 
     def worth(self, seq: list[int], start: int) -> bool:
         """Whether a round is worth running now: lookup's drafts at the last RECENT scored positions of the reply
-        (it starts at seq[start]) would have kept MIN_KEPT tokens on average; True until a position is scored. A
-        position e (drafting from seq[:e]) is scored once the SCORED tokens after it are known."""
+        (it starts at seq[start]) would have kept MIN_KEPT tokens on average; False until a position is scored (no
+        blind first round). A position e (drafting from seq[:e]) is scored once the SCORED tokens after it are
+        known."""
         arr = np.asarray(seq, np.int64)
         e = max(self.next or 0, start + 1)
         while e + self.SCORED <= len(arr):
@@ -116,7 +119,7 @@ class PromptLookup:
             e += 1
         self.next = e
         recent = self.kept[-self.RECENT:]
-        return not recent or sum(recent) >= self.MIN_KEPT * len(recent)
+        return bool(recent) and sum(recent) >= self.MIN_KEPT * len(recent)
 
 
 def drafter(engine, params):
@@ -129,6 +132,8 @@ def drafter(engine, params):
                          "--draft FILE), or use speculative='lookup'")
     if mode in ("draft", "auto") and engine.draft is not None:
         return DraftModel(engine.draft)
+    if mode == "auto" and not engine.cpu and not engine.dev.is_cpu:
+        return PromptLookup()       # where a verify pass costs a few decode steps: a GPU, not a CPU adapter
     return None
 
 
@@ -161,13 +166,13 @@ class Speculative:
         return read
 
     def _stretch(self):
-        """Plain decode steps from the last token taken: at least the drafter's rest (PLAIN_STEPS where it does not
-        rest) in batches of PLAIN_STEPS, then while a round is not worth it (drafter.worth, on the tokens read so far)
-        in plain decoding's own batches (the pacer's size: fewer reads)."""
+        """Plain decode steps from the last token taken: the drafter's rest in batches of PLAIN_STEPS, then (or at
+        once where it does not rest) plain decoding's own batches (the pacer's size) while a round is not worth it
+        (drafter.worth, on the tokens read when the next batch is submitted); at least one batch."""
         from .engine import _Batches
         e, model, d = self.engine, self.model, self.drafter
         model.set_next(self.seq[-1])
-        least, self.rest = max(self.rest, 1) * PLAIN_STEPS, 0
+        least, self.rest = self.rest * PLAIN_STEPS, 0
 
         def more(steps: int) -> bool:
             if steps < least:
@@ -177,7 +182,7 @@ class Speculative:
             stretch.size = None
             return True
         stretch = _Batches(e, self.pos, self.params, self.result, 2 if e.overlap and model.runs_ahead else 1,
-                           size=PLAIN_STEPS, more=more)
+                           size=PLAIN_STEPS if least else None, more=more)
         return stretch
 
     async def _check(self, drafts: list[int]) -> list[int]:

@@ -335,27 +335,26 @@ def test_a_rest_runs_as_plain_decoding_with_its_next_batch_in_flight(pair, arch,
 def test_prompt_lookup_scores_where_it_pays_for_free():
     """PromptLookup.worth: at each position of the reply whose next SCORED tokens are known, how many of the drafts
     lookup would have made there were what came; a round is worth running while the last RECENT of those keep
-    MIN_KEPT on average (True before any position is scored)."""
+    MIN_KEPT on average (False before any position is scored: no blind first round)."""
     prompt = list(range(40))
-    assert (PromptLookup.SCORED, PromptLookup.RECENT, PromptLookup.MIN_KEPT) == (8, 32, 1.0)
+    assert (PromptLookup.SCORED, PromptLookup.RECENT, PromptLookup.MIN_KEPT) == (8, 32, 2.0)
 
     def worth(reply):
         return PromptLookup().worth(prompt + reply, len(prompt))
     assert worth(prompt[5:25])                      # a quote: every draft kept
-    fresh = list(range(100, 140))
-    assert not worth(fresh)                         # nothing to look up
-    assert worth(fresh[:8]) and not worth(fresh[:9])     # the first position is scored once 8 tokens follow it
+    assert not worth(list(range(100, 140)))         # nothing to look up
+    assert not worth(prompt[5:13]) and worth(prompt[5:14])   # the first position is scored once 8 tokens follow it
     lk = PromptLookup()
-    for kept, want in (([1, 1, 0, 2], True), ([1, 1, 0, 1], False), ([0] * 5 + [1] * 32, True),
-                       ([0] * 5 + [1] * 31 + [0], False)):
+    for kept, want in (([2, 2, 0, 4], True), ([2, 2, 0, 3], False), ([0] * 5 + [2] * 32, True),
+                       ([0] * 5 + [2] * 31 + [0], False)):
         lk.kept, lk.next = list(kept), 10 ** 6      # nothing new to score
         assert lk.worth(prompt, 0) is want, kept
 
 
 def test_a_stretch_goes_on_while_drafting_is_not_worth_it(pair, monkeypatch):
-    """Past the drafter's rest (a batch of 8 steps) a plain stretch goes on in plain decoding's batches (the pacer's
-    size; here the engine's fixed 4 steps a read), in flight as plain decoding, while the drafter says a round is not
-    worth it (on the tokens read when the next batch is submitted: one batch later on a GPU)."""
+    """While the drafter says a round is not worth it, the steps are plain decoding's batches (the pacer's size; here
+    the engine's fixed 4 steps a read), in flight as plain decoding; the stretch ends where it says a round is worth
+    it (on the tokens read when the next batch is submitted: one batch later on a GPU)."""
     import cera_web.speculative as spec
     backend, es = pair
     eng = es["qwen3"]
@@ -386,5 +385,30 @@ def test_a_stretch_goes_on_while_drafting_is_not_worth_it(pair, monkeypatch):
     start = len(got.prompt_tokens)
     gpu = backend == "gpu"
     assert Late.calls[0] - start == (45 if gpu else 41)
-    assert reads[:10 if gpu else 9] == ([(8, True)] + [(4, True)] * 8 + [(4, False)] if gpu else
-                                        [(8, False)] + [(4, False)] * 8)
+    assert reads[:11 if gpu else 10] == ([(4, True)] * 10 + [(4, False)] if gpu else [(4, False)] * 10)
+
+
+def test_auto_looks_up_where_a_verify_pass_is_cheap(pair, monkeypatch):
+    """speculative="auto" (the default) without a draft model: prompt lookup on a GPU, where a verify pass costs a
+    few decode steps and rounds run only where lookup has been keeping drafts; plain decoding on CPU adapters
+    (lavapipe, SwiftShader) and the CPU model, where a verify pass costs a step per token. The same tokens."""
+    from cera_web.sampling import SamplingParams
+    from cera_web.speculative import drafter
+    backend, es = pair
+    eng = es["qwen3"]
+    monkeypatch.setattr(eng, "draft", None)
+    auto = SamplingParams(max_tokens=80, ignore_eos=True)
+    assert auto.speculative == "auto" and drafter(eng, auto) is None      # the CPU model, or lavapipe
+    if backend == "gpu":
+        import cera_web.speculative as spec
+        monkeypatch.setattr(eng.dev, "is_cpu", False)                      # as on a real GPU
+        assert isinstance(drafter(eng, auto), PromptLookup)
+        reads = []
+        step = spec.Speculative.next
+
+        async def next_spy(self):
+            reads.append(await step(self))
+            return reads[-1]
+        monkeypatch.setattr(spec.Speculative, "next", next_spy)
+        got, base = run(both(eng, PROMPT, "auto", max_tokens=80, ignore_eos=True))
+        assert got.tokens == base.tokens and reads
