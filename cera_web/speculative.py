@@ -78,10 +78,14 @@ class PromptLookup:
     NGRAMS = (3, 2, 1)
     SCORED = 8          # tokens after a position needed to score it (runs counted up to this many)
     RECENT = 32         # positions the score covers
-    MIN_KEPT = 2.0      # drafts lookup must have kept on average there for a round to be worth its verify pass
 
-    def __init__(self):
+    def __init__(self, asked: bool = True):
+        """asked: speculative="lookup" (rounds where the drafts kept 1 on average, and one before any evidence: the
+        most speed on edits and quotes); else "auto", the default (2 on average, no round before evidence: never
+        slower than plain decoding on prose) -- BENCHMARKS.md, session 20."""
         self.k = 8
+        self.min_kept = 1.0 if asked else 2.0       # drafts kept on average for a round to be worth its verify pass
+        self.blind = asked                          # worth a round before any position is scored
         self.kept = []          # per scored position of the reply: how many of lookup's drafts would have been kept
         self.next = None        # the next position to score
 
@@ -105,9 +109,8 @@ class PromptLookup:
 
     def worth(self, seq: list[int], start: int) -> bool:
         """Whether a round is worth running now: lookup's drafts at the last RECENT scored positions of the reply
-        (it starts at seq[start]) would have kept MIN_KEPT tokens on average; False until a position is scored (no
-        blind first round). A position e (drafting from seq[:e]) is scored once the SCORED tokens after it are
-        known."""
+        (it starts at seq[start]) would have kept min_kept tokens on average; until a position is scored, blind. A
+        position e (drafting from seq[:e]) is scored once the SCORED tokens after it are known."""
         arr = np.asarray(seq, np.int64)
         e = max(self.next or 0, start + 1)
         while e + self.SCORED <= len(arr):
@@ -119,21 +122,21 @@ class PromptLookup:
             e += 1
         self.next = e
         recent = self.kept[-self.RECENT:]
-        return bool(recent) and sum(recent) >= self.MIN_KEPT * len(recent)
+        return sum(recent) >= self.min_kept * len(recent) if recent else self.blind
 
 
 def drafter(engine, params):
     """The drafter of a greedy generation under params.speculative, or None (decode one token a step)."""
     mode = params.speculative
     if mode == "lookup":
-        return PromptLookup()
+        return PromptLookup(asked=True)
     if mode == "draft" and engine.draft is None:
         raise InputError("speculative='draft' needs a draft model: load one with engine.load_draft(path) (CLI: "
                          "--draft FILE), or use speculative='lookup'")
     if mode in ("draft", "auto") and engine.draft is not None:
         return DraftModel(engine.draft)
     if mode == "auto" and not engine.cpu and not engine.dev.is_cpu:
-        return PromptLookup()       # where a verify pass costs a few decode steps: a GPU, not a CPU adapter
+        return PromptLookup(asked=False)    # where a verify pass costs a few decode steps: a GPU, not a CPU adapter
     return None
 
 
@@ -166,13 +169,13 @@ class Speculative:
         return read
 
     def _stretch(self):
-        """Plain decode steps from the last token taken: the drafter's rest in batches of PLAIN_STEPS, then (or at
-        once where it does not rest) plain decoding's own batches (the pacer's size) while a round is not worth it
-        (drafter.worth, on the tokens read when the next batch is submitted); at least one batch."""
+        """Plain decode steps from the last token taken: the drafter's rest in batches of PLAIN_STEPS (one batch
+        where it does not rest), then plain decoding's own batches (the pacer's size: fewer reads) while a round is
+        not worth it (drafter.worth, on the tokens read when the next batch is submitted)."""
         from .engine import _Batches
         e, model, d = self.engine, self.model, self.drafter
         model.set_next(self.seq[-1])
-        least, self.rest = self.rest * PLAIN_STEPS, 0
+        least, self.rest = max(self.rest, 1) * PLAIN_STEPS, 0
 
         def more(steps: int) -> bool:
             if steps < least:
@@ -182,7 +185,7 @@ class Speculative:
             stretch.size = None
             return True
         stretch = _Batches(e, self.pos, self.params, self.result, 2 if e.overlap and model.runs_ahead else 1,
-                           size=PLAIN_STEPS if least else None, more=more)
+                           size=PLAIN_STEPS, more=more)
         return stretch
 
     async def _check(self, drafts: list[int]) -> list[int]:

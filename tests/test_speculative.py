@@ -254,6 +254,9 @@ def test_a_drafter_that_misses_rests_for_longer_and_longer(monkeypatch):
     class Wrong:
         k, calls = 4, []
 
+        def __init__(self, asked=True):
+            pass
+
         async def draft(self, seq, k):
             Wrong.calls.append(len(seq))
             return [bad] * k
@@ -297,6 +300,9 @@ def test_a_rest_runs_as_plain_decoding_with_its_next_batch_in_flight(pair, arch,
     class Wrong:            # every round misses: rests of 8, 16, 32, then 64 plain steps
         k = 4
 
+        def __init__(self, asked=True):
+            pass
+
         async def draft(self, seq, k):
             return [bad] * k
 
@@ -335,26 +341,29 @@ def test_a_rest_runs_as_plain_decoding_with_its_next_batch_in_flight(pair, arch,
 def test_prompt_lookup_scores_where_it_pays_for_free():
     """PromptLookup.worth: at each position of the reply whose next SCORED tokens are known, how many of the drafts
     lookup would have made there were what came; a round is worth running while the last RECENT of those keep
-    MIN_KEPT on average (False before any position is scored: no blind first round)."""
+    min_kept on average: 1 when lookup was asked for (and a round before any position is scored), 2 under "auto"
+    (none before)."""
     prompt = list(range(40))
-    assert (PromptLookup.SCORED, PromptLookup.RECENT, PromptLookup.MIN_KEPT) == (8, 32, 2.0)
-
-    def worth(reply):
-        return PromptLookup().worth(prompt + reply, len(prompt))
-    assert worth(prompt[5:25])                      # a quote: every draft kept
-    assert not worth(list(range(100, 140)))         # nothing to look up
-    assert not worth(prompt[5:13]) and worth(prompt[5:14])   # the first position is scored once 8 tokens follow it
-    lk = PromptLookup()
-    for kept, want in (([2, 2, 0, 4], True), ([2, 2, 0, 3], False), ([0] * 5 + [2] * 32, True),
-                       ([0] * 5 + [2] * 31 + [0], False)):
-        lk.kept, lk.next = list(kept), 10 ** 6      # nothing new to score
-        assert lk.worth(prompt, 0) is want, kept
+    assert (PromptLookup.SCORED, PromptLookup.RECENT) == (8, 32)
+    for asked, m in ((True, 1), (False, 2)):
+        def worth(reply):
+            return PromptLookup(asked).worth(prompt + reply, len(prompt))
+        assert worth(prompt[5:25])                      # a quote: every draft kept
+        assert not worth(list(range(100, 140)))         # nothing to look up
+        # the first position is scored once 8 tokens follow it (fresh tokens: nothing kept)
+        assert worth(list(range(100, 108))) is asked and not worth(list(range(100, 109)))
+        lk = PromptLookup(asked)
+        for kept, want in (([m, m, 0, 2 * m], True), ([m, m, 0, 2 * m - 1], False), ([0] * 5 + [m] * 32, True),
+                           ([0] * 5 + [m] * 31 + [0], False)):
+            lk.kept, lk.next = list(kept), 10 ** 6      # nothing new to score
+            assert lk.worth(prompt, 0) is want, (asked, kept)
 
 
 def test_a_stretch_goes_on_while_drafting_is_not_worth_it(pair, monkeypatch):
-    """While the drafter says a round is not worth it, the steps are plain decoding's batches (the pacer's size; here
-    the engine's fixed 4 steps a read), in flight as plain decoding; the stretch ends where it says a round is worth
-    it (on the tokens read when the next batch is submitted: one batch later on a GPU)."""
+    """A plain stretch is a batch of 8 steps, then while the drafter says a round is not worth it plain decoding's
+    batches (the pacer's size; here the engine's fixed 4 steps a read), in flight as plain decoding; it ends where
+    the drafter says a round is worth it (on the tokens read when the next batch is submitted: one batch later on a
+    GPU)."""
     import cera_web.speculative as spec
     backend, es = pair
     eng = es["qwen3"]
@@ -363,6 +372,9 @@ def test_a_stretch_goes_on_while_drafting_is_not_worth_it(pair, monkeypatch):
 
     class Late:                 # not worth it until the reply has 40 tokens; then drafts that miss
         k, calls = 4, []
+
+        def __init__(self, asked=True):
+            pass
 
         async def draft(self, seq, k):
             Late.calls.append(len(seq))
@@ -385,7 +397,8 @@ def test_a_stretch_goes_on_while_drafting_is_not_worth_it(pair, monkeypatch):
     start = len(got.prompt_tokens)
     gpu = backend == "gpu"
     assert Late.calls[0] - start == (45 if gpu else 41)
-    assert reads[:11 if gpu else 10] == ([(4, True)] * 10 + [(4, False)] if gpu else [(4, False)] * 10)
+    assert reads[:10 if gpu else 9] == ([(8, True)] + [(4, True)] * 8 + [(4, False)] if gpu else
+                                        [(8, False)] + [(4, False)] * 8)
 
 
 def test_auto_looks_up_where_a_verify_pass_is_cheap(pair, monkeypatch):
@@ -402,7 +415,8 @@ def test_auto_looks_up_where_a_verify_pass_is_cheap(pair, monkeypatch):
     if backend == "gpu":
         import cera_web.speculative as spec
         monkeypatch.setattr(eng.dev, "is_cpu", False)                      # as on a real GPU
-        assert isinstance(drafter(eng, auto), PromptLookup)
+        assert isinstance(drafter(eng, auto), PromptLookup) and drafter(eng, auto).min_kept == 2.0
+        assert drafter(eng, SamplingParams(speculative="lookup")).min_kept == 1.0
         reads = []
         step = spec.Speculative.next
 

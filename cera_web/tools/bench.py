@@ -211,6 +211,7 @@ async def speculative(engine, mode: str = "lookup", decode_tokens: int = 256, re
     the same tokens (they must be); and what one verify pass costs against one decode step (verify_cost)."""
     rows = {}
     await engine.generate([1, 2, 3, 4], max_tokens=4, stop_at_eos=False, speculative=mode)    # warm-up: pipelines
+    await verify_cost(engine.model, repeats=1)          # the verify pass's own (the warm-up may not have drafted)
     cost = await verify_cost(engine.model)
     for name, text in (tasks or SPECULATIVE_TASKS).items():
         ids = engine.encode_chat([{"role": "user", "content": text}])
