@@ -52,6 +52,36 @@ async def both(eng, prompt, mode, **kw):
     return spec, base
 
 
+def missing_drafter(bad, ready=lambda seq, start: True):
+    """A drafter class to put in PromptLookup's place: its drafts never match ([bad] * k), a round is worth it when
+    ready(seq, start); Missing.calls: the sequence's length at each draft."""
+    class Missing:
+        k, calls = 4, []
+
+        def __init__(self, asked=True):
+            pass
+
+        async def draft(self, seq, k):
+            Missing.calls.append(len(seq))
+            return [bad] * k
+
+        def worth(self, seq, start):
+            return ready(seq, start)
+    return Missing
+
+
+def spy_reads(monkeypatch) -> list:
+    """The reads Speculative.next returns (engine._Read), appended as they come."""
+    import cera_web.speculative as spec
+    reads, step = [], spec.Speculative.next
+
+    async def next_spy(self):
+        reads.append(await step(self))
+        return reads[-1]
+    monkeypatch.setattr(spec.Speculative, "next", next_spy)
+    return reads
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_greedy_output_is_the_same_with_drafts(pair, arch):
     backend, es = pair
@@ -251,38 +281,23 @@ def test_a_drafter_that_misses_rests_for_longer_and_longer(monkeypatch):
     drafts do not match, speculation falls back to plain decoding (and the output is still the same)."""
     import cera_web.speculative as spec
 
-    class Wrong:
-        k, calls = 4, []
-
-        def __init__(self, asked=True):
-            pass
-
-        async def draft(self, seq, k):
-            Wrong.calls.append(len(seq))
-            return [bad] * k
-
-        def worth(self, seq, start):
-            return True
-
     async def go():
         eng = await Engine.load(SMALL / "qwen3-f32.gguf", device="cpu", context_size=256)
         try:
             base = await eng.generate(PROMPT, max_tokens=100, ignore_eos=True, speculative="off")
-            nonlocal bad
             bad = next(t for t in range(eng.model.vocab) if t not in base.tokens)     # never the model's choice
-            monkeypatch.setattr(spec, "PromptLookup", Wrong)
+            monkeypatch.setattr(spec, "PromptLookup", missing_drafter(bad))
             got = await eng.generate(PROMPT, max_tokens=100, ignore_eos=True, speculative="lookup",
                                      reuse_cache=False)
             return base, got
         finally:
             eng.close()
-    bad = None
     base, got = run(go())
     assert got.tokens == base.tokens and got.accepted == 0
     # tokens before each draft: 1 (prefill) | +1, rest 1 (8) | +1, rest 2 (16) | +1, rest 4 (32) | +1, rest 8 (64)
     # and k: 4, then one more than the drafts kept (1)
     start = len(got.prompt_tokens)
-    assert [n - start for n in Wrong.calls] == [1, 10, 27, 60] and got.drafted == 4 + 1 + 1 + 1
+    assert [n - start for n in spec.PromptLookup.calls] == [1, 10, 27, 60] and got.drafted == 4 + 1 + 1 + 1
 
 
 @pytest.mark.parametrize("arch", ["qwen3", "lfm2"])
@@ -297,31 +312,14 @@ def test_a_rest_runs_as_plain_decoding_with_its_next_batch_in_flight(pair, arch,
     base = run(eng.generate(PROMPT, reuse_cache=False, speculative="off", max_tokens=60, ignore_eos=True))
     bad = next(t for t in range(m.vocab) if t not in base.tokens)
 
-    class Wrong:            # every round misses: rests of 8, 16, 32, then 64 plain steps
-        k = 4
-
-        def __init__(self, asked=True):
-            pass
-
-        async def draft(self, seq, k):
-            return [bad] * k
-
-        def worth(self, seq, start):
-            return True
-    monkeypatch.setattr(spec, "PromptLookup", Wrong)
-    reads = []
-    step = spec.Speculative.next
-
-    async def next_spy(self):
-        read = await step(self)
-        reads.append((len(read.tokens), read.ahead))
-        return read
-    monkeypatch.setattr(spec.Speculative, "next", next_spy)
+    monkeypatch.setattr(spec, "PromptLookup", missing_drafter(bad))   # rests of 8, 16, 32, then 64 plain steps
+    spied = spy_reads(monkeypatch)
     got = run(eng.generate(PROMPT, reuse_cache=False, speculative="lookup", max_tokens=60, ignore_eos=True))
     assert got.tokens == base.tokens and got.accepted == 0
     # after each round (1 token) a rest of 1, 2, then 4 batches of 8 steps (60 tokens with the prefill's), the next
     # batch in flight while one is read on a GPU
     gpu = backend == "gpu"
+    reads = [(len(r.tokens), r.ahead) for r in spied]
     assert reads == [(1, False), (8, False), (1, False), (8, gpu), (8, False), (1, False)] + [(8, gpu)] * 3 + \
         [(8, False)]
     then = eng.tokenizer.encode(" and", add_special=False)
@@ -370,33 +368,16 @@ def test_a_stretch_goes_on_while_drafting_is_not_worth_it(pair, monkeypatch):
     base = run(eng.generate(PROMPT, reuse_cache=False, speculative="off", max_tokens=60, ignore_eos=True))
     bad = next(t for t in range(eng.model.vocab) if t not in base.tokens)
 
-    class Late:                 # not worth it until the reply has 40 tokens; then drafts that miss
-        k, calls = 4, []
-
-        def __init__(self, asked=True):
-            pass
-
-        async def draft(self, seq, k):
-            Late.calls.append(len(seq))
-            return [bad] * k
-
-        def worth(self, seq, start):
-            return len(seq) - start >= 40
+    Late = missing_drafter(bad, lambda seq, start: len(seq) - start >= 40)     # worth it from 40 reply tokens
     monkeypatch.setattr(spec, "PromptLookup", Late)
-    reads = []
-    step = spec.Speculative.next
-
-    async def next_spy(self):
-        read = await step(self)
-        reads.append((len(read.tokens), read.ahead))
-        return read
-    monkeypatch.setattr(spec.Speculative, "next", next_spy)
+    spied = spy_reads(monkeypatch)
     monkeypatch.setattr(eng, "steps_per_read", 4)
     got = run(eng.generate(PROMPT, reuse_cache=False, speculative="lookup", max_tokens=60, ignore_eos=True))
     assert got.tokens == base.tokens
     start = len(got.prompt_tokens)
     gpu = backend == "gpu"
     assert Late.calls[0] - start == (45 if gpu else 41)
+    reads = [(len(r.tokens), r.ahead) for r in spied]
     assert reads[:10 if gpu else 9] == ([(8, True)] + [(4, True)] * 8 + [(4, False)] if gpu else
                                         [(8, False)] + [(4, False)] * 8)
 
@@ -413,16 +394,9 @@ def test_auto_looks_up_where_a_verify_pass_is_cheap(pair, monkeypatch):
     auto = SamplingParams(max_tokens=80, ignore_eos=True)
     assert auto.speculative == "auto" and drafter(eng, auto) is None      # the CPU model, or lavapipe
     if backend == "gpu":
-        import cera_web.speculative as spec
         monkeypatch.setattr(eng.dev, "is_cpu", False)                      # as on a real GPU
         assert isinstance(drafter(eng, auto), PromptLookup) and drafter(eng, auto).min_kept == 2.0
         assert drafter(eng, SamplingParams(speculative="lookup")).min_kept == 1.0
-        reads = []
-        step = spec.Speculative.next
-
-        async def next_spy(self):
-            reads.append(await step(self))
-            return reads[-1]
-        monkeypatch.setattr(spec.Speculative, "next", next_spy)
+        reads = spy_reads(monkeypatch)
         got, base = run(both(eng, PROMPT, "auto", max_tokens=80, ignore_eos=True))
         assert got.tokens == base.tokens and reads
