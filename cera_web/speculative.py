@@ -1,7 +1,7 @@
 """Speculative decoding: draft several tokens cheaply, check them with one pass of the model, keep the ones it agrees
-with. The output is the model's own: the same tokens as plain decoding where the verify pass computes what a decode
-step computes (the CPU model, CPU adapters), and up to the rounding between its prefill-shaped pass and the decode
-kernels on GPUs with 8-bit decode products (about 1% of a logit on the H200: near-ties may go the other way).
+with. The output is the model's own: the verify pass runs the decode kernels over its tokens (Model.verify), so where
+decode products run on 8-bit activations each token's logits are its decode step's bit for bit and the tokens are
+plain decoding's; elsewhere (the prefill products) a rounding apart, where near-ties may go the other way.
 
 Each round, with ``prev`` the last token drawn (the input at position pos) and d1..dk the drafts:
 
@@ -18,10 +18,11 @@ device; its own KV cache follows the sequence, resuming at the longest prefix it
 tokens that followed the latest earlier occurrence of the sequence's last n tokens, n = 3, 2, 1: quoting, code edits,
 retrieval answers). k adapts per round: + 2 after a round that kept every draft (as transformers' assisted
 generation), else one more than the drafts kept, within 1 .. verify_rows - 1. Where there are no drafts, or the
-drafter rests, the steps are plain decoding's (the engine's _Batches: batches of PLAIN_STEPS, the next one in flight
-while one is read): a round that kept no draft makes the drafter rest for a stretch of 8, 16, 32, then 64 plain steps
-(doubling while it keeps failing), so text that drafts do not match (prose for prompt lookup) runs nearly as fast as
-plain decoding, and drafting is tried again as often as before (every PLAIN_STEPS steps where nothing was drafted).
+drafter rests, the steps are plain decoding's (the engine's _Batches, the next batch in flight while one is read): a
+round that kept no draft makes the drafter rest for 8, 16, 32, then 64 steps in batches of PLAIN_STEPS (doubling
+while it keeps failing); past the rest the stretch goes on in the pacer's batches while the drafter says a round is
+not worth it (drafter.worth: prompt lookup scores itself for free on the reply so far), so text that drafts do not
+match (prose for prompt lookup) runs as fast as plain decoding.
 
 Sampling is speculated too: the model draws each row as a plain decode step at that position would (the same random
 number, from the seed and the position; the same penalties), and a draft is kept when it equals the draw. Drafts are
