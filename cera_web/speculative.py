@@ -46,6 +46,14 @@ PLAIN_STEPS = 8      # decode steps a read where nothing is drafted
 MAX_REST = 8         # PLAIN_STEPS batches a drafter rests at most after rounds that kept no draft
 
 
+def agreed(drafts: list[int], tokens: list[int]) -> int:
+    """How many leading drafts equal the tokens that came (a round's kept drafts, or a scored position's)."""
+    a = 0
+    while a < len(drafts) and a < len(tokens) and drafts[a] == tokens[a]:
+        a += 1
+    return a
+
+
 class DraftModel:
     """Drafts with a draft Engine (engine.draft): its greedy continuation of the sequence."""
 
@@ -115,11 +123,7 @@ class PromptLookup:
         arr = np.asarray(seq, np.int64)
         e = max(self.next or 0, start + 1)
         while e + self.SCORED <= len(arr):
-            drafts = self.lookup(arr, e, self.SCORED)
-            a = 0
-            while a < len(drafts) and drafts[a] == arr[e + a]:
-                a += 1
-            self.kept.append(a)
+            self.kept.append(agreed(self.lookup(arr, e, self.SCORED), arr[e:e + self.SCORED].tolist()))
             e += 1
         self.next = e
         recent = self.kept[-self.RECENT:]
@@ -204,9 +208,7 @@ class Speculative:
         from .engine import _Read
         model, d, pos = self.model, self.drafter, self.pos
         inputs = [self.seq[-1]] + drafts
-        a = 0
-        while a < len(drafts) and drafts[a] == out[a]:
-            a += 1
+        a = agreed(drafts, out)
         tokens = out[:a + 1]
         self.result.drafted += len(drafts)
         self.result.accepted += a
