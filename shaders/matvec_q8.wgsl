@@ -55,10 +55,9 @@ var<workgroup> xd: array<f32, NB>;           // each block's scale dx
 var<workgroup> xss: array<f32, NB>;          // each block's sum of squares of X (for the norm)
 var<workgroup> partial: array<vec4<f32>, PARTIAL>;
 
-// The 8 vec4s of X from b, times w (written out: loops over a private array keep it in local memory on some GPUs).
-fn x8(b: u32, w: f32) -> array<vec4<f32>, 8> {
-    return array<vec4<f32>, 8>(w * X[b], w * X[b + 1u], w * X[b + 2u], w * X[b + 3u], w * X[b + 4u], w * X[b + 5u],
-                               w * X[b + 6u], w * X[b + 7u]);
+// The 8 vec4s of X from b (written out: loops over a private array keep it in local memory on some GPUs).
+fn x8(b: u32) -> array<vec4<f32>, 8> {
+    return array<vec4<f32>, 8>(X[b], X[b + 1u], X[b + 2u], X[b + 3u], X[b + 4u], X[b + 5u], X[b + 6u], X[b + 7u]);
 }
 
 fn add8(a: array<vec4<f32>, 8>, b: array<vec4<f32>, 8>) -> array<vec4<f32>, 8> {
@@ -66,28 +65,45 @@ fn add8(a: array<vec4<f32>, 8>, b: array<vec4<f32>, 8>) -> array<vec4<f32>, 8> {
                                a[6] + b[6], a[7] + b[7]);
 }
 
-// Block j (32 inputs) of token t's input.
+fn scale8(a: array<vec4<f32>, 8>, w: f32) -> array<vec4<f32>, 8> {
+    return array<vec4<f32>, 8>(w * a[0], w * a[1], w * a[2], w * a[3], w * a[4], w * a[5], w * a[6], w * a[7]);
+}
+
+// Block j (32 inputs) of token t's input. With XSPLIT the ranges are merged four at a time, each four's loads issued
+// together (a range past the last used repeats it, with weight 0): a loop of one range a pass waits for each range's
+// loads in turn, and at long contexts that wait was the combine's cost (session 21).
 fn load_block(t: u32, j: u32) -> array<vec4<f32>, 8> {
     if (XSPLIT == 1u) {
-        return x8(t * K4 + j * 8u, 1.0);
+        return x8(t * K4 + j * 8u);
     }
     const HEADS: u32 = K / XHD;
-    let o = t * XSPLIT * (K4 + HEADS);        // token t's partial results
-    let ml = o + XSPLIT * K4 + j * 32u / XHD; // (m, l, ranges used) of range s and this block's head: X[ml + s * HEADS]
-    let first = X[ml];
-    let used = min(u32(first.z), XSPLIT);
-    var mx = first.x;
-    for (var s = 1u; s < used; s++) { mx = max(mx, X[ml + s * HEADS].x); }
-    var w = exp(first.x - mx);
-    var l = w * first.y;
-    var v = x8(o + j * 8u, w);                // range 0 (always used)
-    for (var s = 1u; s < used; s++) {
-        let r = X[ml + s * HEADS];
-        w = exp(r.x - mx);
-        l += w * r.y;
-        v = add8(v, x8(o + s * K4 + j * 8u, w));
+    let o = t * XSPLIT * (K4 + HEADS) + j * 8u;   // token t's partial results, at this block
+    let ml = t * XSPLIT * (K4 + HEADS) + XSPLIT * K4 + j * 32u / XHD;   // (m, l, used) of range s: X[ml + s * HEADS]
+    let last = min(u32(X[ml].z), XSPLIT) - 1u;
+    var mx = -3.0e38;
+    var l = 0.0;
+    var v = array<vec4<f32>, 8>();
+    for (var s = 0u; s <= last; s += 4u) {
+        let s1 = min(s + 1u, last);
+        let s2 = min(s + 2u, last);
+        let s3 = min(s + 3u, last);
+        let r0 = X[ml + s * HEADS];
+        let r1 = X[ml + s1 * HEADS];
+        let r2 = X[ml + s2 * HEADS];
+        let r3 = X[ml + s3 * HEADS];
+        let a0 = x8(o + s * K4);
+        let a1 = x8(o + s1 * K4);
+        let a2 = x8(o + s2 * K4);
+        let a3 = x8(o + s3 * K4);
+        let big = max(max(mx, r0.x), max(max(r1.x, r2.x), r3.x));
+        let keep = exp(mx - big);
+        let w = exp(vec4<f32>(r0.x, r1.x, r2.x, r3.x) - big)
+              * vec4<f32>(1.0, f32(s + 1u <= last), f32(s + 2u <= last), f32(s + 3u <= last));
+        l = l * keep + dot(w, vec4<f32>(r0.y, r1.y, r2.y, r3.y));
+        v = add8(add8(scale8(v, keep), scale8(a0, w.x)), add8(scale8(a1, w.y), add8(scale8(a2, w.z), scale8(a3, w.w))));
+        mx = big;
     }
-    return array<vec4<f32>, 8>(v[0] / l, v[1] / l, v[2] / l, v[3] / l, v[4] / l, v[5] / l, v[6] / l, v[7] / l);
+    return scale8(v, 1.0 / l);
 }
 
 // Quantize block j of token t's input into qx / xd (and its sum of squares into xss). Written out element by

@@ -8,13 +8,15 @@
 #           (`split -b 50M -d .assets/models/qwen2.5-coder-1.5b-instruct-Q4_K_M.gguf .spec/q15.`, the same with
 #           qwen2.5-coder-0.5b-instruct-Q4_K_M.gguf and .spec/q05.)
 #   spec    natively: `bench --lookup` on the 1.5B for SPEC_TREES (default "before after"), then `bench --draft` with
-#           the 0.5B for the after tree (SPEC_DRAFT=0: not)                              -> h200-s20-spec.jsonl
+#           the 0.5B for the after tree (SPEC_DRAFT=0: not)                              -> $TAG-spec.jsonl
 #   long    decode after LONG_AFTER tokens (default "3584 16") at the synthetic LONG_SHAPES (default 1B and 1.5B,
-#           Q4_K_M) for LONG_TREES (default "after mid mid2")                           -> h200-s20-long.jsonl
+#           Q4_K_M) for LONG_TREES (default "after mid mid2")                           -> $TAG-long.jsonl
 #   The page: h200_page_gpu.sh's step `spec` (the same pieces, joined there).
 # Carry for spec / long: [".gl", ".whl", ".before", ".mid", ".mid2", ".spec/q05.LAST"] (what the trees need).
+# TAG (default h200-s20) names the outputs; LONG_ARGS adds arguments to the long step's runs (e.g. --profile).
 set -o pipefail
 OUT=${OUT:-/tmp/out}
+TAG=${TAG:-h200-s20}
 mkdir -p /opt/spec /opt/pgparts $OUT
 cp .spec/q*.* /opt/spec/ 2>/dev/null; cp .pg/pg.tar.xz.* /opt/pgparts/ 2>/dev/null
 echo "pieces: $(ls /opt/spec | wc -l) model, $(ls /opt/pgparts | wc -l) page"
@@ -32,25 +34,25 @@ print(json.dumps(d))" >> $OUT/$o && tail -n1 $OUT/$o | cut -c1-1500
 }
 join() {    # PREFIX FILE: the pieces /opt/spec/PREFIX.* joined once, and their sha256
   [ -f $2 ] || cat /opt/spec/$1.* > $2
-  sha256sum $2 | tee -a $OUT/h200-s20-sha256.txt
+  sha256sum $2 | tee -a $OUT/$TAG-sha256.txt
 }
 case $1 in
 spec)
   Q15=/tmp/q15.gguf Q05=/tmp/q05.gguf
   join q15 $Q15
   for t in ${SPEC_TREES:-before after}; do
-    bench $t h200-s20-spec.jsonl 200 --model $Q15 --lookup --decode-tokens 256 --repeats 2 --context 2048
+    bench $t $TAG-spec.jsonl 200 --model $Q15 --lookup --decode-tokens 256 --repeats 2 --context 2048
   done
   if [ "${SPEC_DRAFT:-1}" = 1 ]; then
     join q05 $Q05
-    bench after h200-s20-spec.jsonl 250 --model $Q15 --draft $Q05 --decode-tokens 256 --repeats 2 --context 2048
+    bench after $TAG-spec.jsonl 250 --model $Q15 --draft $Q05 --decode-tokens 256 --repeats 2 --context 2048
   fi ;;
 long)
   for sh in ${LONG_SHAPES:-llama-3.2-1b qwen2.5-1.5b}; do
     for a in ${LONG_AFTER:-3584 16}; do
       for t in ${LONG_TREES:-after mid mid2}; do
-        bench $t h200-s20-long.jsonl 150 --synthetic $sh --quant q4_k_m --prompt-tokens $a --decode-after $a \
-          --decode-tokens 128 --context 4096 --repeats 2
+        bench $t $TAG-long.jsonl 150 --synthetic $sh --quant q4_k_m --prompt-tokens $a --decode-after $a \
+          --decode-tokens 128 --context 4096 --repeats 2 $LONG_ARGS
       done
     done
   done ;;
