@@ -827,19 +827,42 @@ def rope_store(q_heads: int, kv_heads: int, head_dim: int, neox: bool, qk_norm: 
                  KV16=kv16)
 
 
+def decode_heads(q_heads: int, kv_heads: int, head_dim: int) -> int:
+    """Query heads a workgroup of attention_decode.wgsl computes together (GB): a group's G = q_heads / kv_heads heads
+    in the fewest blocks of at most 4 (a key's scores of a block are a vec4), as even as they come (6: 3 + 3, 7: 4 +
+    3); 1 for heads over 256 wide (their queries would crowd out the scores' workgroup memory)."""
+    group = q_heads // kv_heads
+    if head_dim > 256:
+        return 1
+    blocks = -(-group // 4)
+    return -(-group // blocks)
+
+
 def attention_decode(q_heads: int, kv_heads: int, head_dim: int, neox: bool, scale: float, qk_norm: bool = False,
                      eps: float = 1e-6, window: int = 0, kv16: bool = False, split: int = 1, mode: str = "step",
                      keys_a_range: int | None = None) -> str:
-    """See attention_decode.wgsl. Keys are scored 1024 a pass (fewer passes, fewer barriers: 677 -> 701 tok/s on the
-    H200, docs/bench/h200-s2-keys*.json), 256 for heads over 256 wide, which keeps workgroup memory under 16 KiB.
-    kv16: the KV cache holds f16. split > 1: up to that many key ranges of at least keys_a_range keys
-    (attention_range), partial results for matvec_q8's XSPLIT. mode: "step" (a decode step: store and attend,
-    dispatch (QH, split, 1)), or for a pass of T tokens "store" (dispatch (KVH, 1, T)) then "attend" (dispatch
-    (QH, split, T))."""
-    keys = 1024 if head_dim <= 256 else 256
+    """See attention_decode.wgsl. Keys are scored as many a pass as fit 16 KiB of workgroup memory beside the block's
+    queries (decode_heads), at most 1024 (fewer passes, fewer barriers: 677 -> 701 tok/s on the H200,
+    docs/bench/h200-s2-keys*.json). kv16: the KV cache holds f16. split > 1: up to that many key ranges of at least
+    keys_a_range keys (attention_range), partial results for matvec_q8's XSPLIT. mode: "step" (a decode step: store
+    and attend), or for a pass of T tokens "store" then "attend" (attention_decode_groups)."""
+    gb = decode_heads(q_heads, kv_heads, head_dim)
+    free = 16384 - 4 * (gb + 2) * head_dim - 16 * 256      # bytes beside q, k, v and the reductions' scratch
+    keys = 1 << max(6, min(10, (free // 16).bit_length() - 1))    # a key's scores: a vec4
     return build("attention_decode", QH=q_heads, KVH=kv_heads, HD=head_dim, NEOX=neox,
                  QK_NORM=qk_norm, EPS=float(eps), SCALE=float(scale), KEYS=keys, WINDOW=window, KV16=kv16,
-                 SPLIT=split, RANGE=keys_a_range or ATTENTION_RANGE, MODE=("step", "store", "attend").index(mode))
+                 SPLIT=split, RANGE=keys_a_range or ATTENTION_RANGE, MODE=("step", "store", "attend").index(mode),
+                 GB=gb)
+
+
+def attention_decode_groups(q_heads: int, kv_heads: int, head_dim: int, split: int = 1, tokens: int = 1,
+                            mode: str = "step") -> tuple:
+    """attention_decode.wgsl's dispatch: a workgroup per block of query heads (decode_heads), key range and token;
+    "store": per key/value head and token."""
+    if mode == "store":
+        return (kv_heads, 1, tokens)
+    blocks = -(-(q_heads // kv_heads) // decode_heads(q_heads, kv_heads, head_dim))
+    return (kv_heads * blocks, split, tokens)
 
 
 ATTENTION_RANGE = 256      # the fewest keys a range of a split decode attention takes

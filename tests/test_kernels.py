@@ -228,9 +228,13 @@ def test_rope_store(dev, neox, qk_norm):
     assert not kc[:pos0].any() and not kc[pos0 + T:].any() and not vc[pos0 + T:].any()
 
 
+# query heads a key/value head (G) 3, 2, 2, 3, 2, 7 (blocks of 4 and 3: the last block's missing head), 6 (3 + 3),
+# 8 (4 + 4), 5 (3 + 2) and 1; heads of 64, 32, 128, 36 (a row of 9 vec4s), 256; keys past one pass of the loop (1500)
 @pytest.mark.parametrize("QH,KVH,D,pos,neox,qk_norm", [(9, 3, 64, 0, False, False), (4, 2, 32, 300, True, True),
                                                         (2, 1, 128, 5, False, False), (3, 1, 64, 1500, False, False),
-                                                        (4, 2, 36, 40, True, False)])
+                                                        (4, 2, 36, 40, True, False), (14, 2, 64, 70, True, True),
+                                                        (12, 2, 128, 1030, False, False), (8, 1, 32, 600, True, True),
+                                                        (10, 2, 64, 9, False, True), (3, 3, 256, 300, True, False)])
 def test_attention_decode_equals_rope_store_then_attention(dev, QH, KVH, D, pos, neox, qk_norm):
     ctx, eps = pos + 3, 1e-6
     rng = np.random.default_rng(pos + D)
@@ -251,7 +255,7 @@ def test_attention_decode_equals_rope_store_then_attention(dev, QH, KVH, D, pos,
     # fused path, on its own copy of the cache
     Kc2, Vc2, O2 = f32_buffer(dev, cache_k), f32_buffer(dev, cache_v), dev.create_buffer(QH * D * 4)
     run(dev, kernels.attention_decode(QH, KVH, D, neox, scale, qk_norm, eps), ins + [Kc2, Vc2, O2, step],
-        (QH, 1, 1))
+        kernels.attention_decode_groups(QH, KVH, D))
     np.testing.assert_allclose(read(dev, O2, QH * D), read(dev, O, QH * D), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(read(dev, Kc2, ctx * KVH * D), read(dev, Kc, ctx * KVH * D), atol=1e-5)
     np.testing.assert_allclose(read(dev, Vc2, ctx * KVH * D), read(dev, Vc, ctx * KVH * D), atol=1e-6)
@@ -481,3 +485,19 @@ def test_bench_kernels_times_prefill_attention(dev):
         (r,) = out["attention"]
         assert (r["kernel"], r["head_dim"], r["split"]) == (kernel, D, split)
         assert abs(r["gflops"] - 4 * D * 4 * sum(t + 1 for t in range(8)) / r["us"] / 1e3) <= 0.05 + 1e-3 * r["gflops"]
+
+
+def test_decode_heads_blocks():
+    """attention_decode.wgsl's blocks of query heads: a group's heads in the fewest blocks of at most 4, as even as
+    they come; one head a workgroup for heads over 256 wide; the scores' keys a pass fit 16 KiB of workgroup memory."""
+    assert [kernels.decode_heads(g, 1, 64) for g in range(1, 10)] == [1, 2, 3, 4, 3, 3, 4, 4, 3]
+    assert kernels.decode_heads(8, 2, 256) == 4 and kernels.decode_heads(8, 2, 512) == 1
+    assert [kernels.attention_decode_groups(q, kv, 64, 5) for q, kv in ((32, 8), (14, 2), (12, 2), (9, 3))] == \
+        [(8, 5, 1), (4, 5, 1), (4, 5, 1), (3, 5, 1)]
+    assert kernels.attention_decode_groups(14, 2, 64, 5, 16) == (4, 5, 16)
+    assert kernels.attention_decode_groups(14, 2, 64, 5, 16, mode="store") == (2, 1, 16)
+    for q, kv, d, keys in ((32, 8, 64, 512), (12, 2, 128, 512), (4, 1, 256, 256), (2, 1, 512, 256)):
+        text = kernels.attention_decode(q, kv, d, True, 0.1)
+        assert f"const KEYS: u32 = {keys}u;" in text
+        gb = kernels.decode_heads(q, kv, d)
+        assert 4 * (gb + 2) * d + 16 * keys + 16 * 256 <= 16384

@@ -179,7 +179,8 @@ def test_attention_decode_sliding_window(dev, QH, KVH, D, pos, W):
     v = read(dev, Vc, ctx * KVH * D).reshape(ctx, KVH, D)
     want = attention_ref(q, k, v, pos, 1, scale, W)
     Kc2, Vc2, O = f32_buffer(dev, cache_k), f32_buffer(dev, cache_v), dev.create_buffer(QH * D * 4)
-    run(dev, kernels.attention_decode(QH, KVH, D, True, scale, window=W), ins + [Kc2, Vc2, O, step], (QH, 1, 1))
+    run(dev, kernels.attention_decode(QH, KVH, D, True, scale, window=W), ins + [Kc2, Vc2, O, step],
+        kernels.attention_decode_groups(QH, KVH, D))
     np.testing.assert_allclose(read(dev, O, QH * D).reshape(1, QH, D), want, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(read(dev, Kc2, ctx * KVH * D).reshape(ctx, KVH, D), k, atol=1e-5)
     assert pos + 1 <= W or not np.allclose(want, attention_ref(q, k, v, pos, 1, scale, 0))
@@ -286,7 +287,7 @@ def test_decode_attention_over_a_half_cache(dev16, QH, KVH, D, pos, W):
     K16, V16, O = upload(dev, cache_k.astype(np.float16)), upload(dev, cache_v.astype(np.float16)), \
         dev.create_buffer(QH * D * 4)
     run(dev, kernels.attention_decode(QH, KVH, D, True, scale, window=W, kv16=True), ins + [K16, V16, O, step],
-        (QH, 1, 1))
+        kernels.attention_decode_groups(QH, KVH, D))
     got_k = read(dev, K16, ctx * KVH * D, np.float16).astype(np.float32).reshape(ctx, KVH, D)
     got_v = read(dev, V16, ctx * KVH * D, np.float16).astype(np.float32).reshape(ctx, KVH, D)
     # the stored key and value of this position: rope_store's, rounded to halves (a value whose float32 differs in

@@ -153,11 +153,14 @@ def identity_q8_0(n):
 
 # query heads 9 / 4 / 2 / 4 / 3 / 4 / 2 / 4 of widths 64 / 32 / 128 / 64 / 64 / 64 / 32 / 64; keys 601 in 3 ranges of
 # 256 (16 allowed), 301 in 2, 6 in 1, a window of 512 in 2 (q/k norms), 1 key, 1501 in 3 ranges of 501 (3 allowed: the
-# ranges lengthen), 2001 in 8 (16 allowed), 641 in 11 ranges of 64 (32 allowed), 128 in 2 ranges of 64
+# ranges lengthen), 2001 in 8 (16 allowed), 641 in 11 ranges of 64 (32 allowed), 128 in 2 ranges of 64; 14 query heads
+# of 2 key/value heads (blocks of 4 and 3 heads), 901 keys in 15 ranges of 64 (16 allowed: the combine's last group of
+# four ranges has three)
 @pytest.mark.parametrize("QH,KVH,D,pos,W,qk_norm,split,keys", [
     (9, 3, 64, 600, 0, False, 16, 256), (4, 2, 32, 300, 0, True, 3, 256), (2, 1, 128, 5, 0, False, 8, 256),
     (4, 1, 64, 1500, 512, True, 5, 256), (3, 1, 64, 0, 0, False, 4, 256), (4, 2, 64, 1500, 0, False, 3, 256),
-    (2, 2, 32, 2000, 0, False, 16, 256), (4, 2, 64, 640, 0, False, 32, 64), (2, 1, 64, 127, 0, False, 8, 64)])
+    (2, 2, 32, 2000, 0, False, 16, 256), (4, 2, 64, 640, 0, False, 32, 64), (2, 1, 64, 127, 0, False, 8, 64),
+    (14, 2, 64, 900, 0, True, 16, 64)])
 def test_split_decode_attention_feeds_matvec_q8(dev, QH, KVH, D, pos, W, qk_norm, split, keys):
     """attention_decode.wgsl with SPLIT writes partial results of key ranges of at least `keys` keys (as many ranges
     as the keys need: each range reports the count); matvec_q8 with XSPLIT combines the ranges used as it loads its
@@ -174,12 +177,12 @@ def test_split_decode_attention_feeds_matvec_q8(dev, QH, KVH, D, pos, W, qk_norm
     cache_v = rng.standard_normal((ctx, KVH, D)).astype(np.float32)
     scale, step = 1 / math.sqrt(D), step_buffer(dev, 1, pos)
     Kc, Vc, O = f32_buffer(dev, cache_k), f32_buffer(dev, cache_v), dev.create_buffer(4 * K)
-    run(dev, kernels.attention_decode(QH, KVH, D, True, scale, qk_norm, eps, W), ins + [Kc, Vc, O, step], (QH, 1, 1))
+    run(dev, kernels.attention_decode(QH, KVH, D, True, scale, qk_norm, eps, W), ins + [Kc, Vc, O, step],
+        kernels.attention_decode_groups(QH, KVH, D))
     want = read(dev, O, K)
     Kc2, Vc2, parts = f32_buffer(dev, cache_k), f32_buffer(dev, cache_v), dev.create_buffer(16 * split * QH * (D // 4 + 1))
     run(dev, kernels.attention_decode(QH, KVH, D, True, scale, qk_norm, eps, W, split=split, keys_a_range=keys),
-        ins + [Kc2, Vc2, parts, step],
-        (QH, split, 1))
+        ins + [Kc2, Vc2, parts, step], kernels.attention_decode_groups(QH, KVH, D, split))
     n_keys = min(pos + 1, W or pos + 1)
     per = max(keys, -(-n_keys // split))
     used = read(dev, parts, split * QH * (D + 4))[split * QH * D:].reshape(split, QH, 4)[0, :, 2]

@@ -72,13 +72,15 @@ class AttentionBlock:
             # decode step at its position computes it: the pass's cache rows stored first, then attention)
             attention = partial(kernels.attention_decode, H, KV, D, s.rope_neox, s.query_scale, s.qk_norm, s.eps,
                                 self.window, m.kv16, self.split, keys_a_range=kernels.attention_range(m.tuning))
+            groups = partial(kernels.attention_decode_groups, H, KV, D, self.split)
             buffers = [m.qkv, self.bias, self.qk_gain, self.freq, self.k_cache, self.v_cache]
             att = m.att if self.split == 1 else m.att_parts if T == 1 else m.verify_parts()
             if T == 1:
-                rec.add(attention(), buffers + [att, m.step], (H, self.split, 1), "attention")
+                rec.add(attention(), buffers + [att, m.step], groups(), "attention")
             else:
-                rec.add(attention(mode="store"), buffers + [att, m.step], (KV, 1, T), "attention store")
-                rec.add(attention(mode="attend"), buffers + [att, m.step], (H, self.split, T), "attention")
+                rec.add(attention(mode="store"), buffers + [att, m.step], groups(tokens=T, mode="store"),
+                        "attention store")
+                rec.add(attention(mode="attend"), buffers + [att, m.step], groups(tokens=T), "attention")
             m.residual(rec, T, p + "attn_output.weight", att, self.post_gain, xsplit=(self.split, D))
             return
         rec.add(kernels.rope_store(H, KV, D, s.rope_neox, s.qk_norm, s.eps, m.kv16),
