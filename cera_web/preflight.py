@@ -12,7 +12,7 @@ Memory (bytes):
 - GPU: the weights as packed in the file (tensor sizes summed), the KV cache (spec.kv_bytes: per attention layer one
   K and one V buffer of context × kv_heads × head_dim elements of 4 (f32) or 2 (f16) bytes), and scratch: the
   activation buffers of a prefill chunk (hidden, Q/K/V, FFN and the normed input, float32), the logits of the
-  sampler and of a verify pass (16 rows), the attention parts of split prefill attention; see scratch_bytes.
+  sampler and of a verify pass (16 rows); see scratch_bytes.
 - The CPU path (numpy in Pyodide; loading.choose_backend decides who gets it) holds the weights its WebAssembly
   kernels multiply packed, the rest as float32 (loading.cpu_weight_bytes), and its KV cache; HEAP_BYTES is the
   usable size of a wasm heap.
@@ -104,14 +104,18 @@ def scratch_bytes(spec, chunk: int) -> int:
     """GPU bytes besides the packed weights and the KV cache that a load allocates (fitted to gpu_memory's "other" of
     SmolLM2, Gemma 3 270M and Qwen2.5-0.5B at chunks 64 and 512: exact per row): per prefill row the float32
     activations (residual, normed input and FFN output: hidden each; Q/K/V; the attention output; the gated FFN's
-    ffn; post-norm models one more Q-sized row), the logits and small fixed buffers (step uniforms, token log). The
-    file's vectors (norm gains, biases) are counted with the weights. Buffers made on demand are not counted: a
-    speculative verify pass's logits (16 rows) and all-row logits for prompt logprobs."""
+    ffn; post-norm models one more Q-sized row), vocabulary-sized rows: the logits, the sampler's three (its mask and
+    bias, scratch, sampled-from logits) and a speculative verify pass's logits (16 rows; Engine.warm_up makes the
+    sampler and the verify pass at a load on GPUs, software adapters at their first use), and small fixed buffers
+    (step uniforms, token log, the sampler's ring and logprobs). The file's vectors (norm gains, biases) are counted with the weights. Not counted: the
+    all-row logits of prompt logprobs (made on demand) and a verify pass's split attention parts (verify rows x
+    ranges x (q + heads) floats: 2 MB at the 1B shape, the size of a prefill row's activations)."""
+    from .models.transformer import Transformer
     q = spec.heads * spec.head_dim
     kv = 2 * spec.kv_heads * spec.head_dim
     post = any(layer.post_norms for layer in spec.layers)
     row = 4 * (3 * spec.hidden + 2 * q + kv + spec.ffn + (q if post else 0))
-    return chunk * row + 4 * spec.vocab + (128 << 10)
+    return chunk * row + 4 * spec.vocab * (4 + min(Transformer.VERIFY_ROWS, chunk)) + (128 << 10)
 
 
 def memory_need(spec, costs: dict, context: int, kv_cache: str, backend: str, chunk: int) -> dict:

@@ -135,8 +135,8 @@ def test_the_engine_takes_halves_where_only_they_reach_the_context():
 
 
 def test_scratch_is_what_a_loaded_model_holds_besides_weights_and_cache(smollm2_gguf):
-    """Against gpu_memory of SmolLM2 loaded at chunk 64 (its file's vectors: counted as weights by the preflight,
-    as other buffers by gpu_memory)."""
+    """Against gpu_memory of SmolLM2 loaded at chunk 64 and warmed up as on a GPU, its verify pass's logits made (its
+    file's vectors: counted as weights by the preflight, as other buffers by gpu_memory)."""
     from cera_web.engine import Engine
     from cera_web.models.memory import gpu_memory
     g = open_gguf(smollm2_gguf)
@@ -144,6 +144,7 @@ def test_scratch_is_what_a_loaded_model_holds_besides_weights_and_cache(smollm2_
     costs = pf.model_costs(g, spec)
     eng = asyncio.run(Engine.load(smollm2_gguf, context_size=512, chunk=64))
     try:
+        asyncio.run(eng.warm_up())      # as a load on a GPU does (software adapters skip it)
         held = gpu_memory(eng.model)
         need = pf.memory_need(spec, costs, 512, "f32", "webgpu", 64)
         assert need["kv_cache"] == held["kv_cache"]
