@@ -178,19 +178,23 @@ class Engine:
         return engine
 
     async def warm_up(self):
-        """Run the prompt, decode and verify passes once (a 2-token prompt with its head, a decode step, a 2-token
-        verify pass, their readbacks) and make the sampler, so that what a GPU driver does at a pipeline's first use is part of the load, not of the first
-        reply's wait (on the H200 the first chat message after a load took 0.3-0.6 s natively and 0.7 s in the page,
-        later ones 6-65 ms: session 17, BENCHMARKS.md). Nothing of it stays: its KV rows are overwritten by the next
-        prompt, which the prompt cache does not match against them (model.passes moved). Engine.from_plan calls it on
-        GPUs; software adapters skip it (there a pass costs seconds and nothing is compiled at first use)."""
+        """Run each plan once (a prompt of verify_rows + 1 tokens with its head, a decode step, a 2-token verify pass,
+        their readbacks) and make the sampler, so that what a GPU driver does at a pipeline's first use is part of
+        the load, not of the first reply's wait (on the H200 the first chat message after a load took 0.3-0.6 s
+        natively and 0.7 s in the page, later ones 6-65 ms: session 17, BENCHMARKS.md); the verify pass is also the
+        body of short prompt chunks and of prompt lookup's rounds, on by default on GPUs. Nothing of it stays: its KV
+        rows are overwritten by the next prompt, which the prompt cache does not match against them (model.passes
+        moved). Engine.from_plan calls it on GPUs; software adapters skip it (there a pass costs seconds and nothing
+        is compiled at first use)."""
         m = self.model
         t = self.tokenizer.bos_id if self.tokenizer.bos_id is not None else 0
-        m.prefill([t, t], 0, with_head=True)
-        m.decode(2, 1)
-        await m.read_log(2)
-        m.verify([t, t], 2)     # speculative decoding's pass ("auto" runs prompt lookup on GPUs): recorded here, not
-        await m.read_log(2)     # in the round that first finds drafts worth checking
+        n = min(m.chunk, m.verify_rows + 1, m.context_size - 3)    # past a short chunk: the prefill plan (body_for)
+        if n >= 2:                  # (not in a context of a few tokens)
+            m.prefill([t] * n, 0, with_head=True)
+            m.decode(n, 1)
+            await m.read_log(2)
+            m.verify([t, t], n + 1)
+            await m.read_log(2)
         m.make_sampler()
 
     async def load_draft(self, source, **kw) -> "Engine":

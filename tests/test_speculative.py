@@ -218,6 +218,50 @@ def test_a_verify_pass_gives_each_token_the_logits_of_a_decode_step(case, monkey
     np.testing.assert_array_equal(verified, steps)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ["qwen2", "lfm2"])
+def test_short_prompt_chunks_run_the_decode_kernels_on_gpus(case, monkeypatch):
+    """On a GPU that is not a CPU adapter (as one here, on lavapipe) a prompt chunk of 2..verify_rows (16) tokens runs
+    the verify pass's body, the decode kernels over its tokens (Transformer.body_for: a draft model catching up with
+    the 2 tokens of a round that kept every draft, a short chat turn), not the prefill plan sized for a whole chunk;
+    1 token the decode plan, 17 the prefill plan. Each draws the prefill plan's token, its logits within rounding of
+    the prefill plan's, the KV rows (and LFM2's conv state) of every token written: the next step's logits agree too."""
+    path = SMALL / f"{case}-f32.gguf"
+    ids = [(7 * i * i + 3 * i + 5) % 250 + 1 for i in range(60)]
+    p0 = 20
+
+    async def go(gpu):
+        eng = await Engine.load(path, cpu_fallback=False, context_size=128)
+        m, V = eng.model, eng.model.spec.vocab
+        monkeypatch.setattr(eng.dev, "is_cpu", not gpu)
+        plans = []
+        submit = eng.dev.submit
+        monkeypatch.setattr(eng.dev, "submit", lambda p, *a, **k: (plans.append(p[0]), submit(p, *a, **k))[1])
+        try:
+            out = {}
+            for n in (1, 2, 5, 16, 17):
+                m.reset_state()
+                m.prefill(ids[:p0], 0, with_head=False)
+                plans.clear()
+                m.prefill(ids[p0:p0 + n], p0, with_head=True)
+                body = plans[0]
+                first = np.frombuffer(await m.dev.read(m.logits, 0, 4 * V), np.float32).copy()
+                token = (await m.read_log(1))[0]
+                m.decode(p0 + n, 0)
+                after = np.frombuffer(await m.dev.read(m.logits, 0, 4 * V), np.float32).copy()
+                want = m.plan_decode if n == 1 else m.short_body() if gpu and n <= 16 else m.plan_prefill
+                assert body is want, (n, gpu)
+                out[n] = token, first, after
+            return out
+        finally:
+            eng.close()
+    short, plain = run(go(True)), run(go(False))
+    for n in short:
+        assert short[n][0] == plain[n][0] == int(np.argmax(plain[n][1])), n
+        for a, b in zip(short[n][1:], plain[n][1:]):
+            np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-3)
+
+
 def test_logprobs_are_not_speculated(pair):
     backend, es = pair
     eng = es["qwen3"]

@@ -394,7 +394,7 @@ class GPUModel:
         self.dev.write_buffer(self.tokens, np.asarray(ids, np.uint32))
         self.set_step(len(ids), pos0, 0)
         one = len(ids) == 1     # a single token (e.g. a chat turn's reused prompt): the decode plan computes the same
-        plans = [self.plan_decode if one else self.plan_prefill]
+        plans = [self.body_for(len(ids))]
         if with_head:
             plans += self._head(self.plan_head_decode if one else self.plan_head_prefill)
         self.dev.submit(plans, early=not one)

@@ -186,7 +186,7 @@ class Transformer(GPUModel):
             self.conv_out = buf(4 * T * s.hidden, label="conv out")      # [T, hidden] C * conv(B * x)
         self._norms, self._freqs, self._scratch, self._plan_all_logits, self._normed = {}, {}, None, None, {}
         self.verify_rows = min(self.VERIFY_ROWS, T)     # tokens a verify pass takes (Model.verify)
-        self._plan_verify = self._verify_parts = None
+        self._plan_verify = self._verify_parts = self._short_body = None
         self._scratch_buffers, self._parts_made = {}, []
         self._argmax_pairs = None     # the two-stage argmax's (value, index) per slice, made on first use
         self.int8 = kernels.int8_enabled(self.adapter, self.tuning)   # decode products on 8-bit activations
@@ -343,6 +343,26 @@ class Transformer(GPUModel):
 
     VERIFY_ROWS = 16      # tokens a verify pass takes at most: the last drawn token and up to 15 drafts
 
+    def short_body(self):
+        """The body of a pass of 2..verify_rows tokens, recorded on first use: the decode kernels over verify_rows
+        tokens (by_steps), for verify passes and, on GPUs, prompt chunks that short (body_for). The prefill plan's
+        dispatches are sized for a whole chunk: on the H200 a 2..16-token pass through it took 24.7 ms at the 1.5B
+        shape (11 decode steps), a body of prefill kernels recorded for 16 tokens 16 ms (session 16), this body 3.1 to
+        3.4 decode steps for 16 tokens (verify_cost, session 20), fewer for fewer tokens (workgroups of tokens past
+        the pass return at once). A draft model catches up with the 2 tokens of a round that kept every draft so."""
+        if self._short_body is None:
+            T = self.verify_rows
+            self._short_body = self.record_body(T) if T < self.chunk else self.plan_prefill
+        return self._short_body
+
+    def body_for(self, n: int):
+        """The body plan of a prompt chunk of n tokens: the decode plan for one, short_body() for up to verify_rows
+        on GPUs that are not CPU adapters (there the prefill kernels take a few tokens at less than a step each),
+        else the prefill plan."""
+        if n == 1:
+            return self.plan_decode
+        return self.short_body() if n <= self.verify_rows < self.chunk and not self.dev.is_cpu else self.plan_prefill
+
     def verify(self, ids, pos0: int) -> None:
         """Submit a pass over ids (2 <= len(ids) <= verify_rows) at positions pos0..., drawing the token after each
         of its tokens into log slots 0..len(ids)-1 (speculative decoding checks drafts with it). The body is recorded
@@ -353,12 +373,8 @@ class Transformer(GPUModel):
         penalties' ring, which the draw of row i extends before row i + 1 reads it: right whenever row i + 1's draw is
         used)."""
         V, n = self.spec.vocab, len(ids)
-        if self._plan_verify is None:       # recorded on first use: only speculative decoding needs it
+        if self._plan_verify is None:       # recorded on first use (Engine.warm_up on GPUs)
             T = self.verify_rows
-            # a body of its own, of the decode kernels over T tokens (by_steps): the prefill plan's dispatches are
-            # sized for a whole chunk (on the H200 a 2..16-token pass through it took 24.7 ms at the 1.5B shape, 11
-            # decode steps; a body of prefill kernels recorded for 16 tokens 16 ms, session 16)
-            self._verify_body = self.record_body(T) if T < self.chunk else self.plan_prefill
             self.verify_logits = self.dev.create_buffer(4 * T * V, label="verify logits")
             rec = Recorder(self.dev)
             self.linear(rec, T, self.spec.lm_head, self.x, self.verify_logits, gain=self.final_gain, logits=False)
@@ -371,10 +387,10 @@ class Transformer(GPUModel):
         self.dev.write_buffer(self.tokens, np.asarray(ids, np.uint32))
         self.set_step(n, pos0, 0)
         if self.sampler_plan is None:
-            self.dev.submit([self._verify_body, head, argmax], early=True)
+            self.dev.submit([self.short_body(), head, argmax], early=True)
             return
         row = lambda i: [(self.verify_logits, 4 * V * i, self.logits, 0, 4 * V)] if i < n else []    # noqa: E731
-        self.dev.submit([self._verify_body, head], row(0), early=True)
+        self.dev.submit([self.short_body(), head], row(0), early=True)
         for i in range(n):          # the sampler reads the logits buffer: each row is copied there in turn
             self.set_step(1, pos0 + i, i)
             self.dev.submit([self.sampler_plan], row(i + 1))
