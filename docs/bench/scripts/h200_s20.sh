@@ -8,7 +8,7 @@
 #           (`split -b 50M -d .assets/models/qwen2.5-coder-1.5b-instruct-Q4_K_M.gguf .spec/q15.`, the same with
 #           qwen2.5-coder-0.5b-instruct-Q4_K_M.gguf and .spec/q05.)
 #   spec    natively: `bench --lookup` on the 1.5B for SPEC_TREES (default "before after"), then `bench --draft` with
-#           the 0.5B for the after tree (SPEC_DRAFT=0: not)                              -> $TAG-spec.jsonl
+#           the 0.5B for SPEC_DRAFT_TREES (default "after"; SPEC_DRAFT=0: none)          -> $TAG-spec.jsonl
 #   long    decode after LONG_AFTER tokens (default "3584 16") at the synthetic LONG_SHAPES (default 1B and 1.5B,
 #           Q4_K_M) for LONG_TREES (default "after mid mid2")                           -> $TAG-long.jsonl
 #   The page: h200_page_gpu.sh's step `spec` (the same pieces, joined there).
@@ -45,7 +45,9 @@ spec)
   done
   if [ "${SPEC_DRAFT:-1}" = 1 ]; then
     join q05 $Q05
-    bench after $TAG-spec.jsonl 250 --model $Q15 --draft $Q05 --decode-tokens 256 --repeats 2 --context 2048
+    for t in ${SPEC_DRAFT_TREES:-after}; do
+      bench $t $TAG-spec.jsonl 250 --model $Q15 --draft $Q05 --decode-tokens 256 --repeats 2 --context 2048
+    done
   fi ;;
 long)
   for sh in ${LONG_SHAPES:-llama-3.2-1b qwen2.5-1.5b}; do
