@@ -87,19 +87,25 @@ def test_chat_ttft_reports_the_first_and_warm_runs(tmp_path, dev):
 
 def test_speculative_reports_both_runs_and_the_verify_cost(tmp_path, dev):
     """bench.speculative: each task with lookup off and on (the same tokens), and verify_cost: a verify pass of
-    verify_rows tokens against a one-token step, each timed with its read."""
+    verify_rows tokens against a one-token step and a two-token chunk, each timed with its read (draft_cost: only
+    with a draft model)."""
     from cera_web.engine import Engine
     path = bench.synthetic_llama(tmp_path / "m.gguf", "smollm2-135m", "q4_1", layers=2, vocab=512)
 
     async def go():
         eng = await Engine.load(str(path), device=dev, context_size=256, chunk=32)
-        return await bench.speculative(eng, "lookup", decode_tokens=8, repeats=1,
-                                       tasks={"repeat": "a b c a b c a b c a b c"})
-    out = asyncio.run(go())
+        tasks = {"repeat": "a b c a b c a b c a b c"}
+        look = await bench.speculative(eng, "lookup", decode_tokens=8, repeats=1, tasks=tasks)
+        await eng.load_draft(str(path))         # the model as its own draft
+        return look, await bench.speculative(eng, "draft", decode_tokens=8, repeats=1, tasks=tasks)
+    out, drafted = asyncio.run(go())
     row, cost = out["tasks"]["repeat"], out["verify_cost"]
     assert row["same_tokens"] and row["tokens"] == 8 and row["decode_tok_s"] > 0 and row["decode_tok_s_off"] > 0
     assert cost["rows"] == 16 and cost["verify_ms"] > 0 and cost["step_ms"] > 0
     assert cost["steps_a_verify"] == round(cost["verify_ms"] / cost["step_ms"], 2)
+    assert cost["two_tokens_ms"] > 0 and out["draft_cost"] is None
+    assert drafted["tasks"]["repeat"]["same_tokens"] and drafted["tasks"]["repeat"]["accepted"] > 0
+    assert set(drafted["draft_cost"]) == set(cost) and drafted["draft_cost"]["two_tokens_ms"] > 0
 
 
 def test_pacer_sizes_reads_to_the_target_time():

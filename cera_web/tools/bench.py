@@ -208,11 +208,13 @@ async def speculative(engine, mode: str = "lookup", decode_tokens: int = 256, re
     """Greedy decode speed of chat tasks (SPECULATIVE_TASKS) with speculative decoding (mode: "lookup", or "draft"
     with engine.draft loaded) against without ("off"), the best of ``repeats`` each, in one process: tok/s of the
     decoded tokens (the first comes out of prefill), drafted and accepted tokens, and whether the two outputs are
-    the same tokens (they must be); and what one verify pass costs against one decode step (verify_cost)."""
+    the same tokens (they must be); and what one verify pass costs against one decode step (verify_cost), and with a
+    draft model its own step and catch-up (draft_cost: verify_cost of the draft)."""
     rows = {}
     await engine.generate([1, 2, 3, 4], max_tokens=4, stop_at_eos=False, speculative=mode)    # warm-up: pipelines
     await verify_cost(engine.model, repeats=1)          # the verify pass's own (the warm-up may not have drafted)
     cost = await verify_cost(engine.model)
+    draft_cost = await verify_cost(engine.draft.model) if mode == "draft" and engine.draft else None
     for name, text in (tasks or SPECULATIVE_TASKS).items():
         ids = engine.encode_chat([{"role": "user", "content": text}])
         best = {}
@@ -230,13 +232,14 @@ async def speculative(engine, mode: str = "lookup", decode_tokens: int = 256, re
                       "same_tokens": on.tokens == off.tokens}
     return {"model": engine.name, "backend": engine.backend, "host": platform.node(), "mode": mode,
             "draft": engine.draft.name if mode == "draft" and engine.draft else None,
-            "decode_tokens": decode_tokens, "repeats": repeats, "verify_cost": cost, "tasks": rows}
+            "decode_tokens": decode_tokens, "repeats": repeats, "verify_cost": cost, "draft_cost": draft_cost,
+            "tasks": rows}
 
 
 async def verify_cost(model, repeats: int = 20, pos: int = 64, budget_s: float = 3.0) -> dict:
-    """Median ms of a verify pass of model.verify_rows tokens and of a one-token step at position pos, each with
-    its read of the drawn tokens (what a speculative round and a plain round of one token cost), and their ratio:
-    the decode steps a full verify pass costs. Each is run ``repeats`` times, or fewer (at least 3) once they took
+    """Median ms of a verify pass of model.verify_rows tokens, of a one-token step and of a two-token prompt chunk at
+    position pos, each with its read of the drawn tokens (what a speculative round, a plain round of one token and a
+    draft model's catch-up after a round that kept every draft cost), and the decode steps a full verify pass costs. Each is run ``repeats`` times, or fewer (at least 3) once they took
     budget_s (the CPU model's passes take seconds). The rows written there are overwritten by the next prompt."""
     n = model.verify_rows
     ids = [(7 + 31 * i) % model.spec.vocab for i in range(n)]
@@ -251,7 +254,9 @@ async def verify_cost(model, repeats: int = 20, pos: int = 64, budget_s: float =
         return sorted(times)[len(times) // 2]
     verify = round(await median_ms(lambda: model.verify(ids, pos), n), 3)
     step = round(await median_ms(lambda: model.prefill(ids[:1], pos, with_head=True), 1), 3)
-    return {"rows": n, "verify_ms": verify, "step_ms": step, "steps_a_verify": round(verify / step, 2)}
+    two = round(await median_ms(lambda: model.prefill(ids[:2], pos, with_head=True), 1), 3)
+    return {"rows": n, "verify_ms": verify, "step_ms": step, "steps_a_verify": round(verify / step, 2),
+            "two_tokens_ms": two}
 
 
 async def prompt_cache(engine, prompt_tokens: int = 2000, new_tokens: int = 16, repeats: int = 3,
