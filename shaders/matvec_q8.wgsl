@@ -79,7 +79,7 @@ fn load_block(t: u32, j: u32) -> array<vec4<f32>, 8> {
     const HEADS: u32 = K / XHD;
     let o = t * XSPLIT * (K4 + HEADS) + j * 8u;   // token t's partial results, at this block
     let ml = t * XSPLIT * (K4 + HEADS) + XSPLIT * K4 + j * 32u / XHD;   // (m, l, used) of range s: X[ml + s * HEADS]
-    let last = min(u32(X[ml].z), XSPLIT) - 1u;
+    let last = clamp(u32(X[ml].z), 1u, XSPLIT) - 1u;     // the last range used (1 .. XSPLIT of them)
     var mx = -3.0e38;
     var l = 0.0;
     var v = array<vec4<f32>, 8>();
