@@ -1,11 +1,14 @@
 """The benchmark's synthetic models (named shapes and tensor types) and the adaptive decode pacing."""
 import asyncio
+from pathlib import Path
 
 import pytest
 
 from cera_web.tools import bench
 from cera_web.gguf import open_gguf
 from cera_web.pacing import ReadPacer
+
+SMALL = Path(__file__).parent / "fixtures" / "small"
 
 pytest.importorskip("gguf")
 
@@ -106,6 +109,19 @@ def test_speculative_reports_both_runs_and_the_verify_cost(tmp_path, dev):
     assert cost["two_tokens_ms"] > 0 and out["draft_cost"] is None
     assert drafted["tasks"]["repeat"]["same_tokens"] and drafted["tasks"]["repeat"]["accepted"] > 0
     assert set(drafted["draft_cost"]) == set(cost) and drafted["draft_cost"]["two_tokens_ms"] > 0
+
+
+def test_verify_cost_on_the_cpu_model():
+    """bench.verify_cost on the numpy CPU model (`bench --cpu --lookup`), which runs only at positions it holds: the
+    passes are timed after a prompt of `pos` tokens, each going back there."""
+    from cera_web.engine import Engine
+    from cera_web.tools.bench import verify_cost
+
+    async def go():
+        eng = await Engine.load(SMALL / "qwen3-f32.gguf", device="cpu", context_size=128)
+        return await verify_cost(eng.model, repeats=3, pos=20)
+    cost = asyncio.run(go())
+    assert cost["rows"] == 16 and min(cost["verify_ms"], cost["step_ms"], cost["two_tokens_ms"]) > 0
 
 
 def test_pacer_sizes_reads_to_the_target_time():

@@ -240,9 +240,13 @@ async def verify_cost(model, repeats: int = 20, pos: int = 64, budget_s: float =
     """Median ms of a verify pass of model.verify_rows tokens, of a one-token step and of a two-token prompt chunk at
     position pos, each with its read of the drawn tokens (what a speculative round, a plain round of one token and a
     draft model's catch-up after a round that kept every draft cost), and the decode steps a full verify pass costs. Each is run ``repeats`` times, or fewer (at least 3) once they took
-    budget_s (the CPU model's passes take seconds). The rows written there are overwritten by the next prompt."""
+    budget_s (the CPU model's passes take seconds), after a prompt of pos tokens (the CPU model runs only at
+    positions it holds). The rows written there are overwritten by the next prompt."""
     n = model.verify_rows
     ids = [(7 + 31 * i) % model.spec.vocab for i in range(n)]
+    before = [(3 + 17 * i) % model.spec.vocab for i in range(pos)]
+    for a in range(0, pos, model.chunk):     # positions before pos, which every pass below goes back to
+        model.prefill(before[a:a + model.chunk], a, with_head=False)
 
     async def median_ms(run, count):
         times = []
