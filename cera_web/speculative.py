@@ -32,8 +32,8 @@ with probability p(d), else a draw from p without d. The output is therefore not
 with the same seed it is the same tokens as without speculation. (A sampled draft with its own q would accept more
 often at high temperatures, at the cost of that reproducibility and of reading q back; not done.) Not speculated:
 grammars (a draft would need each state's mask) and logprobs. SamplingParams.speculative says when
-(cera_web.sampling: "auto", the default, uses a loaded draft model, else prompt lookup on a GPU that is not a CPU
-adapter, where a verify pass costs a few decode steps; "draft", "lookup", "off"). Prompt lookup runs a round only
+(cera_web.sampling: "auto", the default, uses a loaded draft model, else prompt lookup where a verify pass costs a
+few decode steps: a GPU that is not a CPU adapter, and the CPU model; "draft", "lookup", "off"). Prompt lookup runs a round only
 where it pays: PromptLookup.worth scores it for free on the reply so far.
 """
 from __future__ import annotations
@@ -140,9 +140,9 @@ def drafter(engine, params):
                          "--draft FILE), or use speculative='lookup'")
     if mode in ("draft", "auto") and engine.draft is not None:
         return DraftModel(engine.draft)
-    if mode == "auto" and not engine.cpu and not engine.dev.is_cpu:
-        return PromptLookup(asked=False)    # where a verify pass costs a few decode steps: a GPU, not a CPU adapter
-    return None
+    if mode == "auto" and (engine.cpu or not engine.dev.is_cpu):
+        return PromptLookup(asked=False)    # where a verify pass costs a few decode steps: a GPU that is not a CPU
+    return None                             # adapter, or the CPU model (its products batch the rows)
 
 
 class Speculative:

@@ -3,7 +3,7 @@
     python tests/bench_browser.py [--prompt-tokens 128] [--decode-tokens 128] [--steps-per-read 4] [--grammar]
                                   [--model /models/FILE.gguf] [--backend cpu [--no-cpu-kernels]]
                                   [--context 4096] [--decode-after 3584] [--chat]
-                                  [--lookup | --draft /models/FILE.gguf] [--repeats N]
+                                  [--lookup | --draft /models/FILE.gguf | --auto] [--repeats N]
     python tests/bench_browser.py --app [--model /models/FILE.gguf] [--backend webgpu]
 
 Starts serve.py's server on a free port, opens /web/bench.html in headless Chromium (/usr/bin/chromium, WebGPU on
@@ -14,8 +14,8 @@ measured, not asserted); run it with the test environment's python (.venv/bin/py
 --context and --decode-after are the native bench's (KV cache positions; the decode run's prompt length, e.g. 3584
 with --context 4096 to decode late in a long conversation); --chat adds the time to first token of a one-line chat
 message (bench.chat_ttft, run in the page right after the load). download_ms and load_ms: the model's fetch and the
-engine's load from those bytes. --lookup / --draft URL run speculative decoding's chat tasks in the page instead
-(cera_web.tools.bench.speculative, as the native bench's --lookup / --draft: tok/s off and on, drafts kept, whether
+engine's load from those bytes. --lookup / --draft URL / --auto run speculative decoding's chat tasks in the page
+instead (cera_web.tools.bench.speculative, as the native bench's --lookup / --draft / --auto: tok/s off and on, drafts kept, whether
 the tokens are the same), --decode-tokens tokens each, the best of --repeats.
 
 --app measures the real page (/, web/app.js and its worker) instead, in a browser profile on disk: it opens the page
@@ -69,6 +69,7 @@ def main():
     p.add_argument("--lookup", action="store_true",
                    help="speculative decoding's chat tasks with prompt lookup, off and on (the native bench --lookup)")
     p.add_argument("--draft", metavar="URL", help="the same with this served model as the draft model (--draft)")
+    p.add_argument("--auto", action="store_true", help="the same with the default, speculative='auto' (--auto)")
     p.add_argument("--timeout-s", type=float, default=3600)
     args = p.parse_args()
     import serve
@@ -93,7 +94,8 @@ def main():
             + f"&repeats={args.repeats}"
            + ("&chat=1" if args.chat else "") + ("&check=1" if args.check else "")
            + (f"&env={quote(';'.join(args.env))}" if args.env else "")
-           + ("&spec=lookup" if args.lookup else "") + (f"&spec=draft&draft={quote(args.draft)}" if args.draft else ""))
+           + ("&spec=lookup" if args.lookup else "") + (f"&spec=draft&draft={quote(args.draft)}" if args.draft else "")
+           + ("&spec=auto" if args.auto else ""))
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         page = browser.new_page()

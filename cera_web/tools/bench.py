@@ -205,8 +205,8 @@ SPECULATIVE_TASKS = {
 
 async def speculative(engine, mode: str = "lookup", decode_tokens: int = 256, repeats: int = 2,
                       tasks: dict | None = None) -> dict:
-    """Greedy decode speed of chat tasks (SPECULATIVE_TASKS) with speculative decoding (mode: "lookup", or "draft"
-    with engine.draft loaded) against without ("off"), the best of ``repeats`` each, in one process: tok/s of the
+    """Greedy decode speed of chat tasks (SPECULATIVE_TASKS) with speculative decoding (mode: "lookup", "draft" with
+    engine.draft loaded, or "auto", the default) against without ("off"), the best of ``repeats`` each, in one process: tok/s of the
     decoded tokens (the first comes out of prefill), drafted and accepted tokens, and whether the two outputs are
     the same tokens (they must be); and what one verify pass costs against one decode step (verify_cost), and with a
     draft model its own step and catch-up (draft_cost: verify_cost of the draft)."""

@@ -84,9 +84,9 @@ async def _bench(args):
     chat = await bench.chat_ttft(engine, max(args.repeats, 2)) if args.chat else {}
     if args.draft:
         await engine.load_draft(args.draft, chunk=args.chunk, kv_cache=args.kv_cache)
-    if args.draft or args.lookup:
-        out = await bench.speculative(engine, "draft" if args.draft else "lookup", args.decode_tokens,
-                                      repeats=max(args.repeats, 2))
+    if args.draft or args.lookup or args.auto:
+        mode = "draft" if args.draft else "lookup" if args.lookup else "auto"
+        out = await bench.speculative(engine, mode, args.decode_tokens, repeats=max(args.repeats, 2))
     elif args.prompt_cache:
         out = await bench.prompt_cache(engine, args.prompt_tokens, repeats=args.repeats)
     else:
@@ -251,6 +251,7 @@ def main(argv=None) -> int:
     b.add_argument("--draft", metavar="FILE", help="measure speculative decoding with this draft model on chat tasks "
                    "against plain decoding (bench.speculative)")
     b.add_argument("--lookup", action="store_true", help="measure prompt-lookup speculative decoding likewise")
+    b.add_argument("--auto", action="store_true", help="measure the default, speculative='auto', likewise")
     b.add_argument("--cpu", action="store_true", help="the numpy reference model on the CPU (the page's CPU path)")
     b.add_argument("--synthetic", nargs="?", const="smollm2-135m", metavar="SHAPE",
                    help="a random-weight model of a named shape instead of a file: smollm2-135m (the default), "
