@@ -15,8 +15,8 @@ measured, not asserted); run it with the test environment's python (.venv/bin/py
 with --context 4096 to decode late in a long conversation); --chat adds the time to first token of a one-line chat
 message (bench.chat_ttft, run in the page right after the load). download_ms and load_ms: the model's fetch and the
 engine's load from those bytes. --lookup / --draft URL / --auto run speculative decoding's chat tasks in the page
-instead (cera_web.tools.bench.speculative, as the native bench's --lookup / --draft / --auto: tok/s off and on, drafts kept, whether
-the tokens are the same), --decode-tokens tokens each, the best of --repeats.
+instead (cera_web.tools.bench.speculative, as the native bench's --lookup / --draft / --auto: tok/s off and on, drafts
+kept, whether the tokens are the same), --decode-tokens tokens each, the best of --repeats.
 
 --app measures the real page (/, web/app.js and its worker) instead, in a browser profile on disk: it opens the page
 with ?model=, which downloads the model into the page's cache (OPFS, web/modelstore.js) and loads it; reloads the

@@ -183,3 +183,15 @@ def test_kernels_without_subgroups_name_no_subgroup_builtin():
     code = [line.split("//")[0] for line in off.splitlines()]
     assert not any("subgroup" in line for line in code)
     assert "enable subgroups;" in on and "subgroupShuffleXor" in on
+
+
+def test_bench_cli_measures_the_default_speculative_mode(capsys):
+    """`bench --cpu --auto`: the chat tasks with speculative="auto" against "off" on the CPU model (where "auto" is
+    gated prompt lookup), the same tokens, and the verify pass's cost there."""
+    import json
+    from cera_web.tools.cli import main
+    assert main(["bench", "--cpu", "--auto", "--model", str(SMALL / "qwen3-f32.gguf"), "--decode-tokens", "4",
+                 "--repeats", "1", "--context", "2048"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["mode"] == "auto" and out["draft_cost"] is None and out["verify_cost"]["rows"] == 16
+    assert all(row["same_tokens"] and row["tokens"] == 4 for row in out["tasks"].values())
