@@ -102,14 +102,14 @@ def model_costs(gguf, spec) -> dict:
 
 def scratch_bytes(spec, chunk: int) -> int:
     """GPU bytes besides the packed weights and the KV cache that a load allocates (fitted to gpu_memory's "other" of
-    SmolLM2, Gemma 3 270M and Qwen2.5-0.5B at chunks 64 and 512: exact per row): per prefill row the float32
-    activations (residual, normed input and FFN output: hidden each; Q/K/V; the attention output; the gated FFN's
-    ffn; post-norm models one more Q-sized row), vocabulary-sized rows: the logits, the sampler's three (its mask and
-    bias, scratch, sampled-from logits) and a speculative verify pass's logits (16 rows; Engine.warm_up makes the
-    sampler and the verify pass at a load on GPUs, software adapters at their first use), and small fixed buffers
-    (step uniforms, token log, the sampler's ring and logprobs). The file's vectors (norm gains, biases) are counted with the weights. Not counted: the
-    all-row logits of prompt logprobs (made on demand) and a verify pass's split attention parts (verify rows x
-    ranges x (q + heads) floats: 2 MB at the 1B shape, the size of a prefill row's activations)."""
+    SmolLM2, Gemma 3 270M and Qwen2.5-0.5B at chunks 64 and 512: exact per row): per prefill row the float32 activations
+    (residual, normed input and FFN output: hidden each; Q/K/V; the attention output; the gated FFN's ffn; post-norm
+    models one more Q-sized row), vocabulary-sized rows: the logits, the sampler's three (its mask and bias, scratch,
+    sampled-from logits) and a speculative verify pass's logits (16 rows; Engine.warm_up makes the sampler and the
+    verify pass at a load on GPUs, software adapters at their first use), and small fixed buffers (step uniforms, token
+    log, the sampler's ring and logprobs). The file's vectors (norm gains, biases) are counted with the weights. Not
+    counted: the all-row logits of prompt logprobs (made on demand) and a verify pass's split attention parts (verify
+    rows x ranges x (q + heads) floats: 2 MB at the 1B shape, the size of a prefill row's activations)."""
     from .models.transformer import Transformer
     q = spec.heads * spec.head_dim
     kv = 2 * spec.kv_heads * spec.head_dim

@@ -33,8 +33,8 @@ with the same seed it is the same tokens as without speculation. (A sampled draf
 often at high temperatures, at the cost of that reproducibility and of reading q back; not done.) Not speculated:
 grammars (a draft would need each state's mask) and logprobs. SamplingParams.speculative says when
 (cera_web.sampling: "auto", the default, uses a loaded draft model, else prompt lookup where a verify pass costs a
-few decode steps: a GPU that is not a CPU adapter, and the CPU model; "draft", "lookup", "off"). Prompt lookup runs a round only
-where it pays: PromptLookup.worth scores it for free on the reply so far.
+few decode steps: a GPU that is not a CPU adapter, and the CPU model; "draft", "lookup", "off"). Prompt lookup runs a
+round only where it pays: PromptLookup.worth scores it for free on the reply so far.
 """
 from __future__ import annotations
 

@@ -61,7 +61,7 @@ const BLOCKS: u32 = (G + GB - 1u) / GB;
 var<workgroup> q: array<f32, GB * HD>;       // the block's query heads, head i at i * HD
 var<workgroup> k: array<f32, HD>;
 var<workgroup> v: array<f32, HD>;
-var<workgroup> p: array<vec4<f32>, CHUNK>;   // a key's scores, then weights, for the block's heads (head i: component i)
+var<workgroup> p: array<vec4<f32>, CHUNK>;   // a key's scores, then weights, of the block's heads (head i: component i)
 var<workgroup> part: array<vec4<f32>, WG>;   // the reductions' scratch
 
 fn q4(i: u32, e: u32) -> vec4<f32> {
@@ -248,7 +248,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 // (score_own: the same sums in the same order, so that a verify pass scores each token as its decode step does).
 // Four of the key's vec4s are loaded at a time, into four partial sums a head (the loop is otherwise bound by their
 // latency).
-//% for name, args, key in [("score_cached", "row: u32", "vec4<f32>(Kc[row + E])"), ("score_own", "", "vec4<f32>(vec4<KVT>(k4(E)))")]
+//% set cached = ("score_cached", "row: u32", "vec4<f32>(Kc[row + E])")
+//% set own = ("score_own", "", "vec4<f32>(vec4<KVT>(k4(E)))")
+//% for name, args, key in [cached, own]
 fn {{ name }}({{ args }}) -> vec4<f32> {
 //% for i in range(GB)
     var a{{ i }} = vec4<f32>(0.0);

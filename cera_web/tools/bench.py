@@ -206,10 +206,10 @@ SPECULATIVE_TASKS = {
 async def speculative(engine, mode: str = "lookup", decode_tokens: int = 256, repeats: int = 2,
                       tasks: dict | None = None) -> dict:
     """Greedy decode speed of chat tasks (SPECULATIVE_TASKS) with speculative decoding (mode: "lookup", "draft" with
-    engine.draft loaded, or "auto", the default) against without ("off"), the best of ``repeats`` each, in one process: tok/s of the
-    decoded tokens (the first comes out of prefill), drafted and accepted tokens, and whether the two outputs are
-    the same tokens (they must be); and what one verify pass costs against one decode step (verify_cost), and with a
-    draft model its own step and catch-up (draft_cost: verify_cost of the draft)."""
+    engine.draft loaded, or "auto", the default) against without ("off"), the best of ``repeats`` each, in one process:
+    tok/s of the decoded tokens (the first comes out of prefill), drafted and accepted tokens, and whether the two
+    outputs are the same tokens (they must be); and what one verify pass costs against one decode step (verify_cost),
+    and with a draft model its own step and catch-up (draft_cost: verify_cost of the draft)."""
     rows = {}
     await engine.generate([1, 2, 3, 4], max_tokens=4, stop_at_eos=False, speculative=mode)    # warm-up: pipelines
     await verify_cost(engine.model, repeats=1)          # the verify pass's own (the warm-up may not have drafted)
@@ -239,9 +239,10 @@ async def speculative(engine, mode: str = "lookup", decode_tokens: int = 256, re
 async def verify_cost(model, repeats: int = 20, pos: int = 64, budget_s: float = 3.0) -> dict:
     """Median ms of a verify pass of model.verify_rows tokens, of a one-token step and of a two-token prompt chunk at
     position pos, each with its read of the drawn tokens (what a speculative round, a plain round of one token and a
-    draft model's catch-up after a round that kept every draft cost), and the decode steps a full verify pass costs. Each is run ``repeats`` times, or fewer (at least 3) once they took
-    budget_s (the CPU model's passes take seconds), after a prompt of pos tokens (the CPU model runs only at
-    positions it holds). The rows written there are overwritten by the next prompt."""
+    draft model's catch-up after a round that kept every draft cost), and the decode steps a full verify pass costs.
+    Each is run ``repeats`` times, or fewer (at least 3) once they took budget_s (the CPU model's passes take seconds),
+    after a prompt of pos tokens (the CPU model runs only at positions it holds). The rows written there are overwritten
+    by the next prompt."""
     n = model.verify_rows
     ids = [(7 + 31 * i) % model.spec.vocab for i in range(n)]
     before = [(3 + 17 * i) % model.spec.vocab for i in range(pos)]
