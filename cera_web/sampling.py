@@ -53,8 +53,9 @@ class SamplingParams:
     logprobs: bool = False         # return each generated token's log-probability (GenerationResult.logprobs)
     top_logprobs: int = 0          # and the most likely alternatives at each step (0..20)
     speculative: str = "auto"      # drafts checked several at a time (cera_web.speculative): "auto" (the engine's
-                                   # draft model if one is loaded, else prompt lookup where it pays on a GPU), "draft",
-                                   # "lookup" (drafts from earlier text), "off"; the same tokens either way
+                                   # draft model if one is loaded, else prompt lookup where it pays, on a GPU or the
+                                   # CPU model), "draft", "lookup" (drafts from earlier text), "off"; the same tokens
+                                   # either way
 
     def __post_init__(self):
         self.validate()
@@ -73,7 +74,8 @@ class SamplingParams:
         "stop_token_ids": ("Stop token ids", None, None, "token ids that end the reply"),
         "ignore_eos": ("Ignore end of turn", None, None, "keep generating past the model's end-of-turn token"),
         "speculative": ("Speculative decoding", None, None, "the same reply in fewer passes: lookup (drafts from "
-                        "the conversation: edits, quotes), auto (a draft model if loaded, else lookup where it pays), off"),
+                        "the conversation: edits, quotes), auto (a draft model if loaded, else lookup where it "
+                        "pays), off"),
     }
 
     # settings of the OpenAI-shaped API (cera_web.openai_api), not offered in the page's settings form (describe())

@@ -155,8 +155,9 @@ export class Cera {
 
   // Load a draft model for speculative decoding: a smaller model with this one's tokenizer proposes tokens that this
   // one checks several at a time (the same replies in fewer passes; the `speculative` request setting: 'auto', the
-  // default, uses it; without one 'auto' is prompt lookup where it pays). url null: drop it. Resolves to the worker's 'draft' message ({name, file}, null when none); rejects with a
-  // CeraError when it cannot be used (another tokenizer, a failed download). Loading another model drops it.
+  // default, uses it; without one 'auto' is prompt lookup where it pays). url null: drop it. Resolves to the worker's
+  // 'draft' message ({name, file}, null when none); rejects with a CeraError when it cannot be used (another
+  // tokenizer, a failed download). Loading another model drops it.
   loadDraft(url) {
     if (this._drafting) return Promise.reject(new Error('A draft model is loading already: wait for it.'));
     const href = url == null ? null
